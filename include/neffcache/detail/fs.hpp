@@ -1,0 +1,107 @@
+// Small file helpers over POSIX calls. EINTR is retried here, once for all callers.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include <neffcache/result.hpp>
+
+namespace neffcache::detail {
+
+// Owns one file descriptor; closes it on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void reset() {
+    // close() is not retried on EINTR: on Linux the fd is released either way.
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+template <class F>
+auto retry_eintr(F f) {
+  decltype(f()) r;
+  do r = f();
+  while (r == -1 && errno == EINTR);
+  return r;
+}
+
+// Reads a whole regular file. Missing file: Errc::not_found.
+inline Result<std::string> read_file(const std::string& path) {
+  UniqueFd fd(retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!fd) return sys_error("open", path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return sys_error("stat", path);
+  if (S_ISDIR(st.st_mode)) return sys_error("read", path, EISDIR);
+  std::string out;
+  out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+    if (n < 0) return sys_error("read", path);
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+inline Result<void> write_all(int fd, std::string_view bytes, const std::string& what) {
+  while (!bytes.empty()) {
+    ssize_t n = retry_eintr([&] { return ::write(fd, bytes.data(), bytes.size()); });
+    if (n < 0) return sys_error("write", what);
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+// Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it over
+// `path`: readers see the old content or the new one, never a part. On any failure
+// the temporary file is removed and `path` is untouched.
+inline Result<void> write_file_atomic(const std::string& path, std::string_view bytes,
+                                      mode_t mode = 0644) {
+  std::random_device rd;
+  std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
+  UniqueFd fd(retry_eintr(
+      [&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode); }));
+  if (!fd) return sys_error("create", tmp);
+  auto fail = [&](Error e) {
+    ::unlink(tmp.c_str());
+    return e;
+  };
+  if (auto r = write_all(fd.get(), bytes, tmp); !r) return fail(r.error());
+  if (::fsync(fd.get()) != 0) return fail(sys_error("fsync", tmp));
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error("rename", path));
+  return {};
+}
+
+}  // namespace neffcache::detail

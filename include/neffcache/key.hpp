@@ -1,0 +1,65 @@
+// Cache keys: where in the cache a graph compiled with given flags by a given
+// compiler lives, and how to find out which compiler version is installed.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/detail/process.hpp>
+#include <neffcache/flags.hpp>
+#include <neffcache/hlo.hpp>
+#include <neffcache/layout.hpp>
+#include <neffcache/result.hpp>
+
+namespace neffcache {
+
+inline constexpr std::string_view k_default_compiler = "neuronx-cc";
+inline constexpr std::chrono::seconds k_version_query_timeout{30};
+
+// The key of a serialized HLO compiled with `flags` (wrapper options already removed)
+// by compiler `version`. Errors: a bad version, or bytes that are not HLO.
+inline Result<EntryKey> entry_key(std::string_view hlo_bytes, const std::vector<std::string>& flags,
+                                  std::string_view version,
+                                  FlagsHashForm form = FlagsHashForm::json,
+                                  const CanonicalSink& dump = {}) {
+  if (auto v = check_compiler_version(version); !v) return v.error();
+  auto hlo = analyze_hlo(hlo_bytes, dump);
+  if (!hlo) return hlo.error();
+  return EntryKey{std::string(version), hlo->graph_hash, flags_hash(flags, form)};
+}
+
+// Picks the version out of `<compiler> --version` output such as
+// "NeuronX Compiler version 2.21.0.0+b0d7f0f4": the first word after "version" that
+// starts with a digit. Output without one is an Errc::invalid_argument error.
+inline Result<std::string> parse_compiler_version(std::string_view output) {
+  for (std::size_t at = output.find("version"); at != std::string_view::npos;
+       at = output.find("version", at + 1)) {
+    std::size_t b = output.find_first_not_of(" \t:", at + 7);
+    if (b == std::string_view::npos || output[b] < '0' || output[b] > '9') continue;
+    std::size_t e = output.find_first_of(" \t\r\n,", b);
+    std::string v(output.substr(b, e == std::string_view::npos ? e : e - b));
+    if (check_compiler_version(v)) return v;
+  }
+  return Error{Errc::invalid_argument, "no version number in the compiler's --version output"};
+}
+
+// Asks the installed compiler for its version (`<compiler> --version`).
+inline Result<std::string> detect_compiler_version(const std::string& compiler = std::string(k_default_compiler)) {
+  auto run = detail::run_capture({compiler, "--version"}, k_version_query_timeout);
+  if (!run) {
+    if (run.error().sys_errno == ENOENT)
+      return Error{Errc::not_found, fmt::format("compiler '{}' not found on PATH", compiler)};
+    return run.error();
+  }
+  if (run->exit_code != 0)
+    return Error{Errc::io, fmt::format("'{} --version' exited with status {}", compiler, run->exit_code)};
+  auto v = parse_compiler_version(run->output);
+  if (!v) return Error{v.error().code, fmt::format("{}: {}", compiler, v.error().message)};
+  return v;
+}
+
+}  // namespace neffcache

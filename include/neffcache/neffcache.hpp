@@ -1,0 +1,11 @@
+// Everything of the neffcache library for custom tools. Link what the headers name:
+// fmt, protobuf, OpenSSL's libcrypto, nlohmann-json (the CMake target
+// neffcache::neffcache brings them all).
+#pragma once
+
+#include <neffcache/flags.hpp>
+#include <neffcache/hlo.hpp>
+#include <neffcache/key.hpp>
+#include <neffcache/layout.hpp>
+#include <neffcache/result.hpp>
+#include <neffcache/url.hpp>

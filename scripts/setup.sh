@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs what neffcache needs to build and test on Debian bookworm, as root.
+# Idempotent: does nothing (and touches no network) when everything is already there.
+set -euo pipefail
+
+# Catch2 v3 exists only in bookworm-backports; everything else is in bookworm itself.
+packages=(
+  build-essential cmake pkg-config git
+  libfuse3-dev fuse3                # the daemon
+  libfmt-dev libcli11-dev           # formatting, command lines
+  libprotobuf-dev protobuf-compiler # HLO wire decoder; test-only generated classes
+  libssl-dev                        # MD5 / SHA-256 (libcrypto)
+  libxxhash-dev nlohmann-json3-dev libcurl4-openssl-dev
+  clang libclang-rt-14-dev          # libFuzzer and the sanitizer runtimes for fuzz targets
+  python3                           # generates the committed json.dumps vectors; tests compare against them
+)
+backports=(libcatch2-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+catch2_ok=0
+if dpkg-query -W -f='${Version}' libcatch2-dev 2>/dev/null | grep -q '^3\.'; then catch2_ok=1; fi
+
+if [ ${#missing[@]} -eq 0 ] && [ $catch2_ok -eq 1 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages (${missing[*]} ${backports[*]}); run as root to install them" >&2
+  exit 1
+fi
+
+src=/etc/apt/sources.list.d/bookworm-backports.sources
+if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  cat >"$src" <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ $catch2_ok -eq 0 ]; then
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports "${backports[@]}" >/dev/null
+fi
+echo "setup: installed ${missing[*]} ${backports[*]}"

@@ -1,0 +1,54 @@
+// neffcache hlo-stats HLO_FILE [--json]: what a graph is made of.
+#include "neffcache/cmd_hlo_stats.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <neffcache/hlo.hpp>
+
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+void setup_hlo_stats(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<HloStatsOptions>();
+  auto* sub = app.add_subcommand(
+      "hlo-stats", "Print computations, instructions, parameters and the opcode histogram of an HLO file");
+  sub->add_option("HLO_FILE", opts->hlo_file, "serialized HloModuleProto or HloProto")->required();
+  sub->add_flag("--json", opts->json, "print JSON");
+  sub->callback([opts, &exit_code] { exit_code = run_hlo_stats(*opts); });
+}
+
+int run_hlo_stats(const HloStatsOptions& opts) {
+  auto r = analyze_hlo_file(opts.hlo_file);
+  if (!r) return report(r.error());
+  const auto& s = r->stats;
+  if (opts.json) {
+    nlohmann::ordered_json j;
+    j["file"] = opts.hlo_file;
+    j["format"] = to_string(s.format);
+    j["bytes"] = s.bytes;
+    j["computations"] = s.computations;
+    j["instructions"] = s.instructions;
+    j["entry_parameters"] = s.entry_parameters;
+    j["graph_hash"] = r->graph_hash;
+    j["opcodes"] = s.opcodes;
+    fmt::print("{}\n", j.dump(2));
+    return k_exit_ok;
+  }
+  fmt::print("file              {}\nformat            {}\nbytes             {}\n", opts.hlo_file,
+             to_string(s.format), s.bytes);
+  fmt::print("computations      {}\ninstructions      {}\nentry parameters  {}\ngraph hash        {}\n",
+             s.computations, s.instructions, s.entry_parameters, r->graph_hash);
+  // Most frequent first; ties in name order, so the output is stable.
+  std::vector<std::pair<std::string, uint64_t>> ops(s.opcodes.begin(), s.opcodes.end());
+  std::stable_sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  fmt::print("opcodes:\n");
+  for (const auto& [op, n] : ops) fmt::print("  {:>8}  {}\n", n, op);
+  return k_exit_ok;
+}
+
+}  // namespace neffcache::cli

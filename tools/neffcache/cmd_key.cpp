@@ -1,0 +1,82 @@
+// neffcache key HLO_FILE: the entry path of a graph, relative to the cache root.
+#include "neffcache/cmd_key.hpp"
+
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <neffcache/key.hpp>
+#include <neffcache/url.hpp>
+
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+void setup_key(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<KeyOptions>();
+  auto* sub = app.add_subcommand(
+      "key", "Print the cache entry of an HLO file, e.g. neuronxcc-2.21.0/MODULE_<20 hex>+<8 hex>");
+  sub->add_option("HLO_FILE", opts->hlo_file, "serialized HloModuleProto or HloProto")->required();
+  sub->add_option("--flag", opts->flags,
+                  "a compiler flag (repeat; write --flag=-O1 for flags that start with -); "
+                  "default: the compiler flags in NEURON_CC_FLAGS")
+      ->allow_extra_args(false);
+  sub->add_option("--compiler-version", opts->compiler_version,
+                  "compiler version of the entry; default: asks '<compiler> --version'");
+  sub->add_option("--compiler", opts->compiler, "compiler to ask for its version")
+      ->capture_default_str();
+  sub->add_option("--explain", opts->explain_file,
+                  "write the exact canonical text that was hashed to this file (diff two of "
+                  "them to see why keys differ)");
+  sub->add_flag("--legacy", opts->legacy, "use the legacy space-joined flags hash");
+  sub->add_flag("--json", opts->json, "print a JSON object instead of the path");
+  sub->callback([opts, &exit_code] { exit_code = run_key(*opts); });
+}
+
+int run_key(const KeyOptions& opts) {
+  std::vector<std::string> words = opts.flags;
+  if (words.empty()) {
+    if (auto env = process_env("NEURON_CC_FLAGS")) {
+      auto split = shell_split(*env);
+      if (!split) return report(fmt::format("NEURON_CC_FLAGS: {}", split.error().message));
+      words = std::move(*split);
+    }
+  }
+  auto flags = separate_wrapper_options(words);
+  if (!flags) return report(flags.error());
+
+  std::string version = opts.compiler_version;
+  if (version.empty()) {
+    auto detected = detect_compiler_version(opts.compiler);
+    if (!detected)
+      return report(fmt::format("cannot tell the compiler version ({}); pass --compiler-version",
+                                detected.error().message));
+    version = std::move(*detected);
+  }
+
+  auto bytes = detail::read_file(opts.hlo_file);
+  if (!bytes) return report(bytes.error());
+  std::string canonical;
+  CanonicalSink dump;
+  if (!opts.explain_file.empty()) dump = [&](std::string_view piece) { canonical += piece; };
+  auto key = entry_key(*bytes, flags->compiler_flags, version,
+                       opts.legacy ? FlagsHashForm::legacy : FlagsHashForm::json, dump);
+  if (!key) return report(fmt::format("{}: {}", opts.hlo_file, key.error().message));
+  if (!opts.explain_file.empty()) {
+    if (auto w = detail::write_file_atomic(opts.explain_file, canonical); !w) return report(w.error());
+  }
+
+  if (opts.json) {
+    nlohmann::json j{{"path", key->relative_path()},
+                     {"compiler_version", key->compiler_version},
+                     {"graph_hash", key->graph_hash},
+                     {"flags_hash", key->flags_hash},
+                     {"flags", flags->compiler_flags}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{}\n", key->relative_path());
+  }
+  return k_exit_ok;
+}
+
+}  // namespace neffcache::cli

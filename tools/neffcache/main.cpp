@@ -1,0 +1,24 @@
+// neffcache: administration of a Neuron compile cache. main only wires subcommands.
+#include <CLI/CLI.hpp>
+
+#include "neffcache/cmd_flags_hash.hpp"
+#include "neffcache/cmd_hlo_stats.hpp"
+#include "neffcache/cmd_key.hpp"
+#include "neffcache/common.hpp"
+
+int main(int argc, char** argv) {
+  using namespace neffcache::cli;
+  CLI::App app{"neffcache: keys, statistics and administration of a Neuron compile cache"};
+  app.require_subcommand(1);
+  int exit_code = k_exit_ok;
+  setup_flags_hash(app, exit_code);
+  setup_key(app, exit_code);
+  setup_hlo_stats(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? k_exit_ok : k_exit_usage;
+  }
+  return exit_code;
+}
