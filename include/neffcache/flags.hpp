@@ -18,50 +18,43 @@
 
 namespace neffcache {
 
-// Splits a command line the way a POSIX shell splits words, without expanding
-// anything: blanks separate words; '...' is literal; "..." keeps blanks and honours
-// backslash before \ " $ ` and newline; a backslash elsewhere quotes the next
-// character; backslash-newline outside quotes is removed. An unterminated quote or a
-// trailing backslash is an Errc::invalid_argument error naming the problem.
+// Splits NEURON_CC_FLAGS into words exactly as Python's shlex.split does (the Neuron
+// wrapper is Python): blanks (space, tab, CR, LF) separate words; '...' is literal;
+// inside "..." a backslash escapes only " and \; outside quotes a backslash keeps the
+// next character literally (a newline too); '' and "" make an empty word; nothing is
+// expanded and # is an ordinary character. An unterminated quote or a trailing
+// backslash is an Errc::invalid_argument error naming the problem.
 inline Result<std::vector<std::string>> shell_split(std::string_view line) {
   std::vector<std::string> words;
   std::string cur;
   bool in_word = false;
   for (std::size_t i = 0; i < line.size(); ++i) {
     char c = line[i];
-    if (c == ' ' || c == '\t' || c == '\n') {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
       if (in_word) words.push_back(std::move(cur)), cur.clear();
       in_word = false;
-    } else if (c == '\'') {
+      continue;
+    }
+    in_word = true;
+    if (c == '\'') {
       auto end = line.find('\'', i + 1);
       if (end == std::string_view::npos)
         return Error{Errc::invalid_argument, "unterminated single quote in flags"};
       cur.append(line.substr(i + 1, end - i - 1));
       i = end;
-      in_word = true;
     } else if (c == '"') {
       for (++i;; ++i) {
         if (i >= line.size())
           return Error{Errc::invalid_argument, "unterminated double quote in flags"};
-        char d = line[i];
-        if (d == '"') break;
-        if (d == '\\' && i + 1 < line.size() &&
-            std::string_view("\\\"$`\n").find(line[i + 1]) != std::string_view::npos) {
-          if (line[++i] != '\n') cur.push_back(line[i]);
-        } else {
-          cur.push_back(d);
-        }
+        if (line[i] == '"') break;
+        if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == '"' || line[i + 1] == '\\')) ++i;
+        cur.push_back(line[i]);
       }
-      in_word = true;
     } else if (c == '\\') {
-      if (i + 1 >= line.size())
-        return Error{Errc::invalid_argument, "trailing backslash in flags"};
-      if (line[++i] == '\n') continue;
+      if (++i >= line.size()) return Error{Errc::invalid_argument, "trailing backslash in flags"};
       cur.push_back(line[i]);
-      in_word = true;
     } else {
       cur.push_back(c);
-      in_word = true;
     }
   }
   if (in_word) words.push_back(std::move(cur));

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,9 +41,9 @@ class Canonicalizer {
 
   Canonicalizer(std::string_view bytes, Sink sink)
       : data_(reinterpret_cast<const uint8_t*>(bytes.data())),
-        in_(data_, static_cast<int>(bytes.size())),
+        stream_(data_, static_cast<int>(bytes.size())),
         sink_(std::move(sink)) {
-    in_.PushLimit(static_cast<int>(bytes.size()));
+    stream_.PushLimit(static_cast<int>(bytes.size()));
   }
 
   // Walks the whole input as `top` (Msg::hlo_proto or Msg::module). On false, error()
@@ -78,7 +79,7 @@ class Canonicalizer {
   bool fail(std::string what) {
     if (error_.empty()) {
       error_ = std::move(what);
-      error_offset_ = in_.CurrentPosition();
+      error_offset_ = in_->CurrentPosition();
     }
     return false;
   }
@@ -106,15 +107,17 @@ class Canonicalizer {
     }
   }
 
-  void append_quoted(const uint8_t* p, std::size_t n) {
-    out_ += '"';
-    for (std::size_t i = 0; i < n; ++i) {
-      uint8_t c = p[i];
-      if (c == '"' || c == '\\') out_ += '\\', out_ += static_cast<char>(c);
-      else if (c >= 0x20 && c < 0x7f) out_ += static_cast<char>(c);
-      else fmt::format_to(std::back_inserter(out_), "\\x{:02x}", c);
+  // Appends `text` in double quotes; quote, backslash and every byte outside printable
+  // ASCII are escaped, so the result is one line whatever the bytes.
+  static void append_quoted(std::string& out, std::string_view text) {
+    out += '"';
+    for (char ch : text) {
+      auto c = static_cast<uint8_t>(ch);
+      if (c == '"' || c == '\\') out += '\\', out += ch;
+      else if (c >= 0x20 && c < 0x7f) out += ch;
+      else fmt::format_to(std::back_inserter(out), "\\x{:02x}", c);
     }
-    out_ += '"';
+    out += '"';
   }
 
   void close_group(Group& g) {
@@ -141,16 +144,21 @@ class Canonicalizer {
     return map.try_emplace(id, map.size()).first->second;
   }
 
+  void append_int(int64_t v) {
+    fmt::format_int f(v);
+    out_.append(f.data(), f.size());
+  }
+
   void append_id(Kind kind, uint64_t v) {
     bool instr = kind == Kind::instr_id || kind == Kind::instr_ids;
-    fmt::format_to(std::back_inserter(out_), "{}{}", instr ? '%' : '@',
-                   renumber(instr ? instr_ids_ : comp_ids_, v));
+    out_ += instr ? '%' : '@';
+    append_int(static_cast<int64_t>(renumber(instr ? instr_ids_ : comp_ids_, v)));
   }
 
   // Reads the length of a length-delimited field and checks it fits what is left.
   bool read_length(int& len) {
-    if (!in_.ReadVarintSizeAsInt(&len)) return fail("bad length");
-    if (len > in_.BytesUntilLimit()) return fail("truncated field");
+    if (!in_->ReadVarintSizeAsInt(&len)) return fail("bad length");
+    if (len > in_->BytesUntilLimit()) return fail("truncated field");
     return true;
   }
 
@@ -159,10 +167,10 @@ class Canonicalizer {
     uint32_t v32;
     int len;
     switch (wire_type) {
-      case 0: return in_.ReadVarint64(&v) || fail("truncated varint");
-      case 1: return in_.ReadLittleEndian64(&v) || fail("truncated fixed64");
-      case 5: return in_.ReadLittleEndian32(&v32) || fail("truncated fixed32");
-      case 2: return read_length(len) && (in_.Skip(len) || fail("truncated field"));
+      case 0: return in_->ReadVarint64(&v) || fail("truncated varint");
+      case 1: return in_->ReadLittleEndian64(&v) || fail("truncated fixed64");
+      case 5: return in_->ReadLittleEndian32(&v32) || fail("truncated fixed32");
+      case 2: return read_length(len) && (in_->Skip(len) || fail("truncated field"));
     }
     return fail(fmt::format("unsupported wire type {}", wire_type));
   }
@@ -179,24 +187,24 @@ class Canonicalizer {
     }
     auto element = [&](uint64_t v, bool first) {
       if (!first) out_ += ", ";
-      if (f.kind == Kind::ints) fmt::format_to(std::back_inserter(out_), "{}", static_cast<int64_t>(v));
+      if (f.kind == Kind::ints) append_int(static_cast<int64_t>(v));
       else append_id(f.kind, v);
     };
     uint64_t v;
     if (wire_type == 0) {
-      if (!in_.ReadVarint64(&v)) return fail("truncated varint");
+      if (!in_->ReadVarint64(&v)) return fail("truncated varint");
       element(v, true);
       return true;
     }
     if (wire_type != 2) return fail(fmt::format("{} has wire type {}", f.name, wire_type));
     int len;
     if (!read_length(len)) return false;
-    auto limit = in_.PushLimit(len);
-    for (bool first = true; in_.BytesUntilLimit() > 0; first = false) {
-      if (!in_.ReadVarint64(&v)) return fail("truncated packed varint");
+    auto limit = in_->PushLimit(len);
+    for (bool first = true; in_->BytesUntilLimit() > 0; first = false) {
+      if (!in_->ReadVarint64(&v)) return fail("truncated packed varint");
       element(v, first);
     }
-    in_.PopLimit(limit);
+    in_->PopLimit(limit);
     return true;
   }
 
@@ -207,23 +215,25 @@ class Canonicalizer {
     open_line(depth, f, number);
     switch (wire_type) {
       case 0:
-        if (!in_.ReadVarint64(&v)) return fail("truncated varint");
-        fmt::format_to(std::back_inserter(out_), " {}\n", static_cast<int64_t>(v));
+        if (!in_->ReadVarint64(&v)) return fail("truncated varint");
+        out_ += ' ';
+        append_int(static_cast<int64_t>(v));
+        out_ += '\n';
         return true;
       case 1:
-        if (!in_.ReadLittleEndian64(&v)) return fail("truncated fixed64");
+        if (!in_->ReadLittleEndian64(&v)) return fail("truncated fixed64");
         fmt::format_to(std::back_inserter(out_), " f64:{:016x}\n", v);
         return true;
       case 5:
-        if (!in_.ReadLittleEndian32(&v32)) return fail("truncated fixed32");
+        if (!in_->ReadLittleEndian32(&v32)) return fail("truncated fixed32");
         fmt::format_to(std::back_inserter(out_), " f32:{:08x}\n", v32);
         return true;
       case 2:
         if (!read_length(len)) return false;
         out_ += " x:";
-        append_hex(data_ + in_.CurrentPosition(), static_cast<std::size_t>(len));
+        append_hex(data_ + in_->CurrentPosition(), static_cast<std::size_t>(len));
         out_ += '\n';
-        return in_.Skip(len) || fail("truncated field");
+        return in_->Skip(len) || fail("truncated field");
     }
     return fail(fmt::format("unsupported wire type {}", wire_type));
   }
@@ -237,8 +247,68 @@ class Canonicalizer {
     });
   }
 
+  // Field order carries no meaning in protobuf, and tools that round-trip a module
+  // through an older schema move unknown fields to the end. So a message whose fields
+  // are not in ascending order is walked from a copy re-laid in stable field-number
+  // order (repeated fields keep their order). Serializers write ascending order, so
+  // the common case costs one scan of the tags.
   bool walk(Msg type, int depth) {
     if (depth > k_max_depth) return fail(fmt::format("nested deeper than {}", k_max_depth));
+    std::string relaid;
+    if (!relay_if_unordered(relaid)) return walk_fields(type, depth);
+    google::protobuf::io::CodedInputStream copy(reinterpret_cast<const uint8_t*>(relaid.data()),
+                                                 static_cast<int>(relaid.size()));
+    copy.PushLimit(static_cast<int>(relaid.size()));
+    auto* saved_in = std::exchange(in_, &copy);
+    auto* saved_data = std::exchange(data_, reinterpret_cast<const uint8_t*>(relaid.data()));
+    bool ok = walk_fields(type, depth);
+    in_ = saved_in;
+    data_ = saved_data;
+    return ok;
+  }
+
+  // Scans the fields up to the current limit without consuming them. When they are
+  // out of order, fills `relaid` with them in stable field-number order, consumes the
+  // message from in_ and returns true. Malformed data is left for walk_fields to report.
+  bool relay_if_unordered(std::string& relaid) {
+    const int start = in_->CurrentPosition();
+    const int size = in_->BytesUntilLimit();
+    if (size <= 0) return false;
+    google::protobuf::io::CodedInputStream scan(data_ + start, size);
+    auto& spans = spans_;  // reused: the scan ends before any nested walk starts
+    spans.clear();
+    bool ordered = true;
+    for (uint32_t last = 0;;) {
+      int begin = scan.CurrentPosition();
+      uint32_t tag = scan.ReadTag();
+      if (tag == 0) break;
+      uint64_t v;
+      uint32_t v32;
+      int len;
+      bool ok = false;
+      switch (tag & 7) {
+        case 0: ok = scan.ReadVarint64(&v); break;
+        case 1: ok = scan.ReadLittleEndian64(&v); break;
+        case 5: ok = scan.ReadLittleEndian32(&v32); break;
+        case 2: ok = scan.ReadVarintSizeAsInt(&len) && scan.Skip(len); break;
+      }
+      if (!ok) return false;
+      if ((tag >> 3) < last) ordered = false;
+      last = tag >> 3;
+      spans.push_back({tag >> 3, begin, scan.CurrentPosition()});
+    }
+    if (ordered || scan.CurrentPosition() != size) return false;
+    std::stable_sort(spans.begin(), spans.end(),
+                     [](const Span& a, const Span& b) { return a.number < b.number; });
+    relaid.reserve(static_cast<std::size_t>(size));
+    for (const auto& sp : spans)
+      relaid.append(reinterpret_cast<const char*>(data_ + start + sp.begin),
+                    static_cast<std::size_t>(sp.end - sp.begin));
+    in_->Skip(size);
+    return true;
+  }
+
+  bool walk_fields(Msg type, int depth) {
     const MessageSchema& schema = schema_of(type);
     Group group;
     bool has_opcode = false;
@@ -246,9 +316,9 @@ class Canonicalizer {
     if (type == Msg::computation) comps_.emplace_back();
 
     for (;;) {
-      uint32_t tag = in_.ReadTag();
+      uint32_t tag = in_->ReadTag();
       if (tag == 0) {
-        if (in_.BytesUntilLimit() != 0) return fail("invalid field tag");
+        if (in_->BytesUntilLimit() != 0) return fail("invalid field tag");
         break;
       }
       uint32_t number = tag >> 3;
@@ -273,7 +343,7 @@ class Canonicalizer {
         case Kind::comp_id: {
           uint64_t v;
           if (wire_type != 0) return fail(fmt::format("{} has wire type {}", f->name, wire_type));
-          if (!in_.ReadVarint64(&v)) return fail("truncated varint");
+          if (!in_->ReadVarint64(&v)) return fail("truncated varint");
           open_line(depth, f, number);
           out_ += ' ';
           append_id(kind, v);
@@ -286,18 +356,22 @@ class Canonicalizer {
           int len;
           if (wire_type != 2) return fail(fmt::format("{} has wire type {}", f->name, wire_type));
           if (!read_length(len)) return fail_in(f->name);
-          const uint8_t* p = data_ + in_.CurrentPosition();
+          const uint8_t* p = data_ + in_->CurrentPosition();
           std::string_view text(reinterpret_cast<const char*>(p), static_cast<std::size_t>(len));
           if (type == Msg::instruction && number == 2) {
-            if (!plausible_opcode(text)) return fail(fmt::format("implausible opcode \"{}\"", text.substr(0, 64)));
+            if (!plausible_opcode(text)) {
+              std::string shown;
+              append_quoted(shown, text.substr(0, 64));
+              return fail(fmt::format("implausible opcode {}", shown));
+            }
             has_opcode = true;
             record_opcode(text);
           }
           open_line(depth, f, number);
           out_ += ' ';
-          append_quoted(p, text.size());
+          append_quoted(out_, text);
           out_ += '\n';
-          in_.Skip(len);
+          in_->Skip(len);
           break;
         }
         case Kind::message:
@@ -309,9 +383,9 @@ class Canonicalizer {
           bool ok;
           if (kind == Kind::inline_module) {
             ++modules_;
-            auto limit = in_.PushLimit(len);
+            auto limit = in_->PushLimit(len);
             ok = walk(f->msg, depth);
-            in_.PopLimit(limit);
+            in_->PopLimit(limit);
           } else {
             std::size_t start = out_.size();
             if (kind == Kind::map_entry) {
@@ -321,9 +395,9 @@ class Canonicalizer {
             }
             open_line(depth, f, number);
             out_ += " {\n";
-            auto limit = in_.PushLimit(len);
+            auto limit = in_->PushLimit(len);
             ok = walk(f->msg, depth + 1);
-            in_.PopLimit(limit);
+            in_->PopLimit(limit);
             indent(depth);
             out_ += "}\n";
             if (kind == Kind::map_entry) {
@@ -369,8 +443,14 @@ class Canonicalizer {
     stats_.entry_parameters = entry->parameters;
   }
 
-  const uint8_t* data_;
-  google::protobuf::io::CodedInputStream in_;
+  struct Span {
+    uint32_t number;
+    int begin, end;
+  };
+  std::vector<Span> spans_;
+  const uint8_t* data_;  // start of the buffer in_ reads
+  google::protobuf::io::CodedInputStream stream_;
+  google::protobuf::io::CodedInputStream* in_ = &stream_;
   Sink sink_;
   std::string out_;
   int capturing_ = 0;

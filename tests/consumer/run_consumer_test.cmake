@@ -1,0 +1,22 @@
+# Installs the library to a scratch prefix, builds tests/consumer against it with
+# find_package, runs it on a corpus file and checks its answer against the tool's.
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build"
+    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+run("${WORK_DIR}/build/consumer" "${CORPUS_FILE}")
+set(consumer_out "${last_output}")
+run("${BUILD_DIR}/tools/neffcache" hlo-stats --json "${CORPUS_FILE}")
+string(JSON graph_hash GET "${last_output}" graph_hash)
+if(NOT consumer_out STREQUAL "${graph_hash} e30acd3a\n")
+  message(FATAL_ERROR "consumer printed '${consumer_out}', expected '${graph_hash} e30acd3a'")
+endif()
+message(STATUS "consumer built from the installed package: ${consumer_out}")

@@ -1,0 +1,96 @@
+// Helpers shared by the tests: the corpus, temporary folders, running the tool.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <neffcache/detail/fs.hpp>
+#include <neffcache/detail/process.hpp>
+
+namespace test {
+
+namespace fs = std::filesystem;
+
+inline const fs::path k_corpus = NEFFCACHE_CORPUS_DIR;
+inline const fs::path k_data = NEFFCACHE_TEST_DATA_DIR;
+inline const std::string k_tool = NEFFCACHE_TOOL;
+
+// Every serialized HLO file of the corpus, sorted by name.
+inline std::vector<fs::path> corpus_files() {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(k_corpus))
+    if (e.path().extension() == ".pb") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  REQUIRE(out.size() >= 25);
+  return out;
+}
+
+inline std::string slurp(const fs::path& p) {
+  auto r = neffcache::detail::read_file(p.string());
+  REQUIRE(r.has_value());
+  return std::move(*r);
+}
+
+inline void spit(const fs::path& p, std::string_view bytes) {
+  fs::create_directories(p.parent_path());
+  auto r = neffcache::detail::write_file_atomic(p.string(), bytes);
+  REQUIRE(r.has_value());
+}
+
+// Creates an empty file (no fsync: for building large test trees quickly).
+inline void touch(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+}
+
+// A fresh folder under $TMPDIR, removed with everything in it at scope end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "neffcache-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+struct ToolRun {
+  int exit_code;
+  std::string output;
+};
+
+// Runs a command with stdout and stderr merged; argv[0] is looked up on PATH.
+inline ToolRun run(const std::vector<std::string>& argv) {
+  auto r = neffcache::detail::run_capture(argv, std::chrono::seconds(60));
+  REQUIRE(r.has_value());
+  return {r->exit_code, r->output};
+}
+
+inline std::string hex_decode(const std::string& hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+}  // namespace test

@@ -1,0 +1,131 @@
+// The neffcache tool as a user runs it: output, exit codes, one-line errors.
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/key.hpp>
+
+#include "support.hpp"
+
+using namespace neffcache;
+using test::run;
+
+namespace {
+
+const test::fs::path k_hlo = test::k_corpus / "rocm08_normal_9.hlo_proto.pb";
+
+// The expected entry path, computed through the library.
+std::string library_key(const std::vector<std::string>& flags, const std::string& version) {
+  auto k = entry_key(test::slurp(k_hlo), flags, version);
+  REQUIRE(k.has_value());
+  return k->relative_path();
+}
+
+// One line on stderr, prefixed, and nothing else.
+void check_one_line_error(const test::ToolRun& r, std::string_view must_contain) {
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.rfind("neffcache: error: ", 0) == 0);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  CHECK(r.output.find(must_contain) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("neffcache key prints the entry path", "[cli]") {
+  auto r = run({"env", "-u", "NEURON_CC_FLAGS", test::k_tool, "key", k_hlo.string(),
+                "--compiler-version", "2.21.0", "--flag=--target=trn1", "--flag", "-O1"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output == library_key({"--target=trn1", "-O1"}, "2.21.0") + "\n");
+  CHECK(r.output.rfind("neuronxcc-2.21.0/MODULE_", 0) == 0);
+
+  SECTION("without --flag it takes the compiler flags of NEURON_CC_FLAGS") {
+    auto e = run({"env", "NEURON_CC_FLAGS=--target=trn1 --cache_dir=/elsewhere --retry_failed_compilation",
+                  test::k_tool, "key", k_hlo.string(), "--compiler-version", "2.21.0"});
+    REQUIRE(e.exit_code == 0);
+    CHECK(e.output == library_key({"--target=trn1"}, "2.21.0") + "\n");
+    CHECK(e.output.find("+e30acd3a\n") != std::string::npos);
+  }
+  SECTION("--json") {
+    auto j = run({"env", "-u", "NEURON_CC_FLAGS", test::k_tool, "key", k_hlo.string(),
+                  "--compiler-version", "2.21.0", "--json"});
+    REQUIRE(j.exit_code == 0);
+    auto doc = nlohmann::json::parse(j.output);
+    CHECK(doc["path"] == library_key({}, "2.21.0"));
+    CHECK(doc["flags_hash"] == "d7517139");
+  }
+}
+
+TEST_CASE("neffcache key asks the installed compiler for its version", "[cli]") {
+  test::TempDir bin;
+  test::spit(bin / "neuronx-cc", "#!/bin/sh\necho 'NeuronX Compiler version 2.21.33.0+f00dfeed'\n"
+                                 "echo 'Python version 3.10.12'\n");
+  test::fs::permissions(bin / "neuronx-cc", test::fs::perms::owner_all);
+  auto r = run({"env", "-u", "NEURON_CC_FLAGS", "PATH=" + bin.path().string() + ":/usr/bin:/bin",
+                test::k_tool, "key", k_hlo.string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output == library_key({}, "2.21.33.0+f00dfeed") + "\n");
+
+  auto none = run({"env", "PATH=" + (bin / "empty").string(), test::k_tool, "key", k_hlo.string()});
+  check_one_line_error(none, "pass --compiler-version");
+}
+
+TEST_CASE("neffcache key --explain writes the exact hashed text", "[cli]") {
+  test::TempDir dir;
+  auto explain = dir / "canonical.txt";
+  auto r = run({"env", "-u", "NEURON_CC_FLAGS", test::k_tool, "key", k_hlo.string(),
+                "--compiler-version", "1", "--explain", explain.string()});
+  REQUIRE(r.exit_code == 0);
+  std::string text = test::slurp(explain);
+  auto sha = detail::Digest::sha256();
+  sha.update(text);
+  // The key's graph hash is the first 20 hex digits of sha256(dump).
+  CHECK(r.output.find("MODULE_" + sha.hex().substr(0, 20) + "+") != std::string::npos);
+}
+
+TEST_CASE("bad input: one line, exit 1, no file left behind", "[cli]") {
+  test::TempDir dir;
+  test::spit(dir / "junk.pb", "this is not a protobuf at all");
+  auto explain = dir / "explain.txt";
+  auto r = run({test::k_tool, "key", (dir / "junk.pb").string(), "--compiler-version", "1",
+                "--explain", explain.string()});
+  check_one_line_error(r, "not a readable HLO module");
+  CHECK_FALSE(test::fs::exists(explain));
+
+  check_one_line_error(run({test::k_tool, "hlo-stats", (dir / "absent.pb").string()}),
+                       "No such file or directory");
+  check_one_line_error(run({test::k_tool, "key", k_hlo.string(), "--compiler-version", "a/b"}),
+                       "bad compiler version");
+  check_one_line_error(
+      run({"env", "NEURON_CC_FLAGS=--target='trn1", test::k_tool, "key", k_hlo.string(), "--compiler-version", "1"}),
+      "NEURON_CC_FLAGS: unterminated single quote");
+  check_one_line_error(run({test::k_tool, "flags-hash", "--", "-O1", "--cache_dir"}), "--cache_dir needs a value");
+}
+
+TEST_CASE("usage errors exit 2; --help exits 0", "[cli]") {
+  CHECK(run({test::k_tool}).exit_code == 2);
+  CHECK(run({test::k_tool, "no-such-command"}).exit_code == 2);
+  CHECK(run({test::k_tool, "key"}).exit_code == 2);
+  auto help = run({test::k_tool, "key", "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.output.find("--explain") != std::string::npos);
+}
+
+TEST_CASE("neffcache flags-hash", "[cli]") {
+  CHECK(run({test::k_tool, "flags-hash", "--", "--target=trn1"}).output == "e30acd3a\n");
+  CHECK(run({test::k_tool, "flags-hash", "--legacy", "--", "--model-type=transformer"}).output == "abb26765\n");
+  CHECK(run({test::k_tool, "flags-hash", "--legacy"}).output == "d41d8cd9\n");
+  CHECK(run({test::k_tool, "flags-hash", "--", "--target=trn1", "--cache_dir=/x", "--no_cache"}).output ==
+        "e30acd3a\n");
+}
+
+TEST_CASE("neffcache hlo-stats", "[cli]") {
+  auto r = run({test::k_tool, "hlo-stats", "--json", k_hlo.string()});
+  REQUIRE(r.exit_code == 0);
+  auto doc = nlohmann::json::parse(r.output);
+  CHECK(doc["format"] == "HloProto");
+  CHECK(doc["computations"] == 3);
+  CHECK(doc["instructions"] == 311);
+  CHECK(doc["opcodes"]["parameter"].get<int>() >= 1);
+  auto text = run({test::k_tool, "hlo-stats", k_hlo.string()});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.output.find("instructions      311") != std::string::npos);
+}
