@@ -1,0 +1,236 @@
+// fake-neuronx-cc: a stand-in for the Neuron compiler, for tests, demos and benchmarks
+// on machines without the Neuron SDK. It is not a compiler: it reads the HLO with the
+// neffcache library, burns CPU in proportion to the graph's size and writes an artifact
+// that names the graph (see fake_neff.hpp). Environment variables inject failures.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/detail/fs.hpp>
+#include <neffcache/flags.hpp>
+#include <neffcache/hlo.hpp>
+
+#include "fake_neff.hpp"
+
+namespace {
+
+using namespace neffcache;
+
+constexpr std::string_view k_version = "2.21.0.0+fake";
+constexpr double k_default_rate = 50000;  // instructions "compiled" per CPU second
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+[[noreturn]] void die(int code, std::string_view message) {
+  fmt::print(stderr, "ERROR: {}\n", message);
+  std::exit(code);
+}
+
+// Options the real compiler takes with a value (as --opt=V or --opt V) and alone.
+bool takes_value(std::string_view o) {
+  for (std::string_view k : {"--framework", "--target", "--output", "--model-type", "--auto-cast",
+                             "--auto-cast-type", "--distribution-strategy", "--logfile",
+                             "--workdir", "--optlevel", "--lnc", "--pipeline", "--verbose"})
+    if (o == k) return true;
+  return false;
+}
+bool is_flag(std::string_view o) {
+  for (std::string_view k : {"-O1", "-O2", "-O3", "--enable-fast-loading-neuron-binaries",
+                             "--enable-saturate-infinity", "--enable-mixed-precision-accumulation",
+                             "--enable-fast-context-switch", "--disable-internal-io-dge"})
+    if (o == k) return true;
+  return o.substr(0, 11) == "--internal-";  // the real compiler has many of these
+}
+
+struct Args {
+  std::string input, output;
+  std::vector<std::string> flags;  // as given, for the artifact
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  bool saw_compile = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "compile" && !saw_compile) {
+      saw_compile = true;
+      continue;
+    }
+    if (arg.empty() || arg[0] != '-') {
+      if (!a.input.empty()) die(2, fmt::format("unrecognized arguments: {}", arg));
+      a.input = arg;
+      continue;
+    }
+    std::string_view name = arg.substr(0, arg.find('='));
+    bool has_eq = name.size() != arg.size();
+    if (takes_value(name)) {
+      std::string value;
+      if (has_eq) value = arg.substr(name.size() + 1);
+      else if (i + 1 < argc) value = argv[++i];
+      else die(2, fmt::format("argument {}: expected one argument", name));
+      if (name == "--output") a.output = value;
+      else if (name != "--framework" && name != "--verbose" && name != "--target")
+        a.flags.push_back(fmt::format("{}={}", name, value));
+      else if (name == "--target") a.flags.push_back(fmt::format("--target={}", value));
+    } else if (is_flag(arg)) {
+      a.flags.emplace_back(arg);
+    } else {
+      die(2, fmt::format("unrecognized arguments: {}", arg));
+    }
+  }
+  if (!saw_compile) die(2, "expected the 'compile' command");
+  if (a.input.empty()) die(2, "the following arguments are required: input file");
+  if (a.output.empty()) die(2, "the following arguments are required: --output");
+  return a;
+}
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Spends `seconds` of CPU, printing up to ten progress dots as the real compiler does.
+void burn(double seconds) {
+  double start = cpu_seconds();
+  volatile uint64_t x = 0x9E3779B97F4A7C15ull;
+  int dots = 0;
+  for (double spent = 0; spent < seconds; spent = cpu_seconds() - start) {
+    for (int k = 0; k < 100000; ++k) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    int due = static_cast<int>(spent / seconds * 10);
+    for (; dots < due; ++dots) fmt::print(".");
+    std::fflush(stdout);
+  }
+  for (; dots < 10; ++dots) fmt::print(".");
+  fmt::print("\n");
+}
+
+int signal_number(const std::string& s) {
+  if (s == "KILL" || s == "SIGKILL") return SIGKILL;
+  if (s == "TERM" || s == "SIGTERM") return SIGTERM;
+  if (s == "SEGV" || s == "SIGSEGV") return SIGSEGV;
+  if (s == "ABRT" || s == "SIGABRT") return SIGABRT;
+  if (s == "INT" || s == "SIGINT") return SIGINT;
+  return std::atoi(s.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::string_view(argv[1]) == "--version" || std::string_view(argv[1]) == "-V")) {
+    fmt::print("NeuronX Compiler version {}\n\nfake-neuronx-cc: a stand-in for tests, not a compiler\n",
+               env("NEFFCACHE_FAKE_VERSION").value_or(std::string(k_version)));
+    return 0;
+  }
+  Args args = parse_args(argc, argv);
+
+  if (auto log = env("NEFFCACHE_FAKE_LOG")) {
+    // One line per compile, appended atomically (O_APPEND, one write): tests count them.
+    std::string line = fmt::format("{} {}\n", ::getpid(), args.input);
+    int fd = ::open(log->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      (void)!::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
+  }
+
+  auto bytes = detail::read_file(args.input);
+  if (!bytes) die(1, bytes.error().message);
+  auto hlo = analyze_hlo(*bytes);
+  if (!hlo) die(1, fmt::format("{}: {}", args.input, hlo.error().message));
+
+  // Failure injection: for every module, or only when the input path names one of
+  // the comma-separated strings in NEFFCACHE_FAKE_ONLY.
+  bool targeted = true;
+  if (auto only = env("NEFFCACHE_FAKE_ONLY")) {
+    targeted = false;
+    for (std::string_view rest = *only; !rest.empty();) {
+      auto part = rest.substr(0, rest.find(','));
+      if (!part.empty() && args.input.find(part) != std::string::npos) targeted = true;
+      rest.remove_prefix(std::min(rest.size(), part.size() + 1));
+    }
+  }
+  if (auto mb = env("NEFFCACHE_FAKE_MEMORY_MB")) {
+    std::size_t n = std::stoull(*mb) << 20;
+    std::vector<char> hog(n);
+    for (std::size_t i = 0; i < n; i += 4096) hog[i] = 1;
+    fmt::print("touched {} MiB\n", n >> 20);
+  }
+
+  double rate = k_default_rate;
+  if (auto r = env("NEFFCACHE_FAKE_RATE")) rate = std::stod(*r);
+  double seconds = rate > 0 ? static_cast<double>(hlo->stats.instructions) / rate : 0;
+  if (auto s = env("NEFFCACHE_FAKE_SECONDS")) seconds = std::stod(*s);
+  fmt::print("Compiling {} ({} instructions)\n", args.input, hlo->stats.instructions);
+  std::fflush(stdout);
+  burn(seconds);
+
+  if (targeted) {
+    if (auto once = env("NEFFCACHE_FAKE_SIGNAL_ONCE")) {
+      // Dies by SIGKILL the first time (marker absent), succeeds afterwards.
+      int fd = ::open(once->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd), ::raise(SIGKILL);
+    }
+    if (auto code = env("NEFFCACHE_FAKE_FAIL")) die(std::atoi(code->c_str()), "injected compile failure");
+    if (env("NEFFCACHE_FAKE_HANG")) {
+      // A child in the same process group hangs too: a timeout must kill the group.
+      if (::fork() == 0) for (;;) ::pause();
+      for (;;) ::pause();
+    }
+    if (auto sig = env("NEFFCACHE_FAKE_SIGNAL")) {
+      // Leave a partial output behind first, as a crashing compiler would.
+      int fd = ::open(args.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) (void)!::write(fd, fake::k_magic.data(), 5), ::close(fd);
+      ::raise(signal_number(*sig));
+    }
+  }
+
+  std::string body = std::string(fake::k_magic);
+  body += fmt::format("graph {}\nflags {}\nstats {} {} {}\n", hlo->canonical_sha256,
+                      python_json_list(args.flags), to_string(hlo->stats.format),
+                      hlo->stats.computations, hlo->stats.instructions);
+  std::size_t padding = 0;
+  if (auto p = env("NEFFCACHE_FAKE_NEFF_BYTES")) padding = std::stoull(*p);
+  body += fmt::format("padding {}\n", padding);
+  // Padding is generated and hashed in pieces: a 1 GiB artifact never sits in memory.
+  int fd = ::open(args.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) die(1, fmt::format("cannot write {}: {}", args.output, std::strerror(errno)));
+  auto sha = detail::Digest::sha256();
+  auto emit = [&](std::string_view piece) {
+    sha.update(piece);
+    if (!detail::write_all(fd, piece, args.output)) die(1, fmt::format("cannot write {}", args.output));
+  };
+  emit(body);
+  std::mt19937_64 rng(std::hash<std::string>{}(hlo->canonical_sha256));
+  std::string chunk(1 << 20, '\0');
+  for (std::size_t left = padding; left > 0;) {
+    std::size_t n = std::min(left, chunk.size());
+    for (std::size_t i = 0; i < n; i += 8) {
+      uint64_t v = rng();
+      std::memcpy(&chunk[i], &v, std::min<std::size_t>(8, n - i));
+    }
+    emit(std::string_view(chunk.data(), n));
+    left -= n;
+  }
+  std::string trailer = fmt::format("{}{}\n", fake::k_trailer, sha.hex());
+  if (!detail::write_all(fd, trailer, args.output) || ::close(fd) != 0)
+    die(1, fmt::format("cannot write {}", args.output));
+  fmt::print("Compiler status PASS\n");
+  return 0;
+}
