@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       int seen = 0;
       double s = seconds([&] {
         auto ok = neffcache::for_each_entry(root.string(), [&](const neffcache::EntryRef& e) {
-          seen += e.state() == neffcache::EntryState::pending;
+          seen += neffcache::entry_state(e) == neffcache::EntryState::pending;
         });
         if (!ok) throw std::runtime_error(ok.error().message);
       });

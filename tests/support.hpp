@@ -2,7 +2,10 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <neffcache/detail/fs.hpp>
+#include <neffcache/clock.hpp>
 #include <neffcache/detail/process.hpp>
 
 namespace test {
@@ -85,6 +89,61 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   REQUIRE(r.has_value());
   return {r->exit_code, r->output};
 }
+
+// A clock that moves only when told to.
+class FakeClock final : public neffcache::Clock {
+ public:
+  time_point now() const override { return now_; }
+  void set(time_point t) { now_ = t; }
+  void advance(std::chrono::milliseconds d) { now_ += d; }
+
+ private:
+  time_point now_ = std::chrono::system_clock::now();
+};
+
+// A child process running in the background, its stdout readable line by line.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    REQUIRE(::posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    out_ = ::fdopen(fds[0], "r");
+  }
+  ~Child() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL), wait();
+    if (out_) ::fclose(out_);
+  }
+  // The next line of its stdout, without the newline; empty at end of output.
+  std::string line() {
+    char buf[512];
+    if (!std::fgets(buf, sizeof buf, out_)) return {};
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  void kill(int sig) { ::kill(pid_, sig); }
+  // Exit code, or -signal.
+  int wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+};
 
 inline std::string hex_decode(const std::string& hex) {
   std::string out;

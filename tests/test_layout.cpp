@@ -6,6 +6,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <neffcache/layout.hpp>
+#include <neffcache/lock.hpp>
 
 #include "support.hpp"
 
@@ -32,7 +33,7 @@ void age(const test::fs::path& p, std::chrono::seconds by) {
 std::map<std::string, EntryState> walk_states(const test::fs::path& root) {
   std::map<std::string, EntryState> out;
   auto r = for_each_entry(root.string(), [&](const EntryRef& e) {
-    CHECK(out.emplace(e.relative_path(), e.state()).second);
+    CHECK(out.emplace(e.relative_path(), entry_state(e)).second);
   });
   REQUIRE(r.has_value());
   return out;
@@ -146,7 +147,7 @@ TEST_CASE("the walk handles thousands of entries in one pass", "[layout]") {
                {i % 3 ? "model.hlo_module.pb" : "model.neff", "model.done"});
   int pending = 0, done = 0;
   REQUIRE(for_each_entry(root.path().string(), [&](const EntryRef& e) {
-            (e.state() == EntryState::done ? done : pending)++;
+            (entry_state(e) == EntryState::done ? done : pending)++;
           }).has_value());
   CHECK(done == k_entries / 3);
   CHECK(pending == k_entries - k_entries / 3);

@@ -135,23 +135,13 @@ inline std::optional<EntryState> parse_entry_state(std::string_view s) {
 // The state from the files present. A finished NEFF wins over anything else; a lock
 // counts next (someone works on it, or died doing so), then a recorded failure.
 // A NEFF without model.done is an interrupted publish and so still pending.
-// `lock_is_live` is asked only when a lock file exists.
+// `lock_is_live` is asked only when a lock file exists (see entry_state in lock.hpp).
 inline EntryState classify(const EntryFiles& f, const std::function<bool()>& lock_is_live) {
   if (f.has(EntryFile::neff) && f.has(EntryFile::done)) return EntryState::done;
   if (f.has_lock()) return lock_is_live() ? EntryState::compiling : EntryState::stale_lock;
   if (f.has(EntryFile::log) && !f.has(EntryFile::neff)) return EntryState::failed;
   if (f.has_hlo()) return EntryState::pending;
   return EntryState::empty;
-}
-
-// Liveness of an existence-only lock: live while younger than `stale_after`. (Locks
-// with an owner record are judged by their owner; see lock.hpp.)
-inline bool anonymous_lock_is_live(int dir_fd, const std::string& lock_name,
-                                   std::chrono::seconds stale_after = k_anonymous_lock_stale_after) {
-  struct stat st {};
-  if (::fstatat(dir_fd, lock_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  auto mtime = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
-  return std::chrono::system_clock::now() - mtime < stale_after;
 }
 
 // One entry as the walk sees it. dir_fd is an open descriptor of the entry folder,
@@ -163,9 +153,7 @@ struct EntryRef {
   int dir_fd = -1;
 
   std::string relative_path() const { return fmt::format("{}/{}", compiler_dir, module_dir); }
-  EntryState state(std::chrono::seconds anonymous_stale_after = k_anonymous_lock_stale_after) const {
-    return classify(files, [&] { return anonymous_lock_is_live(dir_fd, files.lock_name(), anonymous_stale_after); });
-  }
+  // The state, with locks judged by entry_state() in lock.hpp.
 };
 
 namespace detail {

@@ -3,9 +3,11 @@
 // neffcache::neffcache brings them all).
 #pragma once
 
+#include <neffcache/clock.hpp>
 #include <neffcache/flags.hpp>
 #include <neffcache/hlo.hpp>
 #include <neffcache/key.hpp>
 #include <neffcache/layout.hpp>
+#include <neffcache/lock.hpp>
 #include <neffcache/result.hpp>
 #include <neffcache/url.hpp>

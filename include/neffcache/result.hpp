@@ -20,6 +20,8 @@ enum class Errc {
   bad_flags_file,    // compile_flags.json is not a JSON list of strings
   io,                // a system call failed; Error::sys_errno says which errno
   not_found,         // a file or entry that must exist does not
+  busy,              // held by someone else who is alive (a lock, an entry being compiled)
+  timed_out,         // a deadline passed before the operation could finish
 };
 
 inline const char* to_string(Errc c) {
@@ -29,6 +31,8 @@ inline const char* to_string(Errc c) {
     case Errc::bad_flags_file: return "bad compile_flags.json";
     case Errc::io: return "I/O error";
     case Errc::not_found: return "not found";
+    case Errc::busy: return "busy";
+    case Errc::timed_out: return "timed out";
   }
   return "error";
 }
