@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,31 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   auto r = neffcache::detail::run_capture(argv, std::chrono::seconds(60));
   REQUIRE(r.has_value());
   return {r->exit_code, r->output};
+}
+
+// Sets an environment variable for the scope (children started meanwhile see it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Lines in a file (0 for a missing file): compiles counted through NEFFCACHE_FAKE_LOG.
+inline int count_lines(const fs::path& p) {
+  auto r = neffcache::detail::read_file(p.string());
+  return r ? static_cast<int>(std::count(r->begin(), r->end(), '\n')) : 0;
 }
 
 // A clock that moves only when told to.

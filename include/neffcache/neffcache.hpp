@@ -4,10 +4,12 @@
 #pragma once
 
 #include <neffcache/clock.hpp>
+#include <neffcache/compile.hpp>
 #include <neffcache/flags.hpp>
 #include <neffcache/hlo.hpp>
 #include <neffcache/key.hpp>
 #include <neffcache/layout.hpp>
 #include <neffcache/lock.hpp>
 #include <neffcache/result.hpp>
+#include <neffcache/runner.hpp>
 #include <neffcache/url.hpp>

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -46,6 +47,11 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+inline std::string getenv_or(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
 
 template <class F>
 auto retry_eintr(F f) {

@@ -1,0 +1,387 @@
+// Compiling one cache entry: template, private work directory, the compiler run under
+// the entry lock, outcome classification and atomic publication.
+//
+// Files a job writes in the entry (besides the Neuron ones):
+//   .neffcache-compile.log  the compiler's output, streamed; becomes model.log only on
+//                           a deterministic failure, so a half-written log never reads
+//                           as "failed" to Neuron clients
+//   .neffcache-meta.json    written before model.done: size, xxh3, command, flags,
+//                           compile time, peak memory
+#pragma once
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/clock.hpp>
+#include <neffcache/detail/fs.hpp>
+#include <neffcache/detail/proc.hpp>
+#include <neffcache/flags.hpp>
+#include <neffcache/layout.hpp>
+#include <neffcache/lock.hpp>
+#include <neffcache/result.hpp>
+#include <neffcache/runner.hpp>
+
+namespace neffcache {
+
+inline constexpr std::string_view k_default_compiler_template =
+    "neuronx-cc compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags} --verbose=35";
+inline constexpr std::chrono::seconds k_default_compile_timeout{4 * 60 * 60};
+inline constexpr std::string_view k_compile_log_file = ".neffcache-compile.log";
+inline constexpr std::string_view k_meta_file = ".neffcache-meta.json";
+
+// A compiler command line with placeholders, split like NEURON_CC_FLAGS (no shell).
+// {hlo} {neff} {workdir} {key} may stand inside a word ("--output={neff}"); {flags}
+// must be a word of its own and becomes one word per flag.
+class CompilerTemplate {
+ public:
+  struct Values {
+    std::string hlo, neff, workdir, key;
+    std::vector<std::string> flags;
+  };
+
+  // Errors (Errc::invalid_argument): empty, bad quoting, unknown placeholder, a stray
+  // brace, {flags} inside a word, or no {hlo} or {neff}.
+  static Result<CompilerTemplate> parse(std::string_view text) {
+    auto bad = [&](std::string_view why) {
+      return Error{Errc::invalid_argument, fmt::format("bad compiler template '{}': {}", text, why)};
+    };
+    auto words = shell_split(text);
+    if (!words) return bad(words.error().message);
+    if (words->empty()) return bad("empty");
+    bool hlo = false, neff = false;
+    for (const auto& w : *words) {
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (w[i] == '}') return bad("'}' without '{'");
+        if (w[i] != '{') continue;
+        auto end = w.find('}', i);
+        if (end == std::string::npos) return bad("'{' without '}'");
+        std::string_view name(w.data() + i + 1, end - i - 1);
+        if (name == "flags" && w != "{flags}") return bad("{flags} must be a word of its own");
+        if (name != "hlo" && name != "neff" && name != "flags" && name != "workdir" && name != "key")
+          return bad(fmt::format("unknown placeholder {{{}}} (known: hlo neff flags workdir key)", name));
+        hlo |= name == "hlo";
+        neff |= name == "neff";
+        i = end;
+      }
+    }
+    if (!hlo || !neff) return bad("it needs both {hlo} and {neff}");
+    return CompilerTemplate(std::move(*words), std::string(text));
+  }
+
+  static const CompilerTemplate& default_template() {
+    static const CompilerTemplate t = std::move(parse(k_default_compiler_template).value());
+    return t;
+  }
+
+  std::vector<std::string> expand(const Values& v) const {
+    std::vector<std::string> out;
+    for (const auto& w : words_) {
+      if (w == "{flags}") {
+        out.insert(out.end(), v.flags.begin(), v.flags.end());
+        continue;
+      }
+      std::string s;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (w[i] != '{') {
+          s += w[i];
+          continue;
+        }
+        auto end = w.find('}', i);
+        std::string_view name(w.data() + i + 1, end - i - 1);
+        s += name == "hlo" ? v.hlo : name == "neff" ? v.neff : name == "workdir" ? v.workdir : v.key;
+        i = end;
+      }
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  const std::string& text() const { return text_; }
+
+ private:
+  CompilerTemplate(std::vector<std::string> words, std::string text)
+      : words_(std::move(words)), text_(std::move(text)) {}
+  std::vector<std::string> words_;
+  std::string text_;
+};
+
+struct CompileSettings {
+  CompilerTemplate compiler = CompilerTemplate::default_template();
+  // Flags for entries without compile_flags.json (wrapper options are removed).
+  std::vector<std::string> default_flags;
+  std::chrono::milliseconds timeout = k_default_compile_timeout;
+  std::chrono::milliseconds kill_grace{10'000};
+  int max_retries = 0;        // extra attempts after a transient failure
+  bool retry_failed = false;  // compile entries with a recorded failure again
+  std::string workdir_root;   // default: $TMPDIR or /tmp
+  LockOptions lock;
+  ProcessRunner* runner = nullptr;  // default: a PosixRunner
+  // Asked between heartbeats; returning true stops the compile as a transient failure.
+  std::function<bool()> cancelled;
+};
+
+enum class CompileOutcome {
+  success,        // compiled and published now
+  already_done,   // the entry was done before we got to it
+  failed,         // the compiler failed (exit status): model.log recorded
+  failed_cached,  // a failure was already recorded and retry_failed is off
+  transient,      // killed, timed out, cancelled, or an I/O problem: nothing recorded
+  busy,           // someone else holds the entry lock
+};
+
+inline const char* to_string(CompileOutcome o) {
+  switch (o) {
+    case CompileOutcome::success: return "success";
+    case CompileOutcome::already_done: return "already done";
+    case CompileOutcome::failed: return "failed";
+    case CompileOutcome::failed_cached: return "failed (cached)";
+    case CompileOutcome::transient: return "transient failure";
+    case CompileOutcome::busy: return "busy";
+  }
+  return "?";
+}
+
+inline bool is_success(CompileOutcome o) {
+  return o == CompileOutcome::success || o == CompileOutcome::already_done;
+}
+
+struct CompileResult {
+  CompileOutcome outcome = CompileOutcome::transient;
+  std::string message;  // one line: why it failed, or who holds the lock
+  int attempts = 0;     // compiler runs
+  double compile_seconds = 0;
+  long peak_rss_kib = 0;
+};
+
+namespace detail {
+
+inline std::string entry_name(const std::string& entry_dir) {
+  return std::filesystem::path(entry_dir).filename().string();
+}
+
+// Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
+// bytes copied; on failure `to` is removed.
+inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode) {
+  UniqueFd in(retry_eintr([&] { return ::open(from.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!in) return sys_error("open", from);
+  UniqueFd out(retry_eintr([&] { return ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode); }));
+  if (!out) return sys_error("create", to);
+  auto fail = [&](Error e) -> Result<uint64_t> {
+    ::unlink(to.c_str());
+    return e;
+  };
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = retry_eintr([&] { return ::read(in.get(), buf.data(), buf.size()); });
+    if (n < 0) return XXH3_freeState(st), fail(sys_error("read", from));
+    if (n == 0) break;
+    XXH3_64bits_update(st, buf.data(), static_cast<std::size_t>(n));
+    if (auto w = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), to); !w)
+      return XXH3_freeState(st), fail(w.error());
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  if (::fsync(out.get()) != 0) return fail(sys_error("fsync", to));
+  return h;
+}
+
+inline void fsync_dir(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd) ::fsync(fd.get());
+}
+
+inline void log_line(int fd, std::string_view line) {
+  (void)write_all(fd, fmt::format("neffcache: {}\n", line), "log");
+}
+
+}  // namespace detail
+
+// Compiles one entry folder if it needs it. Never throws and never blocks on another
+// holder: a held lock is CompileOutcome::busy. See CompileOutcome for what each result
+// leaves behind; no outcome leaves a partial model.neff or a lock file.
+inline CompileResult compile_entry(const std::string& entry_dir, const CompileSettings& s) {
+  using namespace std::chrono;
+  CompileResult r;
+  auto transient = [&](std::string why) {
+    r.outcome = CompileOutcome::transient;
+    r.message = std::move(why);
+    return r;
+  };
+  auto files = read_entry_files(entry_dir);
+  if (!files) return transient(files.error().message);
+  auto settled = [&](const EntryFiles& f) -> std::optional<CompileOutcome> {
+    if (f.has(EntryFile::neff) && f.has(EntryFile::done)) return CompileOutcome::already_done;
+    if (f.has(EntryFile::log) && !f.has(EntryFile::neff) && !s.retry_failed) return CompileOutcome::failed_cached;
+    return std::nullopt;
+  };
+  if (auto o = settled(*files)) return r.outcome = *o, r;
+  if (!files->has_hlo()) return transient(fmt::format("{}: no HLO file to compile", entry_dir));
+
+  auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
+  if (!lock) {
+    r.outcome = lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient;
+    r.message = lock.error().message;
+    return r;
+  }
+  // Re-check under the lock: whoever held it before may have finished the entry.
+  files = read_entry_files(entry_dir);
+  if (!files) return transient(files.error().message);
+  if (auto o = settled(*files)) return r.outcome = *o, r;
+  const std::string hlo_path = fmt::format("{}/{}", entry_dir, *files->hlo_name());
+  const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
+  const std::string key = detail::entry_name(entry_dir);
+
+  detail::UniqueFd log(detail::retry_eintr(
+      [&] { return ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }));
+  if (!log) return transient(sys_error("create", log_path).message);
+  // A deterministic failure moves the log into place as model.log, fully written.
+  auto record_failure = [&](std::string why) {
+    detail::log_line(log.get(), why);
+    log.reset();
+    ::unlink(fmt::format("{}/{}", entry_dir, k_neff_file).c_str());
+    if (::rename(log_path.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0)
+      return transient(sys_error("record failure in", entry_dir).message);
+    detail::fsync_dir(entry_dir);
+    r.outcome = CompileOutcome::failed;
+    r.message = std::move(why);
+    return r;
+  };
+
+  std::vector<std::string> flags = s.default_flags;
+  if (files->has(EntryFile::flags)) {
+    auto from_entry = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
+    if (!from_entry) return record_failure(from_entry.error().message);
+    flags = std::move(*from_entry);
+  }
+  auto parsed = separate_wrapper_options(flags);
+  if (!parsed) return record_failure(parsed.error().message);
+  flags = std::move(parsed->compiler_flags);
+  // A retried failure: the old record goes only once we really compile again.
+  ::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+
+  std::string root = s.workdir_root;
+  if (root.empty()) root = detail::getenv_or("TMPDIR", "/tmp");
+  PosixRunner posix;
+  ProcessRunner& runner = s.runner ? *s.runner : posix;
+  const std::string hlo_suffix(files->hlo_name()->substr(std::string_view("model").size()));
+
+  for (int attempt = 0; attempt <= s.max_retries; ++attempt) {
+    std::string tmpl = fmt::format("{}/neffcache-{}-XXXXXX", root, key.substr(0, 64));
+    if (!::mkdtemp(tmpl.data())) return transient(sys_error("create work directory in", root).message);
+    const std::string workdir = tmpl;
+    struct Cleanup {
+      std::string dir;
+      ~Cleanup() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    } cleanup{workdir};
+    CompilerTemplate::Values v{fmt::format("{}/model.{}{}", workdir, key, hlo_suffix),
+                               fmt::format("{}/model.{}.neff", workdir, key), workdir, key, flags};
+    if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c) return transient(c.error().message);
+
+    RunSpec spec;
+    spec.argv = s.compiler.expand(v);
+    spec.cwd = workdir;
+    spec.log_fd = log.get();
+    spec.timeout = s.timeout;
+    spec.kill_grace = s.kill_grace;
+    spec.tick_interval = s.lock.heartbeat_interval();
+    std::string stop_reason;
+    spec.tick = [&] {
+      if (auto hb = lock->heartbeat(); !hb) return stop_reason = hb.error().message, false;
+      if (s.cancelled && s.cancelled()) return stop_reason = "cancelled", false;
+      return true;
+    };
+    std::string command;
+    for (const auto& a : spec.argv) command += (command.empty() ? "" : " ") + a;
+    detail::log_line(log.get(), fmt::format("attempt {} in {}: {}", attempt + 1, workdir, command));
+
+    auto run = runner.run(spec);
+    ++r.attempts;
+    if (!run) return transient(run.error().message);  // e.g. compiler not on PATH
+    r.compile_seconds = duration<double>(run->wall).count();
+    r.peak_rss_kib = std::max(r.peak_rss_kib, run->peak_rss_kib);
+
+    std::string why;
+    switch (run->end) {
+      case RunEnd::exited:
+        // 128+9: a shell or launcher reporting that its child was SIGKILLed, which on
+        // these machines is nearly always the out-of-memory killer.
+        if (run->exit_code == 128 + SIGKILL) why = "compiler reported SIGKILL (exit 137): out of memory?";
+        else if (run->exit_code != 0) return record_failure(fmt::format("compiler exited with status {}", run->exit_code));
+        else if (!std::filesystem::exists(v.neff)) return record_failure("compiler exited 0 but wrote no NEFF");
+        break;
+      case RunEnd::signaled:
+        why = fmt::format("compiler killed by signal {}{}", run->signal,
+                          run->signal == SIGKILL ? " (out of memory?)" : "");
+        break;
+      case RunEnd::timed_out:
+        why = fmt::format("compiler timed out after {} s", duration_cast<seconds>(s.timeout).count());
+        break;
+      case RunEnd::cancelled:
+        why = fmt::format("compile stopped: {}", stop_reason);
+        break;
+    }
+    if (!why.empty()) {
+      detail::log_line(log.get(), why + " (transient: nothing recorded)");
+      r.message = why;
+      // A lost lock or a cancel is final; the other transients may be retried.
+      if (run->end == RunEnd::cancelled) break;
+      continue;
+    }
+
+    // Publish: temp file in the entry, fsync, rename, then metadata, then model.done.
+    const std::string tmp_neff = fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, detail::random_hex64());
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    auto hash = detail::copy_file_hashed(v.neff, tmp_neff, 0666 & ~mask & ~S_IWOTH);
+    if (!hash) return transient(hash.error().message);
+    const std::string neff_path = fmt::format("{}/{}", entry_dir, k_neff_file);
+    if (::rename(tmp_neff.c_str(), neff_path.c_str()) != 0) {
+      ::unlink(tmp_neff.c_str());
+      return transient(sys_error("publish", neff_path).message);
+    }
+    struct stat st {};
+    ::stat(neff_path.c_str(), &st);
+    nlohmann::ordered_json meta{{"size", st.st_size},
+                                {"xxh3", fmt::format("{:016x}", *hash)},
+                                {"compiler", spec.argv},
+                                {"flags", flags},
+                                {"compile_seconds", r.compile_seconds},
+                                {"peak_rss_kib", r.peak_rss_kib},
+                                {"attempts", r.attempts},
+                                {"host", detail::current_process().host}};
+    if (auto m = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_meta_file), meta.dump(2) + "\n"); !m)
+      return transient(m.error().message);
+    if (auto d = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d)
+      return transient(d.error().message);
+    detail::fsync_dir(entry_dir);
+    detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", neff_path, st.st_size,
+                                            r.compile_seconds));
+    r.outcome = CompileOutcome::success;
+    r.message.clear();
+    return r;
+  }
+  r.outcome = CompileOutcome::transient;
+  return r;
+}
+
+}  // namespace neffcache

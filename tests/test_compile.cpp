@@ -1,0 +1,282 @@
+// Compiling entries with the real process runner and fake-neuronx-cc.
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/compile.hpp>
+#include <neffcache/hlo.hpp>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+
+// An entry holding a corpus HLO (and compile_flags.json when flags are given).
+std::string make_entry(const test::fs::path& root, const std::string& corpus_file,
+                       std::optional<std::vector<std::string>> flags = std::nullopt,
+                       std::string_view hlo_name = k_hlo_module_file) {
+  auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + corpus_file);
+  test::fs::create_directories(dir);
+  test::fs::copy_file(test::k_corpus / corpus_file, dir / std::string(hlo_name));
+  if (flags) REQUIRE(write_compile_flags((dir / "compile_flags.json").string(), *flags).has_value());
+  return dir.string();
+}
+
+CompileSettings fake_settings(const test::TempDir& work) {
+  CompileSettings s;
+  s.compiler = CompilerTemplate::parse(k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags} --verbose=35").value();
+  s.workdir_root = work.path().string();
+  s.kill_grace = 500ms;
+  return s;
+}
+
+EntryState state_of(const std::string& entry) {
+  EntryState st{};
+  auto root = test::fs::path(entry).parent_path().parent_path();
+  REQUIRE(for_each_entry(root.string(), [&](const EntryRef& e) {
+            if (root / e.relative_path() == test::fs::path(entry)) st = entry_state(e);
+          }).has_value());
+  return st;
+}
+
+// Names in the entry that are neither Neuron files nor our documented extras.
+std::vector<std::string> stray_files(const std::string& entry) {
+  std::vector<std::string> out;
+  for (const auto& e : test::fs::directory_iterator(entry)) {
+    auto n = e.path().filename().string();
+    if (n != "model.hlo_module.pb" && n != "model.hlo.pb" && n != "compile_flags.json" && n != "model.neff" &&
+        n != "model.done" && n != "model.log" && n != k_compile_log_file && n != k_meta_file)
+      out.push_back(n);
+  }
+  return out;
+}
+
+bool no_process_in_group(pid_t pgid) {
+  for (const auto& p : test::fs::directory_iterator("/proc")) {
+    auto stat = detail::read_file((p.path() / "stat").string());
+    if (!stat) continue;
+    auto close = stat->rfind(')');
+    int pid = 0, ppid = 0, pgrp = 0;
+    char state = 0;
+    if (close == std::string::npos ||
+        std::sscanf(stat->c_str() + close + 2, "%c %d %d", &state, &ppid, &pgrp) != 3)
+      continue;
+    (void)pid;
+    if (pgrp == pgid && state != 'Z') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("compiler templates are checked and expanded", "[compile]") {
+  auto t = CompilerTemplate::parse("cc --in={hlo} -o {neff} {flags} --wd '{workdir}' --tag {key}.x");
+  REQUIRE(t.has_value());
+  auto argv = t->expand({"/w/in.pb", "/w/out.neff", "/w", "MODULE_k", {"-O1", "--a b"}});
+  CHECK(argv == std::vector<std::string>{"cc", "--in=/w/in.pb", "-o", "/w/out.neff", "-O1", "--a b", "--wd", "/w",
+                                         "--tag", "MODULE_k.x"});
+  auto d = CompilerTemplate::default_template().expand({"h", "n", "w", "k", {}});
+  CHECK(d == std::vector<std::string>{"neuronx-cc", "compile", "--framework=XLA", "--target=trn1", "h", "--output",
+                                      "n", "--verbose=35"});
+  for (std::string_view bad : {"", "cc {hlo}", "cc {neff}", "cc {hlo} {neff} {nope}", "cc {hlo} {neff} -F{flags}",
+                               "cc {hlo} {neff} {", "cc {hlo} {neff} }", "cc '{hlo} {neff}"}) {
+    INFO(bad);
+    auto r = CompilerTemplate::parse(bad);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.rfind("bad compiler template", 0) == 0);
+  }
+}
+
+TEST_CASE("a compile publishes a whole NEFF, done marker and metadata", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  auto entry = make_entry(root.path(), "rocm08_normal_9.hlo_proto.pb", std::vector<std::string>{"-O2", "--cache_dir=/x"});
+  auto r = compile_entry(entry, fake_settings(work));
+  INFO(r.message);
+  REQUIRE(r.outcome == CompileOutcome::success);
+  CHECK(r.attempts == 1);
+  auto neff = fake::parse_fake_neff(test::slurp(test::fs::path(entry) / "model.neff"));
+  REQUIRE(neff.has_value());
+  CHECK(neff->graph == analyze_hlo(test::slurp(test::k_corpus / "rocm08_normal_9.hlo_proto.pb"))->canonical_sha256);
+  CHECK(neff->flags == R"(["--target=trn1", "-O2"])");  // from compile_flags.json, wrapper option removed
+  CHECK(test::fs::exists(test::fs::path(entry) / "model.done"));
+  auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));
+  CHECK(meta["size"] == test::fs::file_size(test::fs::path(entry) / "model.neff"));
+  CHECK(meta["xxh3"].get<std::string>().size() == 16);
+  CHECK(state_of(entry) == EntryState::done);
+  CHECK(stray_files(entry).empty());  // no lock, no temp file
+  CHECK(test::fs::is_empty(work.path()));  // work directory removed
+  CHECK((test::fs::status(test::fs::path(entry) / "model.neff").permissions() & test::fs::perms::others_write) ==
+        test::fs::perms::none);
+
+  SECTION("a done entry is not compiled again") {
+    test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+    CHECK(compile_entry(entry, fake_settings(work)).outcome == CompileOutcome::already_done);
+    CHECK(test::count_lines(work / "compiles.log") == 0);
+  }
+}
+
+TEST_CASE("without compile_flags.json the caller's flags are used; legacy HLO names work", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb", std::nullopt, k_hlo_legacy_file);
+  auto s = fake_settings(work);
+  s.default_flags = {"-O1", "--retry_failed_compilation"};
+  REQUIRE(compile_entry(entry, s).outcome == CompileOutcome::success);
+  CHECK(fake::parse_fake_neff(test::slurp(test::fs::path(entry) / "model.neff"))->flags == R"(["--target=trn1", "-O1"])");
+}
+
+TEST_CASE("a compiler error records model.log and no NEFF, as the Neuron cache does", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  {
+    test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "3");
+    auto r = compile_entry(entry, fake_settings(work));
+    CHECK(r.outcome == CompileOutcome::failed);
+    CHECK(r.message == "compiler exited with status 3");
+  }
+  auto model_log = test::slurp(test::fs::path(entry) / "model.log");
+  CHECK(model_log.find("injected compile failure") != std::string::npos);
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.neff"));
+  CHECK(state_of(entry) == EntryState::failed);
+  CHECK(stray_files(entry).empty());
+
+  // Cached: not compiled again until retried.
+  CHECK(compile_entry(entry, fake_settings(work)).outcome == CompileOutcome::failed_cached);
+  CHECK(test::count_lines(work / "compiles.log") == 1);
+  auto s = fake_settings(work);
+  s.retry_failed = true;
+  CHECK(compile_entry(entry, s).outcome == CompileOutcome::success);
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.log"));
+  CHECK(test::count_lines(work / "compiles.log") == 2);
+}
+
+TEST_CASE("a corrupt HLO fails its compile with the reason in model.log", "[compile]") {
+  test::TempDir root, work;
+  auto entry = root / "neuronxcc-1" / "MODULE_bad+0";
+  test::fs::create_directories(entry);
+  test::spit(entry / "model.hlo_module.pb", "definitely not protobuf");
+  auto r = compile_entry(entry.string(), fake_settings(work));
+  CHECK(r.outcome == CompileOutcome::failed);
+  CHECK(test::slurp(entry / "model.log").find("not a readable HLO module") != std::string::npos);
+}
+
+TEST_CASE("a compiler killed by a signal is transient: nothing recorded, nothing partial", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv sig("NEFFCACHE_FAKE_SIGNAL", "KILL");  // leaves a partial output first
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.message == "compiler killed by signal 9 (out of memory?)");
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.log"));
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.neff"));
+  CHECK(state_of(entry) == EntryState::pending);
+  CHECK(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file)).find("transient") != std::string::npos);
+}
+
+TEST_CASE("transient failures are retried up to max_retries", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv once("NEFFCACHE_FAKE_SIGNAL_ONCE", (work / "died-once").string());
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto s = fake_settings(work);
+  s.max_retries = 1;
+  auto r = compile_entry(entry, s);
+  CHECK(r.outcome == CompileOutcome::success);
+  CHECK(r.attempts == 2);
+}
+
+TEST_CASE("a hung compiler is timed out and its whole process group is gone", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv hang("NEFFCACHE_FAKE_HANG", "1");  // hangs, with a child that hangs too
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto s = fake_settings(work);
+  s.timeout = 500ms;
+  auto start = std::chrono::steady_clock::now();
+  auto r = compile_entry(entry, s);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.message.find("timed out") != std::string::npos);
+  pid_t compiler = std::stoi(test::slurp(work / "compiles.log"));
+  CHECK(no_process_in_group(compiler));
+  CHECK(state_of(entry) == EntryState::pending);
+}
+
+TEST_CASE("an entry locked by someone else is busy and nothing runs", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto held = EntryLock::try_acquire(entry + "/model.hlo_module.pb.lock");
+  REQUIRE(held.has_value());
+  auto r = compile_entry(entry, fake_settings(work));
+  CHECK(r.outcome == CompileOutcome::busy);
+  CHECK(r.message.find("held by a running process") != std::string::npos);
+  CHECK(test::count_lines(work / "compiles.log") == 0);
+}
+
+TEST_CASE("a missing compiler is a clear transient error", "[compile]") {
+  test::TempDir root, work;
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto s = fake_settings(work);
+  s.compiler = CompilerTemplate::parse("no-such-neuronx-cc {hlo} {neff}").value();
+  auto r = compile_entry(entry, s);
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.message.find("no-such-neuronx-cc") != std::string::npos);
+  CHECK(state_of(entry) == EntryState::pending);
+}
+
+TEST_CASE("peak memory and compile time are recorded", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "96");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  REQUIRE(r.outcome == CompileOutcome::success);
+  CHECK(r.peak_rss_kib >= 96 * 1024);
+  auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));
+  CHECK(meta["peak_rss_kib"].get<long>() >= 96 * 1024);
+}
+
+TEST_CASE("a reader polling model.neff during publishes never sees a partial file", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv size("NEFFCACHE_FAKE_NEFF_BYTES", std::to_string(8 << 20));
+  auto entry = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb");
+  const auto neff = test::fs::path(entry) / "model.neff";
+  std::atomic<bool> stop{false};
+  std::atomic<int> seen{0}, partial{0};
+  std::thread reader([&] {
+    while (!stop) {
+      auto bytes = detail::read_file(neff.string());
+      if (!bytes) continue;
+      ++seen;
+      if (!fake::parse_fake_neff(*bytes)) ++partial;
+    }
+  });
+  auto s = fake_settings(work);
+  s.retry_failed = true;
+  for (int i = 0; i < 6; ++i) {
+    REQUIRE(compile_entry(entry, s).outcome == CompileOutcome::success);
+    // Back to pending for the next round, as `neffcache retry` would.
+    test::fs::remove(test::fs::path(entry) / "model.done");
+    test::fs::remove(neff);
+  }
+  stop = true;
+  reader.join();
+  CHECK(partial == 0);
+  CHECK(seen > 0);
+}
