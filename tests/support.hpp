@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -117,14 +118,18 @@ inline int count_lines(const fs::path& p) {
 }
 
 // A clock that moves only when told to.
+// Safe to read from any thread while the test moves it.
 class FakeClock final : public neffcache::Clock {
  public:
-  time_point now() const override { return now_; }
-  void set(time_point t) { now_ = t; }
-  void advance(std::chrono::milliseconds d) { now_ += d; }
+  time_point now() const override { return time_point(duration(ticks_.load())); }
+  void set(time_point t) { ticks_ = t.time_since_epoch().count(); }
+  void advance(std::chrono::milliseconds d) {
+    ticks_ += std::chrono::duration_cast<duration>(d).count();
+  }
 
  private:
-  time_point now_ = std::chrono::system_clock::now();
+  using duration = time_point::duration;
+  std::atomic<duration::rep> ticks_{std::chrono::system_clock::now().time_since_epoch().count()};
 };
 
 // A child process running in the background, its stdout readable line by line.

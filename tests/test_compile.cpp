@@ -280,3 +280,17 @@ TEST_CASE("a reader polling model.neff during publishes never sees a partial fil
   CHECK(partial == 0);
   CHECK(seen > 0);
 }
+
+TEST_CASE("NEURON_PARALLEL_COMPILE_MAX_RETRIES sets the retries, and bad values are errors", "[compile]") {
+  auto with = [](std::optional<std::string> v) {
+    return max_retries_from_env([v](const char*) { return v; });
+  };
+  CHECK(*with(std::nullopt) == 0);
+  CHECK(*with("") == 0);
+  CHECK(*with("3") == 3);
+  for (std::string bad : {"-1", "two", "3.5", "1000", " 2"}) {
+    auto r = with(bad);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("NEURON_PARALLEL_COMPILE_MAX_RETRIES") == 0);
+  }
+}

@@ -6,6 +6,7 @@
 
 namespace neffcache {
 
+// now() may be called from any thread at any time.
 class Clock {
  public:
   using time_point = std::chrono::system_clock::time_point;

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -168,6 +169,20 @@ struct CompileResult {
   long peak_rss_kib = 0;
 };
 
+// Transient-failure retries from NEURON_PARALLEL_COMPILE_MAX_RETRIES (unset or empty:
+// 0, the Neuron default). Anything but a whole number from 0 to 100 is an error.
+inline Result<int> max_retries_from_env(const std::function<std::optional<std::string>(const char*)>& env) {
+  auto v = env("NEURON_PARALLEL_COMPILE_MAX_RETRIES");
+  if (!v || v->empty()) return 0;
+  int n = 0;
+  bool ok = v->size() <= 3;
+  for (char c : *v) ok = ok && c >= '0' && c <= '9', n = n * 10 + (c - '0');
+  if (!ok || n > 100)
+    return Error{Errc::invalid_argument,
+                 fmt::format("NEURON_PARALLEL_COMPILE_MAX_RETRIES='{}' is not a number from 0 to 100", *v)};
+  return n;
+}
+
 namespace detail {
 
 inline std::string entry_name(const std::string& entry_dir) {
@@ -209,6 +224,33 @@ inline void fsync_dir(const std::string& dir) {
 
 inline void log_line(int fd, std::string_view line) {
   (void)write_all(fd, fmt::format("neffcache: {}\n", line), "log");
+}
+
+// Publishes `neff` into the entry: copied to a temp file there, fsynced and renamed to
+// model.neff; then the metadata (`meta` plus size and xxh3); then model.done. Readers
+// see no model.neff, or a whole one. Returns the published path.
+inline Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
+                                   nlohmann::ordered_json meta) {
+  const std::string tmp = fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, random_hex64());
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  auto hash = copy_file_hashed(neff, tmp, 0666 & ~mask & ~S_IWOTH);
+  if (!hash) return hash.error();
+  const std::string path = fmt::format("{}/{}", entry_dir, k_neff_file);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Error e = sys_error("publish", path);
+    ::unlink(tmp.c_str());
+    return e;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return sys_error("stat", path);
+  meta["size"] = st.st_size;
+  meta["xxh3"] = fmt::format("{:016x}", *hash);
+  if (auto m = write_file_atomic(fmt::format("{}/{}", entry_dir, k_meta_file), meta.dump(2) + "\n"); !m)
+    return m.error();
+  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d) return d.error();
+  fsync_dir(entry_dir);
+  return path;
 }
 
 }  // namespace detail
@@ -303,10 +345,15 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     spec.log_fd = log.get();
     spec.timeout = s.timeout;
     spec.kill_grace = s.kill_grace;
-    spec.tick_interval = s.lock.heartbeat_interval();
+    // Ticks often enough to notice a cancel quickly; heartbeats when one is due.
+    spec.tick_interval = std::min<milliseconds>(s.lock.heartbeat_interval(), milliseconds(250));
     std::string stop_reason;
+    auto last_beat = steady_clock::now();
     spec.tick = [&] {
-      if (auto hb = lock->heartbeat(); !hb) return stop_reason = hb.error().message, false;
+      if (steady_clock::now() - last_beat >= s.lock.heartbeat_interval()) {
+        last_beat = steady_clock::now();
+        if (auto hb = lock->heartbeat(); !hb) return stop_reason = hb.error().message, false;
+      }
       if (s.cancelled && s.cancelled()) return stop_reason = "cancelled", false;
       return true;
     };
@@ -348,40 +395,64 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
       continue;
     }
 
-    // Publish: temp file in the entry, fsync, rename, then metadata, then model.done.
-    const std::string tmp_neff = fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, detail::random_hex64());
-    mode_t mask = ::umask(0);
-    ::umask(mask);
-    auto hash = detail::copy_file_hashed(v.neff, tmp_neff, 0666 & ~mask & ~S_IWOTH);
-    if (!hash) return transient(hash.error().message);
-    const std::string neff_path = fmt::format("{}/{}", entry_dir, k_neff_file);
-    if (::rename(tmp_neff.c_str(), neff_path.c_str()) != 0) {
-      ::unlink(tmp_neff.c_str());
-      return transient(sys_error("publish", neff_path).message);
-    }
-    struct stat st {};
-    ::stat(neff_path.c_str(), &st);
-    nlohmann::ordered_json meta{{"size", st.st_size},
-                                {"xxh3", fmt::format("{:016x}", *hash)},
-                                {"compiler", spec.argv},
+    nlohmann::ordered_json meta{{"compiler", spec.argv},
                                 {"flags", flags},
                                 {"compile_seconds", r.compile_seconds},
                                 {"peak_rss_kib", r.peak_rss_kib},
                                 {"attempts", r.attempts},
                                 {"host", detail::current_process().host}};
-    if (auto m = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_meta_file), meta.dump(2) + "\n"); !m)
-      return transient(m.error().message);
-    if (auto d = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d)
-      return transient(d.error().message);
-    detail::fsync_dir(entry_dir);
-    detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", neff_path, st.st_size,
-                                            r.compile_seconds));
+    auto published = detail::publish(entry_dir, v.neff, std::move(meta));
+    if (!published) return transient(published.error().message);
+    detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", *published,
+                                            std::filesystem::file_size(*published), r.compile_seconds));
     r.outcome = CompileOutcome::success;
     r.message.clear();
     return r;
   }
   r.outcome = CompileOutcome::transient;
   return r;
+}
+
+// Gives `entry_dir` the result of `source_dir`, an entry with the same canonical graph,
+// flags and compiler that was just compiled: its NEFF (success) or its model.log
+// (a deterministic failure), under the target's own lock. Busy when that lock is held.
+inline CompileResult copy_result(const std::string& source_dir, const std::string& entry_dir,
+                                 const CompileSettings& s) {
+  CompileResult r;
+  auto fail = [&](CompileOutcome o, std::string why) {
+    r.outcome = o;
+    r.message = std::move(why);
+    return r;
+  };
+  auto source = read_entry_files(source_dir);
+  if (!source) return fail(CompileOutcome::transient, source.error().message);
+  auto files = read_entry_files(entry_dir);
+  if (!files) return fail(CompileOutcome::transient, files.error().message);
+  auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
+  if (!lock)
+    return fail(lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient,
+                lock.error().message);
+  files = read_entry_files(entry_dir);
+  if (!files) return fail(CompileOutcome::transient, files.error().message);
+  if (files->has(EntryFile::neff) && files->has(EntryFile::done)) return fail(CompileOutcome::already_done, "");
+  if (source->has(EntryFile::neff) && source->has(EntryFile::done)) {
+    nlohmann::ordered_json meta{{"copied_from", detail::entry_name(source_dir)}};
+    ::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+    auto p = detail::publish(entry_dir, fmt::format("{}/{}", source_dir, k_neff_file), std::move(meta));
+    if (!p) return fail(CompileOutcome::transient, p.error().message);
+    return fail(CompileOutcome::success, "");
+  }
+  if (source->has(EntryFile::log)) {
+    const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, detail::random_hex64());
+    auto c = detail::copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644);
+    if (!c) return fail(CompileOutcome::transient, c.error().message);
+    if (::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
+      ::unlink(tmp.c_str());
+      return fail(CompileOutcome::transient, sys_error("record failure in", entry_dir).message);
+    }
+    return fail(CompileOutcome::failed, fmt::format("same graph as {}, which failed", detail::entry_name(source_dir)));
+  }
+  return fail(CompileOutcome::transient, fmt::format("{} has no result to copy", source_dir));
 }
 
 }  // namespace neffcache

@@ -12,4 +12,5 @@
 #include <neffcache/lock.hpp>
 #include <neffcache/result.hpp>
 #include <neffcache/runner.hpp>
+#include <neffcache/scheduler.hpp>
 #include <neffcache/url.hpp>

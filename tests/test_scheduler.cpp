@@ -1,0 +1,285 @@
+// The scheduler: single flight, canonical dedup, bounded parallelism, order, locked
+// entries, shutdown.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/scheduler.hpp>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+
+std::string make_entry(const test::fs::path& root, const std::string& corpus_file, const std::string& name = "") {
+  auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + (name.empty() ? corpus_file : name));
+  test::fs::create_directories(dir);
+  test::fs::copy_file(test::k_corpus / corpus_file, dir / "model.hlo_module.pb");
+  return dir.string();
+}
+
+Scheduler::Options fake_compiler_options(const test::TempDir& work, int jobs) {
+  Scheduler::Options o;
+  o.jobs = jobs;
+  o.settings.compiler = CompilerTemplate::parse(k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}").value();
+  o.settings.workdir_root = work.path().string();
+  o.settings.kill_grace = 500ms;
+  return o;
+}
+
+// Stands in for the compiler: writes a NEFF, records the order and concurrency of
+// runs, and can hold the first run until the test opens the gate.
+class RecordingRunner final : public ProcessRunner {
+ public:
+  Result<RunResult> run(const RunSpec& spec) override {
+    std::string key;
+    for (std::size_t i = 0; i + 1 < spec.argv.size(); ++i)
+      if (spec.argv[i] == "--key") key = spec.argv[i + 1];
+    int now = ++running_;
+    for (int seen = max_.load(); now > seen && !max_.compare_exchange_weak(seen, now);) {}
+    {
+      std::unique_lock lk(mu_);
+      order_.push_back(key);
+      if (order_.size() == 1 && hold_first_) {
+        started_.notify_all();
+        gate_.wait(lk, [&] { return open_; });
+      }
+    }
+    std::this_thread::sleep_for(delay_);
+    for (std::size_t i = 0; i + 1 < spec.argv.size(); ++i)
+      if (spec.argv[i] == "--output") test::spit(spec.argv[i + 1], "neff for " + key);
+    --running_;
+    return RunResult{};
+  }
+  void hold_first() { hold_first_ = true; }
+  void wait_first_started() {
+    std::unique_lock lk(mu_);
+    started_.wait(lk, [&] { return !order_.empty(); });
+  }
+  void open() {
+    std::lock_guard lk(mu_);
+    open_ = true;
+    gate_.notify_all();
+  }
+  std::vector<std::string> order() {
+    std::lock_guard lk(mu_);
+    return order_;
+  }
+  std::atomic<int> max_{0};
+  std::chrono::milliseconds delay_{0};
+
+ private:
+  std::atomic<int> running_{0};
+  std::mutex mu_;
+  std::condition_variable gate_, started_;
+  std::vector<std::string> order_;
+  bool hold_first_ = false, open_ = false;
+};
+
+Scheduler::Options recording_options(const test::TempDir& work, RecordingRunner& runner, int jobs) {
+  Scheduler::Options o;
+  o.jobs = jobs;
+  o.settings.compiler = CompilerTemplate::parse("fake {hlo} --output {neff} --key {key}").value();
+  o.settings.workdir_root = work.path().string();
+  o.settings.runner = &runner;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("64 concurrent requests for one entry cause one compile", "[scheduler]") {
+  test::TempDir root, work;
+  test::ScopedEnv seconds("NEFFCACHE_FAKE_SECONDS", "0.3");
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  auto entry = make_entry(root.path(), "spu_credit_fraud_test.hlo.pb");
+  Scheduler sched(fake_compiler_options(work, 2));
+  std::atomic<bool> go{false};
+  std::atomic<int> callbacks{0};
+  std::vector<std::shared_future<CompileResult>> futures(64);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 64; ++i)
+    threads.emplace_back([&, i] {
+      while (!go) std::this_thread::yield();
+      futures[i] = sched.submit(prepare_job(entry), i % 2 ? Priority::waiting : Priority::background,
+                                [&](const CompileResult& r) { callbacks += r.outcome == CompileOutcome::success; });
+    });
+  go = true;
+  for (auto& t : threads) t.join();
+  for (auto& f : futures) CHECK(f.get().outcome == CompileOutcome::success);
+  sched.wait_idle();
+  CHECK(callbacks == 64);
+  CHECK(test::count_lines(work / "compiles.log") == 1);
+  CHECK(sched.progress().total == 1);
+  CHECK(sched.progress().done == 1);
+}
+
+TEST_CASE("entries with canonically equal graphs compile once and all get the NEFF", "[scheduler]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  auto a = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "a+0");
+  auto b = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "b+0");
+  auto c = make_entry(root.path(), "spu_tf_jit_comp.hlo.pb", "c+0");
+  REQUIRE(prepare_job(a).dedup_key == prepare_job(b).dedup_key);
+  REQUIRE(prepare_job(a).dedup_key != prepare_job(c).dedup_key);
+  {
+    Scheduler sched(fake_compiler_options(work, 1));
+    auto fa = sched.submit(prepare_job(a), Priority::background);
+    auto fb = sched.submit(prepare_job(b), Priority::background);
+    auto fc = sched.submit(prepare_job(c), Priority::background);
+    CHECK(fa.get().outcome == CompileOutcome::success);
+    CHECK(fb.get().outcome == CompileOutcome::success);
+    CHECK(fc.get().outcome == CompileOutcome::success);
+  }
+  CHECK(test::count_lines(work / "compiles.log") == 2);
+  auto na = fake::parse_fake_neff(test::slurp(test::fs::path(a) / "model.neff"));
+  auto nb = fake::parse_fake_neff(test::slurp(test::fs::path(b) / "model.neff"));
+  REQUIRE((na && nb));
+  CHECK(na->graph == nb->graph);
+  CHECK(test::fs::exists(test::fs::path(b) / "model.done"));
+  auto copied = test::fs::exists(test::fs::path(b) / ".neffcache-meta.json") &&
+                nlohmann::json::parse(test::slurp(test::fs::path(b) / ".neffcache-meta.json")).contains("copied_from");
+  auto copied_a = nlohmann::json::parse(test::slurp(test::fs::path(a) / ".neffcache-meta.json")).contains("copied_from");
+  CHECK(copied != copied_a);  // one was compiled, the other received a copy
+}
+
+TEST_CASE("a failure of a shared graph is recorded in every entry that has it", "[scheduler]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "5");
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  auto a = make_entry(root.path(), "gopjrt_tuple.hlo.pb", "a+0");
+  auto b = make_entry(root.path(), "gopjrt_tuple.hlo.pb", "b+0");
+  Scheduler sched(fake_compiler_options(work, 2));
+  auto fa = sched.submit(prepare_job(a), Priority::background);
+  auto fb = sched.submit(prepare_job(b), Priority::background);
+  CHECK(fa.get().outcome == CompileOutcome::failed);
+  CHECK(fb.get().outcome == CompileOutcome::failed);
+  CHECK(test::count_lines(work / "compiles.log") == 1);
+  CHECK(test::fs::exists(test::fs::path(a) / "model.log"));
+  CHECK(test::fs::exists(test::fs::path(b) / "model.log"));
+  sched.wait_idle();
+  CHECK(sched.progress().failed == 2);
+}
+
+TEST_CASE("running compiles never exceed jobs", "[scheduler]") {
+  test::TempDir root, work;
+  RecordingRunner runner;
+  runner.delay_ = 40ms;
+  std::vector<std::shared_future<CompileResult>> futures;
+  {
+    Scheduler sched(recording_options(work, runner, 3));
+    for (const auto& f : test::corpus_files())
+      futures.push_back(sched.submit(prepare_job(make_entry(root.path(), f.filename().string())), Priority::background));
+    for (auto& f : futures) CHECK(f.get().outcome == CompileOutcome::success);
+  }
+  CHECK(runner.max_ == 3);
+  CHECK(runner.order().size() == futures.size());
+}
+
+TEST_CASE("waited-on requests go first, then the largest graphs", "[scheduler]") {
+  test::TempDir root, work;
+  RecordingRunner runner;
+  runner.hold_first();
+  Scheduler sched(recording_options(work, runner, 1));
+  auto entry = [&](const char* file) { return prepare_job(make_entry(root.path(), file)); };
+  // Instruction counts: x_squared 2, tuple 4, empty_return_tuple 6, normal_9 311, cnn 6612.
+  auto first = sched.submit(entry("gopjrt_jax_xp1.hlo.pb"), Priority::background);
+  runner.wait_first_started();  // it holds the only slot while the rest queue up
+  auto small = entry("gopjrt_x_squared.hlo.pb");
+  auto big = entry("spu_jax_cnn.hlo.pb");
+  auto waited = entry("gopjrt_tuple.hlo.pb");
+  auto medium = entry("rocm_normal_9.hlo_proto.pb");
+  auto lifted = entry("spu_empty_return_tuple.hlo.pb");
+  std::vector<std::shared_future<CompileResult>> f;
+  f.push_back(sched.submit(small, Priority::background));
+  f.push_back(sched.submit(lifted, Priority::background));
+  f.push_back(sched.submit(big, Priority::background));
+  f.push_back(sched.submit(waited, Priority::waiting));
+  f.push_back(sched.submit(medium, Priority::background));
+  f.push_back(sched.submit(lifted, Priority::waiting));  // a reader arrives: lifted ahead
+  CHECK(sched.progress().queued == 5);
+  CHECK(sched.progress().running == 1);
+  runner.open();
+  for (auto& x : f) CHECK(x.get().outcome == CompileOutcome::success);
+  first.get();
+  auto name = [](const JobSpec& s) { return test::fs::path(s.entry_dir).filename().string(); };
+  CHECK(runner.order() == std::vector<std::string>{"MODULE_gopjrt_jax_xp1.hlo.pb", name(lifted), name(waited),
+                                                   name(big), name(medium), name(small)});
+}
+
+TEST_CASE("an entry locked elsewhere waits as locked and is re-checked on the clock", "[scheduler]") {
+  test::TempDir root, work;
+  RecordingRunner runner;
+  test::FakeClock clock;
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto other = EntryLock::try_acquire(entry + "/model.hlo_module.pb.lock");
+  REQUIRE(other.has_value());
+  auto o = recording_options(work, runner, 1);
+  o.clock = &clock;
+  o.busy_retry = 5s;
+  Scheduler sched(o);
+  auto f = sched.submit(prepare_job(entry), Priority::waiting);
+  for (int i = 0; i < 500 && sched.progress().locked == 0; ++i) std::this_thread::sleep_for(2ms);
+  CHECK(sched.progress().locked == 1);
+  CHECK(sched.progress().remaining() == 1);
+  // The other holder finishes the entry. Real time passes, but the clock does not.
+  test::spit(test::fs::path(entry) / "model.neff", "theirs");
+  test::spit(test::fs::path(entry) / "model.done", "");
+  other->release();
+  std::this_thread::sleep_for(100ms);
+  CHECK(f.wait_for(0s) == std::future_status::timeout);
+  clock.advance(5s);
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  CHECK(f.get().outcome == CompileOutcome::already_done);
+  CHECK(runner.order().empty());  // never compiled by us
+}
+
+TEST_CASE("shutdown stops running compiles and drops queued ones, recording nothing", "[scheduler]") {
+  test::TempDir root, work;
+  test::ScopedEnv hang("NEFFCACHE_FAKE_HANG", "1");
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  std::vector<std::string> entries;
+  for (const char* f : {"gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb", "spu_tf_jit_comp.hlo.pb"})
+    entries.push_back(make_entry(root.path(), f));
+  std::vector<std::shared_future<CompileResult>> futures;
+  auto start = std::chrono::steady_clock::now();
+  {
+    Scheduler sched(fake_compiler_options(work, 1));
+    for (auto& e : entries) futures.push_back(sched.submit(prepare_job(e), Priority::background));
+    for (int i = 0; i < 500 && sched.progress().running == 0; ++i) std::this_thread::sleep_for(2ms);
+    std::this_thread::sleep_for(100ms);
+    sched.shutdown();
+  }
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  for (auto& f : futures) CHECK(f.get().outcome == CompileOutcome::transient);
+  for (auto& e : entries) {
+    CHECK_FALSE(test::fs::exists(test::fs::path(e) / "model.log"));
+    CHECK_FALSE(test::fs::exists(test::fs::path(e) / "model.hlo_module.pb.lock"));
+  }
+}
+
+TEST_CASE("job keys follow graph, flags and compiler; jobs default as the Neuron tool's pool", "[scheduler]") {
+  test::TempDir root;
+  auto a = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "a");
+  auto b = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "b");
+  REQUIRE(write_compile_flags(b + "/compile_flags.json", {"-O1"}).has_value());
+  CHECK(prepare_job(a).dedup_key != prepare_job(b).dedup_key);
+  CHECK(prepare_job(a, {"-O1"}).dedup_key == prepare_job(b).dedup_key);
+  CHECK(prepare_job(a).instructions == 311);
+  test::spit(test::fs::path(a) / "model.hlo_module.pb", "garbage");
+  CHECK(prepare_job(a).dedup_key.empty());
+
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  CHECK(default_jobs(1) == cores);
+  CHECK(default_jobs(1ull << 62) == 1);
+}
