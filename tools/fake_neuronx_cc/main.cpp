@@ -187,7 +187,11 @@ int main(int argc, char** argv) {
       int fd = ::open(once->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd >= 0) ::close(fd), ::raise(SIGKILL);
     }
-    if (auto code = env("NEFFCACHE_FAKE_FAIL")) die(std::atoi(code->c_str()), "injected compile failure");
+    if (auto code = env("NEFFCACHE_FAKE_FAIL")) {
+      // With NEFFCACHE_FAKE_FAIL_WHILE=FILE, only while FILE exists.
+      auto gate = env("NEFFCACHE_FAKE_FAIL_WHILE");
+      if (!gate || ::access(gate->c_str(), F_OK) == 0) die(std::atoi(code->c_str()), "injected compile failure");
+    }
     if (env("NEFFCACHE_FAKE_HANG")) {
       // A child in the same process group hangs too: a timeout must kill the group.
       if (::fork() == 0) for (;;) ::pause();

@@ -1,0 +1,627 @@
+// neffcachefs handlers. Design notes:
+// - Inodes are O_PATH descriptors of backing files keyed by (st_dev, st_ino), as in
+//   libfuse's passthrough_hp; lookups never follow symlinks, so nothing outside the
+//   backing directory is reachable through the mount.
+// - In a pending entry, model.neff and model.done are placeholders: listed, stat-able
+//   (size 0, no caching), and opening one submits the entry's compile and keeps the
+//   request; the reply comes from the scheduler's callback, so no handler thread waits.
+// - Kernel notifications are sent only from scheduler or preparer threads, never from
+//   inside a handler (libfuse documents that as a deadlock).
+#include "fs.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include <neffcache/layout.hpp>
+
+namespace neffcachefs {
+
+using namespace neffcache;
+static_assert(sizeof(fuse_ino_t) >= sizeof(void*), "inode numbers carry pointers");
+
+// How long the kernel may cache names and attributes. A finished NEFF never changes,
+// so its entry and attributes may be cached for a day; everything else briefly, since
+// other processes change the backing directory too; placeholders not at all.
+constexpr double k_timeout = 1.0;
+constexpr double k_immutable_timeout = 86400.0;
+
+struct Filesystem::Inode {
+  int fd = -1;  // O_PATH descriptor; -1 for placeholders
+  dev_t dev = 0;
+  ino_t ino = 0;
+  uint64_t nlookup = 0;  // guarded by inodes_mu_
+  bool placeholder = false;
+  fuse_ino_t parent = 0;  // placeholders: the entry folder
+  std::string name;       // placeholders: model.neff or model.done
+  ~Inode() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+struct Filesystem::Waiter {
+  fuse_req_t req;
+  fuse_ino_t ino;
+  fuse_ino_t parent;
+  std::string name;
+  int parent_fd;  // owned
+  fuse_file_info fi;
+  std::atomic<bool> answered{false};
+  ~Waiter() { ::close(parent_fd); }
+};
+
+namespace {
+
+Filesystem& self(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+std::string proc_path(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
+
+bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }
+
+bool is_product_name(std::string_view n) { return n == k_neff_file || n == k_done_file; }
+
+struct DirHandle {
+  struct Ent {
+    std::string name;
+    ino_t ino;
+    unsigned char type;
+  };
+  std::vector<Ent> ents;
+};
+
+}  // namespace
+
+Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
+  root_ = std::make_unique<Inode>();
+  root_->fd = ::open(opts_.backing.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct stat st {};
+  ::fstat(root_->fd, &st);
+  root_->dev = st.st_dev;
+  root_->ino = st.st_ino;
+  root_->nlookup = 2;
+  opts_.scheduler.settings.retry_failed = opts_.retry_failed;
+  opts_.scheduler.settings.default_flags = opts_.default_flags;
+  scheduler_ = std::make_unique<Scheduler>(opts_.scheduler);
+  prep_thread_ = std::thread([this] { prepare_loop(); });
+}
+
+Filesystem::~Filesystem() { shutdown(); }
+
+void Filesystem::shutdown() {
+  {
+    std::lock_guard lk(prep_mu_);
+    if (prep_stop_) return;
+    prep_stop_ = true;
+  }
+  prep_cv_.notify_all();
+  if (prep_thread_.joinable()) prep_thread_.join();
+  // Work never handed to the scheduler still has waiters to answer.
+  for (auto& item : prep_queue_)
+    if (item.waiter) answer(item.waiter, nullptr, EIO);
+  prep_queue_.clear();
+  scheduler_->shutdown();
+}
+
+Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
+  return ino == FUSE_ROOT_ID ? *root_ : *reinterpret_cast<Inode*>(ino);
+}
+
+std::string Filesystem::path_of(const Inode& i) const {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(proc_path(i.fd).c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+void Filesystem::eio(EioSite site, const std::string& what) {
+  ++eio_counts_[static_cast<int>(site)];
+  fmt::print(stderr, "neffcachefs: EIO ({:02}) {}\n", static_cast<int>(site), what);
+}
+
+// Whether `dir_fd` is an entry folder whose model.neff/model.done may be produced.
+bool Filesystem::is_entry_dir(int dir_fd) const {
+  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  EntryFiles files;
+  auto listed = detail::list_dir(fd, "entry", [&](std::string_view name, bool) { files.note(name); });
+  return listed && files.has_hlo() && !(files.has(EntryFile::neff) && files.has(EntryFile::done));
+}
+
+int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
+  fuse_entry_param e{};
+  int fd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT && is_product_name(name) && is_entry_dir(parent.fd)) {
+      // A placeholder for what a compile will produce.
+      Inode* p;
+      {
+        std::lock_guard lk(inodes_mu_);
+        fuse_ino_t parent_id = &parent == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(&parent);
+        auto& slot = placeholders_[{parent_id, name}];
+        if (!slot) {
+          slot = new Inode;
+          slot->placeholder = true;
+          slot->parent = parent_id;
+          slot->name = name;
+        }
+        p = slot;
+        ++p->nlookup;
+      }
+      e.ino = reinterpret_cast<fuse_ino_t>(p);
+      e.attr.st_ino = static_cast<ino_t>(e.ino & 0x7fffffffffffULL);
+      e.attr.st_mode = S_IFREG | 0444;
+      e.attr.st_nlink = 1;
+      e.attr_timeout = e.entry_timeout = 0;
+      return fuse_reply_entry(req, &e);
+    }
+    return fuse_reply_err(req, err);
+  }
+  if (::fstat(fd, &e.attr) != 0) {
+    int err = errno;
+    ::close(fd);
+    return fuse_reply_err(req, err);
+  }
+  Inode* in;
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto& slot = inodes_[{e.attr.st_dev, e.attr.st_ino}];
+    if (!slot) {
+      slot = new Inode;
+      slot->fd = fd;
+      slot->dev = e.attr.st_dev;
+      slot->ino = e.attr.st_ino;
+      fd = -1;
+    }
+    in = slot;
+    ++in->nlookup;
+  }
+  if (fd >= 0) ::close(fd);
+  e.ino = in == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(in);
+  bool immutable = std::string_view(name) == k_neff_file && S_ISREG(e.attr.st_mode) &&
+                   ::faccessat(parent.fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
+  e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
+  return fuse_reply_entry(req, &e);
+}
+
+void Filesystem::init(fuse_conn_info* conn) {
+  // Capability negotiation, in one place.
+  if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  conn->want &= ~FUSE_CAP_READDIRPLUS;  // plain readdir; lookups carry the attributes
+  conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;  // no ".." lookups from NFS re-export
+  conn->max_write = 1 << 20;
+  conn->max_readahead = 1 << 20;
+  // Parallel readers of many NEFFs: the kernel default of 12 throttles them.
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+}
+
+void Filesystem::lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Inode& p = inode(parent);
+  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  // The kernel resolves "." and ".." itself; refusing them here keeps the root a wall.
+  if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strchr(name, '/'))
+    return (void)fuse_reply_err(req, EINVAL);
+  reply_entry(req, p, name);
+}
+
+void Filesystem::forget(fuse_ino_t ino, uint64_t n) {
+  if (ino == FUSE_ROOT_ID) return;
+  Inode* in = reinterpret_cast<Inode*>(ino);
+  std::lock_guard lk(inodes_mu_);
+  if (in->nlookup > n) {
+    in->nlookup -= n;
+    return;
+  }
+  if (in->placeholder) placeholders_.erase({in->parent, in->name});
+  else inodes_.erase({in->dev, in->ino});
+  delete in;
+}
+
+void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino) {
+  Inode& i = inode(ino);
+  struct stat st {};
+  double timeout = k_timeout;
+  if (i.placeholder) {
+    timeout = 0;
+    // Once produced, the real file's attributes: fstat after open shows the true size.
+    if (::fstatat(inode(i.parent).fd, i.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      st = {};
+      st.st_mode = S_IFREG | 0444;
+      st.st_nlink = 1;
+    }
+    st.st_ino = static_cast<ino_t>(ino & 0x7fffffffffffULL);
+  } else if (::fstatat(i.fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    return (void)fuse_reply_err(req, errno);
+  }
+  fuse_reply_attr(req, &st, timeout);
+}
+
+void Filesystem::setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  Inode& i = inode(ino);
+  if (i.placeholder) return (void)fuse_reply_err(req, EACCES);
+  std::string path = proc_path(i.fd);
+  int rc = 0;
+  if (to_set & FUSE_SET_ATTR_MODE) rc = fi ? ::fchmod(static_cast<int>(fi->fh), attr->st_mode) : ::chmod(path.c_str(), attr->st_mode);
+  if (rc == 0 && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+    uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1);
+    gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
+    rc = ::fchownat(i.fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+  }
+  if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE))
+    rc = fi ? ::ftruncate(static_cast<int>(fi->fh), attr->st_size) : ::truncate(path.c_str(), attr->st_size);
+  if (rc == 0 && (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+    struct timespec tv[2];
+    tv[0].tv_nsec = tv[1].tv_nsec = UTIME_OMIT;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) tv[0].tv_nsec = UTIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_ATIME) tv[0] = attr->st_atim;
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) tv[1].tv_nsec = UTIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_MTIME) tv[1] = attr->st_mtim;
+    rc = fi ? ::futimens(static_cast<int>(fi->fh), tv) : ::utimensat(AT_FDCWD, path.c_str(), tv, 0);
+  }
+  if (rc != 0) return (void)fuse_reply_err(req, errno);
+  getattr(req, ino);
+}
+
+void Filesystem::readlink(fuse_req_t req, fuse_ino_t ino) {
+  Inode& i = inode(ino);
+  char buf[PATH_MAX + 1];
+  ssize_t n = i.placeholder ? -1 : ::readlinkat(i.fd, "", buf, sizeof buf - 1);
+  if (n < 0) return (void)fuse_reply_err(req, i.placeholder ? EINVAL : errno);
+  buf[n] = '\0';
+  fuse_reply_readlink(req, buf);
+}
+
+void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const char* target) {
+  Inode& p = inode(parent);
+  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  int rc = target ? ::symlinkat(target, p.fd, name)
+           : S_ISDIR(mode) ? ::mkdirat(p.fd, name, mode)
+                           : ::mknodat(p.fd, name, mode, 0);
+  if (rc != 0) return (void)fuse_reply_err(req, errno);
+  reply_entry(req, p, name);
+}
+
+void Filesystem::unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
+  Inode& p = inode(parent);
+  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  fuse_reply_err(req, ::unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno);
+}
+
+void Filesystem::rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                        const char* newname, unsigned flags) {
+  Inode& p = inode(parent);
+  Inode& np = inode(newparent);
+  if (p.placeholder || np.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  if (::syscall(SYS_renameat2, p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_err(req, 0);
+  // An HLO renamed into place is a finished write: start its compile (eager).
+  if (opts_.eager && is_hlo_name(newname)) request_compile(path_of(np), Priority::background, nullptr);
+}
+
+void Filesystem::link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Inode& i = inode(ino);
+  Inode& np = inode(newparent);
+  if (i.placeholder || np.placeholder) return (void)fuse_reply_err(req, EPERM);
+  if (::linkat(AT_FDCWD, proc_path(i.fd).c_str(), np.fd, newname, AT_SYMLINK_FOLLOW) != 0)
+    return (void)fuse_reply_err(req, errno);
+  reply_entry(req, np, newname);
+}
+
+static void on_interrupt(fuse_req_t, void* data) {
+  auto* w = static_cast<Filesystem::Waiter*>(data);
+  // The waiter is alive: the pending compile's callback holds it until it is answered.
+  auto& fs = *static_cast<Filesystem*>(fuse_req_userdata(w->req));
+  std::shared_ptr<Filesystem::Waiter> alias(std::shared_ptr<Filesystem::Waiter>(), w);
+  fs.answer(alias, nullptr, EINTR);
+}
+
+void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Inode& i = inode(ino);
+  if (!i.placeholder) {
+    int fd = ::open(proc_path(i.fd).c_str(), fi->flags & ~O_NOFOLLOW);
+    if (fd < 0) return (void)fuse_reply_err(req, errno);
+    fi->fh = static_cast<uint64_t>(fd);
+    // A finished NEFF never changes: keep its pages across opens.
+    fi->keep_cache = (fi->flags & O_ACCMODE) == O_RDONLY && path_of(i).ends_with("/model.neff");
+    return (void)fuse_reply_open(req, fi);
+  }
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
+  Inode& parent = inode(i.parent);
+  int fd = ::openat(parent.fd, i.name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {  // produced meanwhile
+    fi->fh = static_cast<uint64_t>(fd);
+    fi->direct_io = 1;
+    return (void)fuse_reply_open(req, fi);
+  }
+  std::string entry = path_of(parent);
+  auto files = read_entry_files(entry);
+  if (files && files->has(EntryFile::log) && !files->has(EntryFile::neff) && !opts_.retry_failed) {
+    eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)", entry));
+    return (void)fuse_reply_err(req, EIO);
+  }
+  auto w = std::make_shared<Waiter>();
+  w->req = req;
+  w->ino = ino;
+  w->parent = i.parent;
+  w->name = i.name;
+  w->parent_fd = ::dup(parent.fd);
+  w->fi = *fi;
+  fuse_req_interrupt_func(req, on_interrupt, w.get());
+  request_compile(entry, Priority::waiting, w);
+}
+
+void Filesystem::answer(const std::shared_ptr<Waiter>& w, const CompileResult* result, int err) {
+  if (w->answered.exchange(true)) return;
+  if (!result) return (void)fuse_reply_err(w->req, err);
+  if (!is_success(result->outcome)) {
+    bool recorded = result->outcome == CompileOutcome::failed || result->outcome == CompileOutcome::failed_cached;
+    eio(recorded ? EioSite::compile_failed : EioSite::compile_transient,
+        fmt::format("{}: {} ({})", w->name, to_string(result->outcome), result->message));
+    return (void)fuse_reply_err(w->req, EIO);
+  }
+  int fd = ::openat(w->parent_fd, w->name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    eio(EioSite::publish_vanished, fmt::format("{}: compiled but cannot be opened: {}", w->name, std::strerror(errno)));
+    return (void)fuse_reply_err(w->req, EIO);
+  }
+  fuse_file_info fi = w->fi;
+  fi.fh = static_cast<uint64_t>(fd);
+  // The kernel holds a zero-size placeholder: read through direct I/O, and drop its
+  // cached attributes and name so that later lookups find the real file.
+  fi.direct_io = 1;
+  if (fuse_reply_open(w->req, &fi) != 0) ::close(fd);
+  if (session_) {
+    fuse_lowlevel_notify_inval_inode(session_, w->ino, 0, 0);
+    fuse_lowlevel_notify_inval_entry(session_, w->parent, w->name.c_str(), w->name.size());
+  }
+}
+
+void Filesystem::request_compile(const std::string& entry_dir, Priority prio, std::shared_ptr<Waiter> waiter) {
+  {
+    std::lock_guard lk(prep_mu_);
+    if (!prep_stop_) {
+      prep_queue_.push_back({entry_dir, prio, std::move(waiter)});
+      prep_cv_.notify_one();
+      return;
+    }
+  }
+  if (waiter) answer(waiter, nullptr, EIO);
+}
+
+void Filesystem::prepare_loop() {
+  std::unique_lock lk(prep_mu_);
+  for (;;) {
+    prep_cv_.wait(lk, [&] { return prep_stop_ || !prep_queue_.empty(); });
+    if (prep_stop_) return;
+    PrepareItem item = std::move(prep_queue_.front());
+    prep_queue_.pop_front();
+    lk.unlock();
+    JobSpec spec = prepare_job(item.entry_dir, opts_.default_flags);
+    auto w = item.waiter;
+    scheduler_->submit(spec, item.prio, [this, w](const CompileResult& r) {
+      if (w) answer(w, &r, 0);
+    });
+    lk.lock();
+  }
+}
+
+void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Inode& p = inode(parent);
+  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  int fd = ::openat(p.fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  fuse_entry_param e{};
+  int pfd = ::openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (pfd < 0 || ::fstat(pfd, &e.attr) != 0) {
+    int err = errno;
+    ::close(fd);
+    if (pfd >= 0) ::close(pfd);
+    return (void)fuse_reply_err(req, err);
+  }
+  Inode* in;
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto& slot = inodes_[{e.attr.st_dev, e.attr.st_ino}];
+    if (!slot) {
+      slot = new Inode;
+      slot->fd = pfd;
+      slot->dev = e.attr.st_dev;
+      slot->ino = e.attr.st_ino;
+      pfd = -1;
+    }
+    in = slot;
+    ++in->nlookup;
+  }
+  if (pfd >= 0) ::close(pfd);
+  e.ino = reinterpret_cast<fuse_ino_t>(in);
+  e.attr_timeout = e.entry_timeout = k_timeout;
+  fi->fh = static_cast<uint64_t>(fd);
+  if (fuse_reply_create(req, &e, fi) != 0) ::close(fd);
+}
+
+void Filesystem::read(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi) {
+  // Answered with the backing descriptor itself: libfuse splices file -> pipe ->
+  // /dev/fuse, no copy through this process.
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = static_cast<int>(fi->fh);
+  buf.buf[0].pos = off;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void Filesystem::write(fuse_req_t req, const char* data, size_t size, off_t off, fuse_file_info* fi) {
+  ssize_t n = ::pwrite(static_cast<int>(fi->fh), data, size, off);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_write(req, static_cast<size_t>(n));
+}
+
+void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
+  // close() of a duplicate reports delayed write errors (NFS) without ending the open.
+  int dup = ::dup(static_cast<int>(fi->fh));
+  fuse_reply_err(req, dup >= 0 && ::close(dup) == 0 ? 0 : errno);
+}
+
+void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  std::string path;
+  if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder)
+    path = path_of(inode(ino));
+  ::close(static_cast<int>(fi->fh));
+  fuse_reply_err(req, 0);
+  // A client finished writing an HLO into an entry: compile it now, in the background.
+  if (!path.empty()) {
+    std::filesystem::path p(path);
+    if (is_hlo_name(p.filename().string()) && p.parent_path().filename().string().starts_with(k_module_dir_prefix))
+      request_compile(p.parent_path().string(), Priority::background, nullptr);
+  }
+}
+
+void Filesystem::fsync(fuse_req_t req, int datasync, fuse_file_info* fi) {
+  int fd = static_cast<int>(fi->fh);
+  fuse_reply_err(req, (datasync ? ::fdatasync(fd) : ::fsync(fd)) == 0 ? 0 : errno);
+}
+
+void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Inode& i = inode(ino);
+  if (i.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  int fd = ::openat(i.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  DIR* d = ::fdopendir(fd);
+  if (!d) return (void)(::close(fd), fuse_reply_err(req, errno));
+  auto h = std::make_unique<DirHandle>();
+  EntryFiles files;
+  while (dirent* e = ::readdir(d)) {
+    h->ents.push_back({e->d_name, e->d_ino, e->d_type});
+    files.note(e->d_name);
+  }
+  ::closedir(d);
+  // A pending entry lists what opening it will produce.
+  if (files.has_hlo() && !(files.has(EntryFile::neff) && files.has(EntryFile::done)) &&
+      !(files.has(EntryFile::log) && !opts_.retry_failed)) {
+    if (!files.has(EntryFile::neff)) h->ents.push_back({std::string(k_neff_file), 0, DT_REG});
+    if (!files.has(EntryFile::done)) h->ents.push_back({std::string(k_done_file), 0, DT_REG});
+  }
+  fi->fh = reinterpret_cast<uint64_t>(h.release());
+  fuse_reply_open(req, fi);
+}
+
+void Filesystem::readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+  std::vector<char> buf(size);
+  std::size_t used = 0;
+  for (auto i = static_cast<std::size_t>(off); i < h->ents.size(); ++i) {
+    struct stat st {};
+    st.st_ino = h->ents[i].ino ? h->ents[i].ino : 1;
+    st.st_mode = static_cast<mode_t>(h->ents[i].type) << 12;
+    std::size_t n = fuse_add_direntry(req, buf.data() + used, size - used, h->ents[i].name.c_str(), &st,
+                                      static_cast<off_t>(i + 1));
+    if (n > size - used) break;
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void Filesystem::releasedir(fuse_req_t req, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void Filesystem::statfs(fuse_req_t req, fuse_ino_t ino) {
+  struct statvfs st {};
+  Inode& i = inode(ino);
+  if (::fstatvfs(i.placeholder ? root_->fd : i.fd, &st) != 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_statfs(req, &st);
+}
+
+void Filesystem::getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Inode& i = inode(ino);
+  if (i.placeholder) return (void)fuse_reply_err(req, ENODATA);
+  std::vector<char> buf(size);
+  ssize_t n = ::getxattr(proc_path(i.fd).c_str(), name, size ? buf.data() : nullptr, size);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
+  fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
+}
+
+void Filesystem::listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Inode& i = inode(ino);
+  if (i.placeholder) return (void)(size ? fuse_reply_buf(req, nullptr, 0) : fuse_reply_xattr(req, 0));
+  std::vector<char> buf(size);
+  ssize_t n = ::listxattr(proc_path(i.fd).c_str(), size ? buf.data() : nullptr, size);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
+  fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
+}
+
+void Filesystem::setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  Inode& i = inode(ino);
+  if (i.placeholder) return (void)fuse_reply_err(req, EACCES);
+  fuse_reply_err(req, ::setxattr(proc_path(i.fd).c_str(), name, value, size, flags) == 0 ? 0 : errno);
+}
+
+void Filesystem::removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Inode& i = inode(ino);
+  if (i.placeholder) return (void)fuse_reply_err(req, ENODATA);
+  fuse_reply_err(req, ::removexattr(proc_path(i.fd).c_str(), name) == 0 ? 0 : errno);
+}
+
+// C trampolines: libfuse calls these with the Filesystem as userdata.
+const fuse_lowlevel_ops& Filesystem::ops() {
+  static const fuse_lowlevel_ops table = [] {
+    fuse_lowlevel_ops o{};
+    o.init = [](void* ud, fuse_conn_info* c) { static_cast<Filesystem*>(ud)->init(c); };
+    o.lookup = [](fuse_req_t r, fuse_ino_t p, const char* n) { self(r).lookup(r, p, n); };
+    o.forget = [](fuse_req_t r, fuse_ino_t i, uint64_t n) {
+      self(r).forget(i, n);
+      fuse_reply_none(r);
+    };
+    o.forget_multi = [](fuse_req_t r, size_t count, fuse_forget_data* f) {
+      for (size_t k = 0; k < count; ++k) self(r).forget(f[k].ino, f[k].nlookup);
+      fuse_reply_none(r);
+    };
+    o.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info*) { self(r).getattr(r, i); };
+    o.setattr = [](fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info* fi) { self(r).setattr(r, i, a, s, fi); };
+    o.readlink = [](fuse_req_t r, fuse_ino_t i) { self(r).readlink(r, i); };
+    o.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t) { self(r).mknod_like(r, p, n, m, nullptr); };
+    o.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) { self(r).mknod_like(r, p, n, S_IFDIR | m, nullptr); };
+    o.symlink = [](fuse_req_t r, const char* t, fuse_ino_t p, const char* n) { self(r).mknod_like(r, p, n, S_IFLNK, t); };
+    o.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { self(r).unlink(r, p, n, false); };
+    o.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { self(r).unlink(r, p, n, true); };
+    o.rename = [](fuse_req_t r, fuse_ino_t p, const char* n, fuse_ino_t np, const char* nn, unsigned f) {
+      self(r).rename(r, p, n, np, nn, f);
+    };
+    o.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { self(r).link(r, i, np, nn); };
+    o.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).open(r, i, fi); };
+    o.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) { self(r).create(r, p, n, m, fi); };
+    o.read = [](fuse_req_t r, fuse_ino_t, size_t s, off_t off, fuse_file_info* fi) { self(r).read(r, s, off, fi); };
+    o.write = [](fuse_req_t r, fuse_ino_t, const char* b, size_t s, off_t off, fuse_file_info* fi) { self(r).write(r, b, s, off, fi); };
+    o.flush = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).flush(r, fi); };
+    o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).release(r, i, fi); };
+    o.fsync = [](fuse_req_t r, fuse_ino_t, int d, fuse_file_info* fi) { self(r).fsync(r, d, fi); };
+    o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).opendir(r, i, fi); };
+    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) { self(r).readdir(r, i, s, off, fi); };
+    o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).releasedir(r, fi); };
+    o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(r, 0); };
+    o.statfs = [](fuse_req_t r, fuse_ino_t i) { self(r).statfs(r, i); };
+    o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { self(r).getxattr(r, i, n, s); };
+    o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { self(r).listxattr(r, i, s); };
+    o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) { self(r).setxattr(r, i, n, v, s, f); };
+    o.removexattr = [](fuse_req_t r, fuse_ino_t i, const char* n) { self(r).removexattr(r, i, n); };
+    return o;
+  }();
+  return table;
+}
+
+}  // namespace neffcachefs

@@ -1,0 +1,120 @@
+// neffcachefs: a pass-through FUSE file system over a Neuron cache directory that turns
+// the open of a missing model.neff (or model.done) in a pending entry into a compile.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <neffcache/scheduler.hpp>
+
+namespace neffcachefs {
+
+struct Options {
+  std::string backing;          // absolute path of the backing directory
+  neffcache::Scheduler::Options scheduler;
+  bool eager = true;            // compile an HLO as soon as it is written through the mount
+  bool retry_failed = false;    // failed entries compile again when opened
+  std::vector<std::string> default_flags;
+  std::chrono::milliseconds wait_timeout{0};  // 0: the compile timeout bounds the wait
+};
+
+// Numbered EIO sites (greppable in the log, counted in the statistics).
+enum class EioSite : int {
+  compile_failed = 1,   // the compiler failed (deterministic): model.log recorded
+  compile_transient,    // killed, timed out, shut down: the next open tries again
+  failed_cached,        // a failure is recorded; open fails at once until retried
+  publish_vanished,     // the NEFF was published but could not be opened
+  count
+};
+
+class Filesystem {
+ public:
+  explicit Filesystem(Options opts);
+  ~Filesystem();
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // The operation table to hand to fuse_session_new; userdata must be this object.
+  static const fuse_lowlevel_ops& ops();
+  void set_session(fuse_session* se) { session_ = se; }
+  // Drops queued work, stops running compiles, answers every waiter.
+  void shutdown();
+
+  struct Inode;
+  struct Waiter;
+
+  // Handlers (public so the C trampolines can reach them).
+  void init(fuse_conn_info* conn);
+  void lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void forget(fuse_ino_t ino, uint64_t n);
+  void getattr(fuse_req_t req, fuse_ino_t ino);
+  void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
+  void readlink(fuse_req_t req, fuse_ino_t ino);
+  void mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const char* link_target);
+  void unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir);
+  void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+              unsigned flags);
+  void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
+  void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
+  void read(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi);
+  void write(fuse_req_t req, const char* buf, size_t size, off_t off, fuse_file_info* fi);
+  void flush(fuse_req_t req, fuse_file_info* fi);
+  void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void fsync(fuse_req_t req, int datasync, fuse_file_info* fi);
+  void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void releasedir(fuse_req_t req, fuse_file_info* fi);
+  void statfs(fuse_req_t req, fuse_ino_t ino);
+  void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
+  void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+  void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
+  void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name);
+
+  // Answers a waiter once (the compile result or an interrupt, whichever comes first).
+  void answer(const std::shared_ptr<Waiter>& w, const neffcache::CompileResult* result, int err);
+
+ private:
+  Inode& inode(fuse_ino_t ino);
+  int reply_entry(fuse_req_t req, Inode& parent, const char* name);
+  bool is_entry_dir(int dir_fd) const;
+  std::string path_of(const Inode& i) const;
+  void eio(EioSite site, const std::string& what);
+  void request_compile(const std::string& entry_dir, neffcache::Priority prio,
+                       std::shared_ptr<Waiter> waiter);
+  void prepare_loop();
+
+  Options opts_;
+  fuse_session* session_ = nullptr;
+  std::unique_ptr<Inode> root_;
+  std::mutex inodes_mu_;  // guards the inode maps below; never held across I/O
+  std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
+  std::map<std::pair<fuse_ino_t, std::string>, Inode*> placeholders_;
+  std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
+  std::unique_ptr<neffcache::Scheduler> scheduler_;
+
+  // Preparing a job reads the whole HLO, so it happens here, never in a handler.
+  struct PrepareItem {
+    std::string entry_dir;
+    neffcache::Priority prio;
+    std::shared_ptr<Waiter> waiter;
+  };
+  std::mutex prep_mu_;
+  std::condition_variable prep_cv_;
+  std::deque<PrepareItem> prep_queue_;
+  bool prep_stop_ = false;
+  std::thread prep_thread_;
+};
+
+}  // namespace neffcachefs

@@ -1,0 +1,186 @@
+// neffcachefs [OPTIONS] BACKING MOUNTPOINT: mounts a Neuron compile cache so that opening
+// a missing model.neff compiles it. main parses options, checks the ground and runs the
+// FUSE loop.
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <neffcache/compile.hpp>
+#include <neffcache/flags.hpp>
+#include <neffcache/url.hpp>
+
+#include "fs.hpp"
+
+namespace {
+
+constexpr int k_exit_error = 1;
+constexpr int k_exit_usage = 2;
+
+int fail(const std::string& message) {
+  fmt::print(stderr, "neffcachefs: error: {}\n", message);
+  return k_exit_error;
+}
+
+// Parses "64G", "512M", "1T" or a byte count.
+std::optional<uint64_t> parse_size(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  std::size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(s, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = s.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit == "" || unit == "B") return n;
+  if (unit == "K" || unit == "KB" || unit == "KIB") return n << 10;
+  if (unit == "M" || unit == "MB" || unit == "MIB") return n << 20;
+  if (unit == "G" || unit == "GB" || unit == "GIB") return n << 30;
+  if (unit == "T" || unit == "TB" || unit == "TIB") return n << 40;
+  return std::nullopt;
+}
+
+bool on_path(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  for (std::string_view rest = path ? path : ""; !rest.empty();) {
+    auto dir = rest.substr(0, rest.find(':'));
+    if (!dir.empty() && ::access(fmt::format("{}/{}", dir, program).c_str(), X_OK) == 0) return true;
+    rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
+  }
+  return false;
+}
+
+// A mount point that is itself a mount (of anything) is busy.
+bool is_mounted(const std::string& dir) {
+  struct stat a {}, b {};
+  if (::stat(dir.c_str(), &a) != 0 || ::stat((dir + "/..").c_str(), &b) != 0) return false;
+  return a.st_dev != b.st_dev || a.st_ino == b.st_ino;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"neffcachefs: mount a Neuron compile cache that compiles a missing model.neff when it is opened"};
+  std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G";
+  std::vector<std::string> fuse_opts;
+  int jobs = 0, retries = -1;
+  double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
+  bool retry_failed = false, no_eager = false, foreground = false, eager = true;
+  app.add_option("BACKING", backing, "the cache directory the mount shows")->required();
+  app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
+  app.add_option("--compiler", compiler, "compiler command template ({hlo} {neff} {flags} {workdir} {key})")
+      ->capture_default_str();
+  app.add_option("-j,--jobs", jobs, "compiles at once (default: min(cores, ceil(RAM / --mem-per-job)))");
+  app.add_option("--mem-per-job", mem_per_job, "memory one compile may need, for the default of --jobs")
+      ->capture_default_str();
+  app.add_option("--flags", flags_text, "compiler flags for entries without compile_flags.json "
+                                        "(default: NEURON_CC_FLAGS without the cache-wrapper options)");
+  app.add_option("--compile-timeout", compile_timeout, "seconds before a compile is stopped (transient failure)")
+      ->capture_default_str();
+  app.add_option("--retries", retries, "retries of transient failures (default: NEURON_PARALLEL_COMPILE_MAX_RETRIES or 0)");
+  app.add_flag("--retry-failed", retry_failed, "compile entries with a recorded failure again when opened "
+                                               "(also on with --retry_failed_compilation in NEURON_CC_FLAGS)");
+  app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
+  app.add_flag("-f,--foreground", foreground, "stay in the foreground");
+  app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
+  (void)no_eager;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : k_exit_usage;
+  }
+
+  neffcachefs::Options opts;
+  std::error_code ec;
+  opts.backing = std::filesystem::absolute(backing, ec).lexically_normal().string();
+  if (!opts.backing.empty() && opts.backing.size() > 1 && opts.backing.back() == '/') opts.backing.pop_back();
+  struct stat st {};
+  if (::stat(opts.backing.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::access(opts.backing.c_str(), R_OK | W_OK | X_OK) != 0)
+    return fail(fmt::format("backing directory {} is missing or not readable and writable", backing));
+  if (::stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return fail(fmt::format("mount point {} is missing or not a directory", mountpoint));
+  if (is_mounted(mountpoint)) return fail(fmt::format("mount point {} is busy: something is mounted there", mountpoint));
+  if (std::filesystem::equivalent(opts.backing, mountpoint, ec))
+    return fail("the backing directory and the mount point must differ");
+
+  auto tmpl = neffcache::CompilerTemplate::parse(compiler);
+  if (!tmpl) return fail(tmpl.error().message);
+  auto words = neffcache::shell_split(compiler);
+  if (!on_path(words->front())) return fail(fmt::format("compiler '{}' not found on PATH", words->front()));
+  opts.scheduler.settings.compiler = *tmpl;
+
+  auto env_flags = neffcache::parse_neuron_cc_flags(neffcache::process_env("NEURON_CC_FLAGS").value_or(""));
+  if (!env_flags) return fail(fmt::format("NEURON_CC_FLAGS: {}", env_flags.error().message));
+  if (!flags_text.empty()) {
+    auto given = neffcache::parse_neuron_cc_flags(flags_text);
+    if (!given) return fail(fmt::format("--flags: {}", given.error().message));
+    opts.default_flags = given->compiler_flags;
+  } else {
+    opts.default_flags = env_flags->compiler_flags;
+  }
+  opts.retry_failed = retry_failed || env_flags->wrapper.retry_failed_compilation;
+  opts.eager = eager;
+
+  auto mem = parse_size(mem_per_job);
+  if (!mem || *mem == 0) return fail(fmt::format("--mem-per-job '{}' is not a size like 64G", mem_per_job));
+  opts.scheduler.jobs = jobs > 0 ? jobs : neffcache::default_jobs(*mem);
+  if (retries < 0) {
+    auto r = neffcache::max_retries_from_env(neffcache::process_env);
+    if (!r) return fail(r.error().message);
+    retries = *r;
+  }
+  opts.scheduler.settings.max_retries = retries;
+  if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
+  opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
+
+  // Every name the kernel remembers pins a descriptor here.
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+
+  std::string mount_opts = "default_permissions,fsname=neffcache,subtype=neffcache";
+  for (const auto& o : fuse_opts) mount_opts += "," + o;
+  std::vector<std::string> fargs{"neffcachefs", "-o", mount_opts};
+  std::vector<char*> fargv;
+  for (auto& a : fargs) fargv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), fargv.data());
+
+  neffcachefs::Filesystem fs(opts);
+  fuse_session* se = fuse_session_new(&args, &neffcachefs::Filesystem::ops(), sizeof(fuse_lowlevel_ops), &fs);
+  if (!se) return fail("cannot create the FUSE session (bad -o option?)");
+  fs.set_session(se);
+  if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return fail(fmt::format("cannot mount on {}", mountpoint));
+  }
+  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once)\n", opts.backing, mountpoint,
+             opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s");
+  fuse_daemonize(foreground ? 1 : 0);
+
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(cfg, 64);
+  int rc = fuse_session_loop_mt(se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  // Answer every waiter (compiles stop as transient failures) while replies can still
+  // reach the kernel, then unmount.
+  fs.shutdown();
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  return rc == 0 ? 0 : k_exit_error;
+}

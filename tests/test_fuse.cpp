@@ -1,0 +1,309 @@
+// neffcachefs on real mounts: pass-through fidelity, compile on open, single flight,
+// failures, eager compiles, start-up checks.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <neffcache/hlo.hpp>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_daemon = NEFFCACHE_DAEMON;
+const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+
+bool mounted(const fs::path& dir) {
+  struct stat a {}, b {};
+  return ::stat(dir.c_str(), &a) == 0 && ::stat((dir / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
+}
+
+// A daemon mounted for the scope of a test; always unmounted (lazily) at the end.
+class Mount {
+ public:
+  explicit Mount(std::vector<std::string> env = {}, std::vector<std::string> extra = {}) {
+    fs::create_directories(mnt());
+    std::vector<std::string> argv{"env", "TMPDIR=" + (dir_ / "work").string(),
+                                  "NEFFCACHE_FAKE_LOG=" + compile_log().string(), "NEFFCACHE_FAKE_RATE=0"};
+    fs::create_directories(dir_ / "work");
+    fs::create_directories(backing());
+    argv.insert(argv.end(), env.begin(), env.end());
+    for (std::string a : {k_daemon, std::string("--foreground"), std::string("--compiler"),
+                          k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}",
+                          std::string("-j"), std::string("2")})
+      argv.push_back(a);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back(backing().string());
+    argv.push_back(mnt().string());
+    daemon_ = std::make_unique<test::Child>(argv);
+    for (int i = 0; i < 1000 && !mounted(mnt()); ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(mounted(mnt()));
+  }
+  ~Mount() {
+    test::run({"fusermount3", "-u", "-z", mnt().string()});
+    daemon_->kill(SIGTERM);
+    daemon_->wait();
+  }
+  fs::path backing() const { return dir_ / "backing"; }
+  fs::path mnt() const { return dir_ / "mnt"; }
+  fs::path compile_log() const { return dir_ / "compiles.log"; }
+  int compiles() const { return test::count_lines(compile_log()); }
+  // Creates a pending entry in the backing directory; returns its path below the root.
+  std::string entry(const std::string& corpus_file, const std::string& name) {
+    std::string rel = "neuronxcc-2.21.0/MODULE_" + name;
+    fs::create_directories(backing() / rel);
+    fs::copy_file(test::k_corpus / corpus_file, backing() / rel / "model.hlo_module.pb");
+    return rel;
+  }
+
+ private:
+  test::TempDir dir_;
+  std::unique_ptr<test::Child> daemon_;
+};
+
+// Reads a whole file with open/read; returns errno on failure.
+std::pair<int, std::string> read_all(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {errno, {}};
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return {0, out};
+}
+
+std::string canonical_of(const std::string& corpus_file) {
+  return analyze_hlo(test::slurp(test::k_corpus / corpus_file))->canonical_sha256;
+}
+
+}  // namespace
+
+TEST_CASE("opening model.neff of a pending entry returns the compiled artifact", "[fuse]") {
+  Mount m;
+  auto e = m.entry("rocm08_normal_9.hlo_proto.pb", "a+0");
+  struct stat st {};
+  REQUIRE(::stat((m.mnt() / e / "model.neff").c_str(), &st) == 0);  // listed before it exists
+  CHECK(st.st_size == 0);
+  CHECK(m.compiles() == 0);  // stat does not compile
+  int fd = ::open((m.mnt() / e / "model.neff").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::fstat(fd, &st) == 0);
+  std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
+  CHECK(st.st_size > 0);  // the true size once compiled
+  CHECK(::read(fd, bytes.data(), bytes.size()) == st.st_size);
+  ::close(fd);
+  auto neff = fake::parse_fake_neff(bytes);
+  REQUIRE(neff.has_value());
+  CHECK(neff->graph == canonical_of("rocm08_normal_9.hlo_proto.pb"));
+  CHECK(bytes == test::slurp(m.backing() / e / "model.neff"));
+  CHECK(fs::exists(m.backing() / e / "model.done"));
+  CHECK(m.compiles() == 1);
+  // A second open is a plain hit.
+  CHECK(read_all(m.mnt() / e / "model.neff").second == bytes);
+  CHECK(m.compiles() == 1);
+}
+
+TEST_CASE("32 readers in 8 processes on one pending entry: one compile, identical bytes", "[fuse]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=0.5"});
+  auto e = m.entry("spu_credit_fraud_test.hlo.pb", "b+0");
+  test::TempDir out;
+  std::vector<std::unique_ptr<test::Child>> procs;
+  for (int p = 0; p < 8; ++p) {
+    std::string script = fmt::format("for i in 1 2 3 4; do cat '{}' > '{}/{}.'$i & done; wait",
+                                     (m.mnt() / e / "model.neff").string(), out.path().string(), p);
+    procs.push_back(std::make_unique<test::Child>(std::vector<std::string>{"sh", "-c", script}));
+  }
+  for (auto& p : procs) CHECK(p->wait() == 0);
+  std::string published = test::slurp(m.backing() / e / "model.neff");
+  REQUIRE(fake::parse_fake_neff(published).has_value());
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(out.path())) {
+    ++files;
+    CHECK(test::slurp(f.path()) == published);
+  }
+  CHECK(files == 32);
+  CHECK(m.compiles() == 1);
+}
+
+TEST_CASE("two entries that differ only in debug information compile once", "[fuse]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=0.3"});
+  // Same graph, same flags, different MODULE names (as two differently numbered dumps get).
+  auto a = m.entry("rocm_normal_9.hlo_proto.pb", "a+0");
+  auto b = m.entry("rocm_normal_9.hlo_proto.pb", "b+0");
+  std::thread ta([&] { CHECK(read_all(m.mnt() / a / "model.neff").first == 0); });
+  std::thread tb([&] { CHECK(read_all(m.mnt() / b / "model.neff").first == 0); });
+  ta.join();
+  tb.join();
+  CHECK(m.compiles() == 1);
+  CHECK(test::slurp(m.backing() / a / "model.neff") == test::slurp(m.backing() / b / "model.neff"));
+}
+
+TEST_CASE("a compiler error: EIO, the log in model.log, no second compile, and retry works", "[fuse]") {
+  test::TempDir gate_dir;
+  auto gate = gate_dir / "failing";
+  test::touch(gate);
+  Mount m({"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_FAIL_WHILE=" + gate.string()});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "c+0");
+  CHECK(read_all(m.mnt() / e / "model.neff").first == EIO);
+  CHECK(test::slurp(m.backing() / e / "model.log").find("injected compile failure") != std::string::npos);
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.neff"));
+  CHECK(read_all(m.mnt() / e / "model.neff").first == EIO);  // at once, from the record
+  CHECK(m.compiles() == 1);
+  // Retry, as `neffcache retry` does: clear the failure record.
+  fs::remove(gate);
+  fs::remove(m.mnt() / e / "model.log");
+  auto [err, bytes] = read_all(m.mnt() / e / "model.neff");
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(bytes).has_value());
+  CHECK(m.compiles() == 2);
+}
+
+TEST_CASE("a compiler killed by a signal: EIO, nothing recorded, the next open compiles", "[fuse]") {
+  test::TempDir marker_dir;
+  Mount m({"NEFFCACHE_FAKE_SIGNAL_ONCE=" + (marker_dir / "died").string()});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "d+0");
+  CHECK(read_all(m.mnt() / e / "model.neff").first == EIO);
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.log"));
+  auto [err, bytes] = read_all(m.mnt() / e / "model.neff");
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(bytes).has_value());
+  CHECK(m.compiles() == 2);
+}
+
+TEST_CASE("writing an HLO through the mount starts its compile with no reader", "[fuse]") {
+  Mount m;
+  auto dir = m.mnt() / "neuronxcc-2.21.0" / "MODULE_e+0";
+  fs::create_directories(dir);
+  test::spit(dir / "compile_flags.json", R"(["-O1"])");
+  fs::copy_file(test::k_corpus / "spu_tf_jit_comp.hlo.pb", dir / "model.hlo_module.pb");
+  auto done = m.backing() / "neuronxcc-2.21.0" / "MODULE_e+0" / "model.done";
+  for (int i = 0; i < 1000 && !fs::exists(done); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(fs::exists(done));
+  auto neff = fake::parse_fake_neff(test::slurp(m.backing() / "neuronxcc-2.21.0" / "MODULE_e+0" / "model.neff"));
+  REQUIRE(neff.has_value());
+  CHECK(neff->flags == R"(["--target=trn1", "-O1"])");
+  CHECK(m.compiles() == 1);
+}
+
+TEST_CASE("the same random file operations on the mount and on a plain directory agree", "[fuse]") {
+  Mount m;
+  test::TempDir plain;
+  // Runs a seeded sequence of operations under `root`, recording what each returned.
+  auto replay = [](const fs::path& root) {
+    std::mt19937 rng(4242);
+    std::ostringstream log;
+    std::vector<std::string> names{"a", "b", "c", "d/x", "d/y", "e"};
+    auto pick = [&] { return root / names[rng() % names.size()]; };
+    for (int step = 0; step < 400; ++step) {
+      auto p = pick(), q = pick();
+      int rc = 0;
+      std::string data;
+      switch (rng() % 12) {
+        case 0: rc = ::mkdir((root / "d").c_str(), 0755); break;
+        case 1: {
+          int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+          rc = fd;
+          if (fd >= 0) {
+            std::string text(rng() % 5000, static_cast<char>('a' + rng() % 26));
+            rc = static_cast<int>(::write(fd, text.data(), text.size()));
+            ::close(fd);
+          }
+          break;
+        }
+        case 2: {
+          int fd = ::open(p.c_str(), O_WRONLY | O_APPEND);
+          rc = fd < 0 ? fd : static_cast<int>(::write(fd, "tail", 4));
+          if (fd >= 0) ::close(fd);
+          break;
+        }
+        case 3: {
+          auto r = read_all(p);
+          rc = r.first;
+          data = std::to_string(r.second.size()) + ":" + std::to_string(std::hash<std::string>{}(r.second));
+          break;
+        }
+        case 4: rc = ::rename(p.c_str(), q.c_str()); break;
+        case 5: rc = ::unlink(p.c_str()); break;
+        case 6: rc = ::rmdir((root / "d").c_str()); break;
+        case 7: rc = ::truncate(p.c_str(), static_cast<off_t>(rng() % 100)); break;
+        case 8: rc = ::symlink("target-text", p.c_str()); break;
+        case 9: {
+          char buf[64] = {};
+          rc = static_cast<int>(::readlink(p.c_str(), buf, sizeof buf - 1));
+          data = buf;
+          break;
+        }
+        case 10: rc = ::link(p.c_str(), q.c_str()); break;
+        case 11: {
+          struct stat st {};
+          rc = ::lstat(p.c_str(), &st);
+          if (rc == 0) data = fmt::format("{:o} {} {}", st.st_mode, S_ISDIR(st.st_mode) ? 0 : st.st_size, st.st_nlink);
+          break;
+        }
+      }
+      log << step << ' ' << (rc < 0 ? -errno : 0) << ' ' << data << '\n';
+    }
+    return log.str();
+  };
+  // Names, types and contents of everything under a root.
+  auto tree = [](const fs::path& root) {
+    std::vector<std::string> out;
+    for (const auto& f : fs::recursive_directory_iterator(root)) {
+      std::string line = fs::relative(f.path(), root).string();
+      if (f.is_symlink()) line += " -> " + fs::read_symlink(f.path()).string();
+      else if (f.is_regular_file()) line += " = " + std::to_string(std::hash<std::string>{}(test::slurp(f.path())));
+      out.push_back(line);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::string on_mount = replay(m.mnt());
+  std::string on_plain = replay(plain.path());
+  CHECK(on_mount == on_plain);
+  CHECK(on_mount.find(" 0 ") != std::string::npos);  // some operations succeeded...
+  CHECK(on_mount.find(" -2 ") != std::string::npos);  // ...and some failed with ENOENT, alike
+  auto expected = tree(plain.path());
+  CHECK(expected.size() >= 3);
+  CHECK(tree(m.mnt()) == expected);
+  CHECK(tree(m.backing()) == expected);  // the mount wrote through
+}
+
+TEST_CASE("neffcachefs refuses bad start-up conditions with one line", "[fuse]") {
+  test::TempDir dir;
+  fs::create_directories(dir / "backing");
+  fs::create_directories(dir / "mnt");
+  auto start = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{k_daemon, "--foreground"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run(argv);
+  };
+  auto fake = k_fake + " {hlo} --output {neff}";
+  auto r = start({"--compiler", fake, (dir / "backing").string(), (dir / "missing").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("mount point") != std::string::npos);
+  r = start({"--compiler", fake, (dir / "nope").string(), (dir / "mnt").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("backing directory") != std::string::npos);
+  r = start({"--compiler", "no-such-compiler {hlo} {neff}", (dir / "backing").string(), (dir / "mnt").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output == "neffcachefs: error: compiler 'no-such-compiler' not found on PATH\n");
+  r = start({"--compiler", "cc {hlo}", (dir / "backing").string(), (dir / "mnt").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("bad compiler template") != std::string::npos);
+  Mount busy;
+  r = start({"--compiler", fake, (dir / "backing").string(), busy.mnt().string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("busy") != std::string::npos);
+}
