@@ -1,6 +1,7 @@
 // neffcachefs [OPTIONS] BACKING MOUNTPOINT: mounts a Neuron compile cache so that opening
 // a missing model.neff compiles it. main parses options, checks the ground and runs the
 // FUSE loop.
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,5 +183,8 @@ int main(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  return rc == 0 ? 0 : k_exit_error;
+  // libfuse's signal handler records the signal as the loop's result: a stop by
+  // SIGTERM, SIGINT or SIGHUP is a clean exit.
+  bool clean = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP;
+  return clean ? 0 : k_exit_error;
 }

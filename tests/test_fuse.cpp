@@ -33,7 +33,9 @@ bool mounted(const fs::path& dir) {
 // A daemon mounted for the scope of a test; always unmounted (lazily) at the end.
 class Mount {
  public:
-  explicit Mount(std::vector<std::string> env = {}, std::vector<std::string> extra = {}) {
+  explicit Mount(std::vector<std::string> env = {}, std::vector<std::string> extra = {},
+                 std::optional<fs::path> shared_backing = std::nullopt)
+      : backing_(shared_backing.value_or(dir_ / "backing")) {
     fs::create_directories(mnt());
     std::vector<std::string> argv{"env", "TMPDIR=" + (dir_ / "work").string(),
                                   "NEFFCACHE_FAKE_LOG=" + compile_log().string(), "NEFFCACHE_FAKE_RATE=0"};
@@ -53,10 +55,20 @@ class Mount {
   }
   ~Mount() {
     test::run({"fusermount3", "-u", "-z", mnt().string()});
-    daemon_->kill(SIGTERM);
-    daemon_->wait();
+    if (daemon_) {
+      daemon_->kill(SIGTERM);
+      daemon_->wait();
+    }
   }
-  fs::path backing() const { return dir_ / "backing"; }
+  fs::path backing() const { return backing_; }
+  test::Child& daemon() { return *daemon_; }
+  // Stops the daemon with `sig` and waits for it; the mount may stay behind (kill -9).
+  int stop(int sig) {
+    daemon_->kill(sig);
+    int rc = daemon_->wait();
+    daemon_.reset();
+    return rc;
+  }
   fs::path mnt() const { return dir_ / "mnt"; }
   fs::path compile_log() const { return dir_ / "compiles.log"; }
   int compiles() const { return test::count_lines(compile_log()); }
@@ -70,8 +82,15 @@ class Mount {
 
  private:
   test::TempDir dir_;
+  fs::path backing_;
   std::unique_ptr<test::Child> daemon_;
 };
+
+// Opens `path` in a separate process; its exit status says how the open ended
+// (0: read a whole fake NEFF, 5: EIO, 4: EINTR, 3: other error, 2: partial NEFF).
+std::unique_ptr<test::Child> reader_process(const fs::path& path) {
+  return std::make_unique<test::Child>(std::vector<std::string>{NEFFCACHE_READER, path.string()});
+}
 
 // Reads a whole file with open/read; returns errno on failure.
 std::pair<int, std::string> read_all(const fs::path& p) {
@@ -306,4 +325,63 @@ TEST_CASE("neffcachefs refuses bad start-up conditions with one line", "[fuse]")
   r = start({"--compiler", fake, (dir / "backing").string(), busy.mnt().string()});
   CHECK(r.exit_code == 1);
   CHECK(r.output.find("busy") != std::string::npos);
+}
+
+TEST_CASE("two daemons on one backing directory, readers on both: one compile", "[fuse]") {
+  test::TempDir shared;
+  Mount a({"NEFFCACHE_FAKE_SECONDS=0.5"}, {}, shared.path());
+  Mount b({"NEFFCACHE_FAKE_SECONDS=0.5", "NEFFCACHE_FAKE_LOG=" + a.compile_log().string()}, {}, shared.path());
+  auto e = a.entry("spu_credit_fraud_predict.hlo.pb", "two+0");
+  std::vector<std::unique_ptr<test::Child>> readers;
+  for (int i = 0; i < 4; ++i) {
+    readers.push_back(reader_process(a.mnt() / e / "model.neff"));
+    readers.push_back(reader_process(b.mnt() / e / "model.neff"));
+  }
+  for (auto& r : readers) CHECK(r->wait() == 0);
+  CHECK(a.compiles() == 1);
+}
+
+TEST_CASE("a waiting reader that is killed exits within a second", "[fuse]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=20"});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "slow+0");
+  auto reader = reader_process(m.mnt() / e / "model.neff");
+  for (int i = 0; i < 500 && m.compiles() == 0; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(m.compiles() == 1);  // the reader is now waiting on the compile
+  auto start = std::chrono::steady_clock::now();
+  reader->kill(SIGKILL);
+  CHECK(reader->wait() == -SIGKILL);
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+}
+
+TEST_CASE("SIGTERM answers every waiter, records nothing and unmounts", "[fuse]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=30"});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "term+0");
+  std::vector<std::unique_ptr<test::Child>> readers;
+  for (int i = 0; i < 3; ++i) readers.push_back(reader_process(m.mnt() / e / "model.neff"));
+  for (int i = 0; i < 500 && m.compiles() == 0; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(m.compiles() == 1);
+  auto start = std::chrono::steady_clock::now();
+  CHECK(m.stop(SIGTERM) == 0);
+  for (auto& r : readers) CHECK(r->wait() == 5);  // EIO: the compile was stopped
+  CHECK(std::chrono::steady_clock::now() - start < 15s);
+  CHECK_FALSE(mounted(m.mnt()));
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.log"));
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.hlo_module.pb.lock"));
+}
+
+TEST_CASE("kill -9 of the daemon mid-compile, lazy unmount, restart: compiled and served whole", "[fuse]") {
+  test::TempDir shared;
+  std::string e;
+  {
+    Mount first({"NEFFCACHE_FAKE_SECONDS=2"}, {}, shared.path());
+    e = first.entry("rocm_normal_11.hlo_proto.pb", "crash+0");
+    auto reader = reader_process(first.mnt() / e / "model.neff");
+    for (int i = 0; i < 500 && first.compiles() == 0; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(first.compiles() == 1);
+    CHECK(first.stop(SIGKILL) == -SIGKILL);
+    CHECK(reader->wait() != 0);  // ECONNABORTED or ENOTCONN: the daemon is gone
+  }  // lazy unmount
+  Mount second({"NEFFCACHE_FAKE_RATE=0"}, {}, shared.path());
+  CHECK(reader_process(second.mnt() / e / "model.neff")->wait() == 0);  // whole, checked
+  CHECK(fake::parse_fake_neff(test::slurp(shared.path() / e / "model.neff")).has_value());
 }

@@ -1,0 +1,22 @@
+// Opens and reads a file the way a training process reads model.neff; the exit status
+// tells the test how it went: 0 a whole fake NEFF, 2 a partial one, 3 another error,
+// 4 EINTR, 5 EIO.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 64;
+  int fd = ::open(argv[1], O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == EIO ? 5 : errno == EINTR ? 4 : 3;
+  std::string bytes;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) bytes.append(buf, static_cast<std::size_t>(n));
+  if (n < 0) return errno == EIO ? 5 : 3;
+  return neffcache::fake::parse_fake_neff(bytes) ? 0 : 2;
+}
