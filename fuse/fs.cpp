@@ -24,6 +24,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <neffcache/layout.hpp>
 
 namespace neffcachefs {
@@ -38,7 +40,9 @@ constexpr double k_timeout = 1.0;
 constexpr double k_immutable_timeout = 86400.0;
 
 struct Filesystem::Inode {
-  int fd = -1;  // O_PATH descriptor; -1 for placeholders
+  enum class Special { none, stats_dir, stats_file };
+  int fd = -1;  // O_PATH descriptor; -1 for placeholders and the stats inodes
+  Special special = Special::none;
   dev_t dev = 0;
   ino_t ino = 0;
   uint64_t nlookup = 0;  // guarded by inodes_mu_
@@ -90,6 +94,10 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   root_->dev = st.st_dev;
   root_->ino = st.st_ino;
   root_->nlookup = 2;
+  stats_dir_ = std::make_unique<Inode>();
+  stats_dir_->special = Inode::Special::stats_dir;
+  stats_file_ = std::make_unique<Inode>();
+  stats_file_->special = Inode::Special::stats_file;
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
   scheduler_ = std::make_unique<Scheduler>(opts_.scheduler);
@@ -126,6 +134,28 @@ std::string Filesystem::path_of(const Inode& i) const {
 void Filesystem::eio(EioSite site, const std::string& what) {
   ++eio_counts_[static_cast<int>(site)];
   fmt::print(stderr, "neffcachefs: EIO ({:02}) {}\n", static_cast<int>(site), what);
+}
+
+std::string Filesystem::stats_json() const {
+  auto p = scheduler_->progress();
+  nlohmann::ordered_json eio;
+  for (int site = 1; site < static_cast<int>(EioSite::count); ++site)
+    eio[fmt::format("{:02}", site)] = eio_counts_[site].load();
+  nlohmann::ordered_json j{
+      {"hits", counters_.hits.load()},
+      {"misses", counters_.misses.load()},
+      {"waiters", counters_.waiters.load()},
+      {"interrupted", counters_.interrupted.load()},
+      {"read_bytes", counters_.read_bytes.load()},
+      {"compiles", {{"started", p.compiles_started}, {"succeeded", p.compiles_succeeded},
+                    {"failed", p.compiles_failed}, {"transient", p.compiles_transient},
+                    {"seconds", p.compile_seconds}}},
+      {"entries", {{"queued", p.queued}, {"running", p.running}, {"locked", p.locked},
+                   {"done", p.done}, {"failed", p.failed}}},
+      {"eio", eio},
+      {"jobs", opts_.scheduler.jobs},
+  };
+  return j.dump(2) + "\n";
 }
 
 // Whether `dir_fd` is an entry folder whose model.neff/model.done may be produced.
@@ -210,7 +240,18 @@ void Filesystem::init(fuse_conn_info* conn) {
 
 void Filesystem::lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Inode& p = inode(parent);
-  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  // The counters live in a folder of the mount only; the backing store never has it.
+  Inode* special = nullptr;
+  if (parent == FUSE_ROOT_ID && std::strcmp(name, k_stats_dir) == 0) special = stats_dir_.get();
+  if (&p == stats_dir_.get()) special = std::strcmp(name, k_stats_file) == 0 ? stats_file_.get() : nullptr;
+  if (special || &p == stats_dir_.get()) {
+    if (!special) return (void)fuse_reply_err(req, ENOENT);
+    fuse_entry_param e{};
+    e.ino = reinterpret_cast<fuse_ino_t>(special);
+    getattr_of(*special, e.attr);
+    return (void)fuse_reply_entry(req, &e);  // zero timeouts: the counters move
+  }
+  if (p.fd < 0) return (void)fuse_reply_err(req, ENOTDIR);
   // The kernel resolves "." and ".." itself; refusing them here keeps the root a wall.
   if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strchr(name, '/'))
     return (void)fuse_reply_err(req, EINVAL);
@@ -220,6 +261,7 @@ void Filesystem::lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void Filesystem::forget(fuse_ino_t ino, uint64_t n) {
   if (ino == FUSE_ROOT_ID) return;
   Inode* in = reinterpret_cast<Inode*>(ino);
+  if (in->special != Inode::Special::none) return;  // owned by the file system
   std::lock_guard lk(inodes_mu_);
   if (in->nlookup > n) {
     in->nlookup -= n;
@@ -230,10 +272,28 @@ void Filesystem::forget(fuse_ino_t ino, uint64_t n) {
   delete in;
 }
 
+void Filesystem::getattr_of(const Inode& i, struct stat& st) const {
+  st = {};
+  st.st_ino = static_cast<ino_t>(reinterpret_cast<uintptr_t>(&i) & 0x7fffffffffffULL);
+  st.st_nlink = 1;
+  st.st_mtime = st.st_ctime = st.st_atime = ::time(nullptr);
+  if (i.special == Inode::Special::stats_dir) {
+    st.st_mode = S_IFDIR | 0555;
+    st.st_nlink = 2;
+  } else {
+    st.st_mode = S_IFREG | 0444;
+    st.st_size = static_cast<off_t>(stats_json().size());
+  }
+}
+
 void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino) {
   Inode& i = inode(ino);
   struct stat st {};
   double timeout = k_timeout;
+  if (i.special != Inode::Special::none) {
+    getattr_of(i, st);
+    return (void)fuse_reply_attr(req, &st, 0);
+  }
   if (i.placeholder) {
     timeout = 0;
     // Once produced, the real file's attributes: fstat after open shows the true size.
@@ -251,7 +311,7 @@ void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino) {
 
 void Filesystem::setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   Inode& i = inode(ino);
-  if (i.placeholder) return (void)fuse_reply_err(req, EACCES);
+  if (i.fd < 0) return (void)fuse_reply_err(req, EACCES);
   std::string path = proc_path(i.fd);
   int rc = 0;
   if (to_set & FUSE_SET_ATTR_MODE) rc = fi ? ::fchmod(static_cast<int>(fi->fh), attr->st_mode) : ::chmod(path.c_str(), attr->st_mode);
@@ -278,15 +338,15 @@ void Filesystem::setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
 void Filesystem::readlink(fuse_req_t req, fuse_ino_t ino) {
   Inode& i = inode(ino);
   char buf[PATH_MAX + 1];
-  ssize_t n = i.placeholder ? -1 : ::readlinkat(i.fd, "", buf, sizeof buf - 1);
-  if (n < 0) return (void)fuse_reply_err(req, i.placeholder ? EINVAL : errno);
+  ssize_t n = i.fd < 0 ? -1 : ::readlinkat(i.fd, "", buf, sizeof buf - 1);
+  if (n < 0) return (void)fuse_reply_err(req, i.fd < 0 ? EINVAL : errno);
   buf[n] = '\0';
   fuse_reply_readlink(req, buf);
 }
 
 void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const char* target) {
   Inode& p = inode(parent);
-  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  if (p.fd < 0) return (void)fuse_reply_err(req, p.special == Inode::Special::stats_dir ? EACCES : ENOTDIR);
   int rc = target ? ::symlinkat(target, p.fd, name)
            : S_ISDIR(mode) ? ::mkdirat(p.fd, name, mode)
                            : ::mknodat(p.fd, name, mode, 0);
@@ -296,7 +356,7 @@ void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name,
 
 void Filesystem::unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   Inode& p = inode(parent);
-  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  if (p.fd < 0) return (void)fuse_reply_err(req, p.special == Inode::Special::stats_dir ? EACCES : ENOTDIR);
   fuse_reply_err(req, ::unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno);
 }
 
@@ -304,7 +364,7 @@ void Filesystem::rename(fuse_req_t req, fuse_ino_t parent, const char* name, fus
                         const char* newname, unsigned flags) {
   Inode& p = inode(parent);
   Inode& np = inode(newparent);
-  if (p.placeholder || np.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  if (p.fd < 0 || np.fd < 0) return (void)fuse_reply_err(req, EACCES);
   if (::syscall(SYS_renameat2, p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_err(req, 0);
   // An HLO renamed into place is a finished write: start its compile (eager).
@@ -314,7 +374,7 @@ void Filesystem::rename(fuse_req_t req, fuse_ino_t parent, const char* name, fus
 void Filesystem::link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Inode& i = inode(ino);
   Inode& np = inode(newparent);
-  if (i.placeholder || np.placeholder) return (void)fuse_reply_err(req, EPERM);
+  if (i.fd < 0 || np.fd < 0) return (void)fuse_reply_err(req, EPERM);
   if (::linkat(AT_FDCWD, proc_path(i.fd).c_str(), np.fd, newname, AT_SYMLINK_FOLLOW) != 0)
     return (void)fuse_reply_err(req, errno);
   reply_entry(req, np, newname);
@@ -330,14 +390,24 @@ static void on_interrupt(fuse_req_t, void* data) {
 
 void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Inode& i = inode(ino);
+  if (i.special != Inode::Special::none) {
+    if (i.special == Inode::Special::stats_dir) return (void)fuse_reply_err(req, EISDIR);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
+    fi->fh = reinterpret_cast<uint64_t>(new std::string(stats_json()));  // a snapshot per open
+    fi->direct_io = 1;
+    return (void)fuse_reply_open(req, fi);
+  }
   if (!i.placeholder) {
     int fd = ::open(proc_path(i.fd).c_str(), fi->flags & ~O_NOFOLLOW);
     if (fd < 0) return (void)fuse_reply_err(req, errno);
     fi->fh = static_cast<uint64_t>(fd);
     // A finished NEFF never changes: keep its pages across opens.
-    fi->keep_cache = (fi->flags & O_ACCMODE) == O_RDONLY && path_of(i).ends_with("/model.neff");
+    bool neff = (fi->flags & O_ACCMODE) == O_RDONLY && path_of(i).ends_with("/model.neff");
+    fi->keep_cache = neff;
+    if (neff) ++counters_.hits;
     return (void)fuse_reply_open(req, fi);
   }
+  ++counters_.misses;
   if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
   Inode& parent = inode(i.parent);
   int fd = ::openat(parent.fd, i.name.c_str(), O_RDONLY | O_CLOEXEC);
@@ -359,12 +429,15 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   w->name = i.name;
   w->parent_fd = ::dup(parent.fd);
   w->fi = *fi;
+  ++counters_.waiters;
   fuse_req_interrupt_func(req, on_interrupt, w.get());
   request_compile(entry, Priority::waiting, w);
 }
 
 void Filesystem::answer(const std::shared_ptr<Waiter>& w, const CompileResult* result, int err) {
   if (w->answered.exchange(true)) return;
+  --counters_.waiters;
+  if (err == EINTR) ++counters_.interrupted;
   if (!result) return (void)fuse_reply_err(w->req, err);
   if (!is_success(result->outcome)) {
     bool recorded = result->outcome == CompileOutcome::failed || result->outcome == CompileOutcome::failed_cached;
@@ -420,7 +493,7 @@ void Filesystem::prepare_loop() {
 
 void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   Inode& p = inode(parent);
-  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  if (p.fd < 0) return (void)fuse_reply_err(req, EACCES);
   int fd = ::openat(p.fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e{};
@@ -452,7 +525,13 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   if (fuse_reply_create(req, &e, fi) != 0) ::close(fd);
 }
 
-void Filesystem::read(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi) {
+void Filesystem::read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  if (inode(ino).special == Inode::Special::stats_file) {
+    const auto& text = *reinterpret_cast<std::string*>(fi->fh);
+    auto at = std::min(text.size(), static_cast<std::size_t>(off));
+    return (void)fuse_reply_buf(req, text.data() + at, std::min(size, text.size() - at));
+  }
+  counters_.read_bytes += size;
   // Answered with the backing descriptor itself: libfuse splices file -> pipe ->
   // /dev/fuse, no copy through this process.
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
@@ -475,6 +554,10 @@ void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
 }
 
 void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (inode(ino).special == Inode::Special::stats_file) {
+    delete reinterpret_cast<std::string*>(fi->fh);
+    return (void)fuse_reply_err(req, 0);
+  }
   std::string path;
   if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder)
     path = path_of(inode(ino));
@@ -495,7 +578,12 @@ void Filesystem::fsync(fuse_req_t req, int datasync, fuse_file_info* fi) {
 
 void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Inode& i = inode(ino);
-  if (i.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  if (i.special == Inode::Special::stats_dir) {
+    auto h = new DirHandle{{{".", 1, DT_DIR}, {"..", 1, DT_DIR}, {k_stats_file, 2, DT_REG}}};
+    fi->fh = reinterpret_cast<uint64_t>(h);
+    return (void)fuse_reply_open(req, fi);
+  }
+  if (i.fd < 0) return (void)fuse_reply_err(req, ENOTDIR);
   int fd = ::openat(i.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   DIR* d = ::fdopendir(fd);
@@ -541,13 +629,13 @@ void Filesystem::releasedir(fuse_req_t req, fuse_file_info* fi) {
 void Filesystem::statfs(fuse_req_t req, fuse_ino_t ino) {
   struct statvfs st {};
   Inode& i = inode(ino);
-  if (::fstatvfs(i.placeholder ? root_->fd : i.fd, &st) != 0) return (void)fuse_reply_err(req, errno);
+  if (::fstatvfs(i.fd < 0 ? root_->fd : i.fd, &st) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_statfs(req, &st);
 }
 
 void Filesystem::getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Inode& i = inode(ino);
-  if (i.placeholder) return (void)fuse_reply_err(req, ENODATA);
+  if (i.fd < 0) return (void)fuse_reply_err(req, ENODATA);
   std::vector<char> buf(size);
   ssize_t n = ::getxattr(proc_path(i.fd).c_str(), name, size ? buf.data() : nullptr, size);
   if (n < 0) return (void)fuse_reply_err(req, errno);
@@ -557,7 +645,7 @@ void Filesystem::getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size
 
 void Filesystem::listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   Inode& i = inode(ino);
-  if (i.placeholder) return (void)(size ? fuse_reply_buf(req, nullptr, 0) : fuse_reply_xattr(req, 0));
+  if (i.fd < 0) return (void)(size ? fuse_reply_buf(req, nullptr, 0) : fuse_reply_xattr(req, 0));
   std::vector<char> buf(size);
   ssize_t n = ::listxattr(proc_path(i.fd).c_str(), size ? buf.data() : nullptr, size);
   if (n < 0) return (void)fuse_reply_err(req, errno);
@@ -567,13 +655,13 @@ void Filesystem::listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void Filesystem::setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   Inode& i = inode(ino);
-  if (i.placeholder) return (void)fuse_reply_err(req, EACCES);
+  if (i.fd < 0) return (void)fuse_reply_err(req, EACCES);
   fuse_reply_err(req, ::setxattr(proc_path(i.fd).c_str(), name, value, size, flags) == 0 ? 0 : errno);
 }
 
 void Filesystem::removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Inode& i = inode(ino);
-  if (i.placeholder) return (void)fuse_reply_err(req, ENODATA);
+  if (i.fd < 0) return (void)fuse_reply_err(req, ENODATA);
   fuse_reply_err(req, ::removexattr(proc_path(i.fd).c_str(), name) == 0 ? 0 : errno);
 }
 
@@ -605,7 +693,7 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     o.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { self(r).link(r, i, np, nn); };
     o.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).open(r, i, fi); };
     o.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) { self(r).create(r, p, n, m, fi); };
-    o.read = [](fuse_req_t r, fuse_ino_t, size_t s, off_t off, fuse_file_info* fi) { self(r).read(r, s, off, fi); };
+    o.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) { self(r).read(r, i, s, off, fi); };
     o.write = [](fuse_req_t r, fuse_ino_t, const char* b, size_t s, off_t off, fuse_file_info* fi) { self(r).write(r, b, s, off, fi); };
     o.flush = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).flush(r, fi); };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).release(r, i, fi); };

@@ -45,6 +45,12 @@ class Filesystem {
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
+  // Name of the hidden folder at the mount root that holds stats.json (not in the backing).
+  static constexpr const char* k_stats_dir = ".neffcache";
+  static constexpr const char* k_stats_file = "stats.json";
+  // The counters as JSON, as stats.json shows them.
+  std::string stats_json() const;
+
   // The operation table to hand to fuse_session_new; userdata must be this object.
   static const fuse_lowlevel_ops& ops();
   void set_session(fuse_session* se) { session_ = se; }
@@ -68,7 +74,7 @@ class Filesystem {
   void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
   void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
-  void read(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi);
+  void read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
   void write(fuse_req_t req, const char* buf, size_t size, off_t off, fuse_file_info* fi);
   void flush(fuse_req_t req, fuse_file_info* fi);
   void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
@@ -87,6 +93,7 @@ class Filesystem {
 
  private:
   Inode& inode(fuse_ino_t ino);
+  void getattr_of(const Inode& i, struct stat& st) const;
   int reply_entry(fuse_req_t req, Inode& parent, const char* name);
   bool is_entry_dir(int dir_fd) const;
   std::string path_of(const Inode& i) const;
@@ -97,7 +104,14 @@ class Filesystem {
 
   Options opts_;
   fuse_session* session_ = nullptr;
-  std::unique_ptr<Inode> root_;
+  std::unique_ptr<Inode> root_, stats_dir_, stats_file_;
+  struct Counters {
+    std::atomic<uint64_t> hits{0};         // opens of a finished model.neff
+    std::atomic<uint64_t> misses{0};       // opens that needed a compile (or joined one)
+    std::atomic<uint64_t> waiters{0};      // opens waiting for a compile now
+    std::atomic<uint64_t> interrupted{0};  // waits ended by an interrupt
+    std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads
+  } counters_;
   std::mutex inodes_mu_;  // guards the inode maps below; never held across I/O
   std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
   std::map<std::pair<fuse_ino_t, std::string>, Inode*> placeholders_;

@@ -145,6 +145,16 @@ int main(int argc, char** argv) {
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
 
+  // Newer kernels can abort a FUSE request that takes too long; a compile is one request.
+  for (const char* knob : {"/proc/sys/fs/fuse/default_request_timeout", "/proc/sys/fs/fuse/max_request_timeout"}) {
+    auto text = neffcache::detail::read_file(knob);
+    long seconds = text ? std::atol(text->c_str()) : 0;
+    if (seconds > 0 && seconds < compile_timeout)
+      fmt::print(stderr, "neffcachefs: warning: {} is {} s, shorter than --compile-timeout {} s: "
+                         "the kernel may abort the mount while a reader waits for a compile\n",
+                 knob, seconds, compile_timeout);
+  }
+
   // Every name the kernel remembers pins a descriptor here.
   struct rlimit rl {};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {

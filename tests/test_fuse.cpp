@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
 
 #include <neffcache/hlo.hpp>
 
@@ -161,10 +162,14 @@ TEST_CASE("two entries that differ only in debug information compile once", "[fu
   // Same graph, same flags, different MODULE names (as two differently numbered dumps get).
   auto a = m.entry("rocm_normal_9.hlo_proto.pb", "a+0");
   auto b = m.entry("rocm_normal_9.hlo_proto.pb", "b+0");
-  std::thread ta([&] { CHECK(read_all(m.mnt() / a / "model.neff").first == 0); });
-  std::thread tb([&] { CHECK(read_all(m.mnt() / b / "model.neff").first == 0); });
+  // Catch2 assertions stay on this thread; the readers only record their errno.
+  int err_a = -1, err_b = -1;
+  std::thread ta([&] { err_a = read_all(m.mnt() / a / "model.neff").first; });
+  std::thread tb([&] { err_b = read_all(m.mnt() / b / "model.neff").first; });
   ta.join();
   tb.join();
+  CHECK(err_a == 0);
+  CHECK(err_b == 0);
   CHECK(m.compiles() == 1);
   CHECK(test::slurp(m.backing() / a / "model.neff") == test::slurp(m.backing() / b / "model.neff"));
 }
@@ -384,4 +389,25 @@ TEST_CASE("kill -9 of the daemon mid-compile, lazy unmount, restart: compiled an
   Mount second({"NEFFCACHE_FAKE_RATE=0"}, {}, shared.path());
   CHECK(reader_process(second.mnt() / e / "model.neff")->wait() == 0);  // whole, checked
   CHECK(fake::parse_fake_neff(test::slurp(shared.path() / e / "model.neff")).has_value());
+}
+
+TEST_CASE("counters are readable while mounted and are not in the backing store", "[fuse]") {
+  Mount m;
+  auto e = m.entry("gopjrt_x_squared.hlo.pb", "stats+0");
+  CHECK(read_all(m.mnt() / e / "model.neff").first == 0);  // a miss: compiles
+  CHECK(read_all(m.mnt() / e / "model.neff").first == 0);  // a hit
+  auto [err, text] = read_all(m.mnt() / ".neffcache" / "stats.json");
+  REQUIRE(err == 0);
+  auto j = nlohmann::json::parse(text);
+  CHECK(j["misses"] == 1);
+  CHECK(j["hits"] == 1);
+  CHECK(j["waiters"] == 0);
+  CHECK(j["compiles"]["started"] == 1);
+  CHECK(j["compiles"]["succeeded"] == 1);
+  CHECK(j["entries"]["done"] == 1);
+  CHECK(j["eio"]["01"] == 0);
+  CHECK_FALSE(fs::exists(m.backing() / ".neffcache"));
+  CHECK(::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_WRONLY) < 0);
+  CHECK(errno == EACCES);
+  CHECK(::mkdir((m.mnt() / ".neffcache" / "x").c_str(), 0755) < 0);
 }

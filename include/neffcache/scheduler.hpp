@@ -81,6 +81,9 @@ struct Progress {
   std::size_t done = 0;     // entries finished with a NEFF
   std::size_t failed = 0;   // entries finished without one
   std::size_t total = 0;    // entries ever submitted
+  // Compiler runs (copies to equal entries are not compiles).
+  std::size_t compiles_started = 0, compiles_succeeded = 0, compiles_failed = 0, compiles_transient = 0;
+  double compile_seconds = 0;
   std::size_t remaining() const { return queued + running + locked; }
 };
 
@@ -161,6 +164,11 @@ class Scheduler {
     p.total = total_;
     p.done = done_;
     p.failed = failed_;
+    p.compiles_started = compiles_.started;
+    p.compiles_succeeded = compiles_.succeeded;
+    p.compiles_failed = compiles_.failed;
+    p.compiles_transient = compiles_.transient;
+    p.compile_seconds = compiles_.seconds;
     for (const auto& [entry, job] : by_entry_) {
       if (job->state == Job::State::running) ++p.running;
       else if (job->state == Job::State::locked) ++p.locked;
@@ -269,6 +277,13 @@ class Scheduler {
       lk.unlock();
       CompileResult r = compile_entry(primary, opts_.settings);
       lk.lock();
+      if (r.attempts > 0) {
+        ++compiles_.started;
+        compiles_.seconds += r.compile_seconds;
+        if (r.outcome == CompileOutcome::success) ++compiles_.succeeded;
+        else if (r.outcome == CompileOutcome::failed) ++compiles_.failed;
+        else ++compiles_.transient;
+      }
       if (r.outcome == CompileOutcome::busy && !stopping_) {
         job->state = Job::State::locked;
         job->retry_at = opts_.clock->now() + opts_.busy_retry;
@@ -325,6 +340,10 @@ class Scheduler {
   std::atomic<bool> stopping_{false};
   uint64_t next_seq_ = 0;
   std::size_t total_ = 0, done_ = 0, failed_ = 0;
+  struct {
+    std::size_t started = 0, succeeded = 0, failed = 0, transient = 0;
+    double seconds = 0;
+  } compiles_;
   std::vector<std::thread> workers_;
 };
 
