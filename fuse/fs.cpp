@@ -10,6 +10,8 @@
 #include "fs.hpp"
 
 #include <dirent.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -102,6 +104,8 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   opts_.scheduler.settings.default_flags = opts_.default_flags;
   scheduler_ = std::make_unique<Scheduler>(opts_.scheduler);
   prep_thread_ = std::thread([this] { prepare_loop(); });
+  reap_wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  reap_thread_ = std::thread([this] { reap_loop(); });
 }
 
 Filesystem::~Filesystem() { shutdown(); }
@@ -119,6 +123,85 @@ void Filesystem::shutdown() {
     if (item.waiter) answer(item.waiter, nullptr, EIO);
   prep_queue_.clear();
   scheduler_->shutdown();
+  reap_stop_ = true;
+  uint64_t one = 1;
+  (void)!::write(reap_wake_fd_, &one, sizeof one);
+  if (reap_thread_.joinable()) reap_thread_.join();
+  // Clients that are still alive keep their lock files; only our holds end.
+  for (auto& l : client_locks_) ::close(l.pidfd), ::close(l.lock_fd);
+  client_locks_.clear();
+  ::close(reap_wake_fd_);
+}
+
+void Filesystem::track_client_lock(fuse_req_t req, int dir_fd, const char* name) {
+  std::string_view n = name;
+  if (!n.ends_with(k_lock_suffix) || !is_hlo_name(n.substr(0, n.size() - k_lock_suffix.size()))) return;
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, fuse_req_ctx(req)->pid, 0));
+  int lock_fd = ::openat(dir_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st {};
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (lock_fd < 0 || ::fstat(lock_fd, &st) != 0 || ::fcntl(lock_fd, F_OFD_SETLK, &fl) != 0) {
+    if (pidfd >= 0) ::close(pidfd);
+    if (lock_fd >= 0) ::close(lock_fd);
+    return;
+  }
+  std::string dir = fmt::format("/proc/self/fd/{}", dir_fd);
+  char buf[PATH_MAX];
+  ssize_t len = ::readlink(dir.c_str(), buf, sizeof buf - 1);
+  std::string path = len > 0 ? fmt::format("{}/{}", std::string_view(buf, static_cast<std::size_t>(len)), name) : "";
+  {
+    std::lock_guard lk(client_locks_mu_);
+    // pidfd < 0: the creator is already gone; the reaper removes the file at once.
+    client_locks_.push_back({path, st.st_dev, st.st_ino, pidfd, lock_fd});
+  }
+  uint64_t one = 1;
+  (void)!::write(reap_wake_fd_, &one, sizeof one);
+}
+
+void Filesystem::forget_client_lock(int dir_fd, const char* name) {
+  struct stat st {};
+  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  std::lock_guard lk(client_locks_mu_);
+  for (auto it = client_locks_.begin(); it != client_locks_.end(); ++it)
+    if (it->dev == st.st_dev && it->ino == st.st_ino) {
+      ::close(it->pidfd);
+      ::close(it->lock_fd);
+      client_locks_.erase(it);
+      return;
+    }
+}
+
+void Filesystem::reap_loop() {
+  while (!reap_stop_) {
+    std::vector<pollfd> fds{{reap_wake_fd_, POLLIN, 0}};
+    {
+      std::lock_guard lk(client_locks_mu_);
+      for (const auto& l : client_locks_) fds.push_back({l.pidfd, POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), -1);
+    uint64_t drained;
+    (void)!::read(reap_wake_fd_, &drained, sizeof drained);
+    std::lock_guard lk(client_locks_mu_);
+    for (auto it = client_locks_.begin(); it != client_locks_.end();) {
+      pollfd probe{it->pidfd, POLLIN, 0};
+      bool exited = it->pidfd < 0 || (::poll(&probe, 1, 0) == 1);
+      if (!exited) {
+        ++it;
+        continue;
+      }
+      // The creator died holding its lock: remove the file if it is still that lock.
+      struct stat st {};
+      if (!it->path.empty() && ::lstat(it->path.c_str(), &st) == 0 && st.st_dev == it->dev && st.st_ino == it->ino) {
+        ::unlink(it->path.c_str());
+        fmt::print(stderr, "neffcachefs: removed {}: its creator exited without removing it\n", it->path);
+      }
+      if (it->pidfd >= 0) ::close(it->pidfd);
+      ::close(it->lock_fd);
+      it = client_locks_.erase(it);
+    }
+  }
 }
 
 Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
@@ -357,6 +440,7 @@ void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name,
 void Filesystem::unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   Inode& p = inode(parent);
   if (p.fd < 0) return (void)fuse_reply_err(req, p.special == Inode::Special::stats_dir ? EACCES : ENOTDIR);
+  if (!dir) forget_client_lock(p.fd, name);
   fuse_reply_err(req, ::unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno);
 }
 
@@ -494,8 +578,11 @@ void Filesystem::prepare_loop() {
 void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   Inode& p = inode(parent);
   if (p.fd < 0) return (void)fuse_reply_err(req, EACCES);
+  bool existed = ::faccessat(p.fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   int fd = ::openat(p.fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
+  // A lock file a client creates through the mount is owned by that client.
+  if (!existed) track_client_lock(req, p.fd, name);
   fuse_entry_param e{};
   int pfd = ::openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (pfd < 0 || ::fstat(pfd, &e.attr) != 0) {

@@ -101,6 +101,9 @@ class Filesystem {
   void request_compile(const std::string& entry_dir, neffcache::Priority prio,
                        std::shared_ptr<Waiter> waiter);
   void prepare_loop();
+  void track_client_lock(fuse_req_t req, int dir_fd, const char* name);
+  void forget_client_lock(int dir_fd, const char* name);
+  void reap_loop();
 
   Options opts_;
   fuse_session* session_ = nullptr;
@@ -129,6 +132,22 @@ class Filesystem {
   std::deque<PrepareItem> prep_queue_;
   bool prep_stop_ = false;
   std::thread prep_thread_;
+
+  // Lock files that unmodified clients created through the mount, held for them with an
+  // OFD lock (so other tools see them live) and removed when the creator exits without
+  // removing them (so they are never stale for hours).
+  struct ClientLock {
+    std::string path;
+    dev_t dev;
+    ino_t ino;
+    int pidfd;    // the creating process
+    int lock_fd;  // our OFD lock on the file
+  };
+  std::mutex client_locks_mu_;
+  std::vector<ClientLock> client_locks_;
+  int reap_wake_fd_ = -1;  // eventfd: the set changed, or stop
+  std::atomic<bool> reap_stop_{false};
+  std::thread reap_thread_;
 };
 
 }  // namespace neffcachefs

@@ -12,7 +12,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/compile.hpp>
 #include <neffcache/hlo.hpp>
+#include <neffcache/lock.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "support.hpp"
@@ -410,4 +412,43 @@ TEST_CASE("counters are readable while mounted and are not in the backing store"
   CHECK(::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_WRONLY) < 0);
   CHECK(errno == EACCES);
   CHECK(::mkdir((m.mnt() / ".neffcache" / "x").c_str(), 0755) < 0);
+}
+
+TEST_CASE("a lock file created through the mount is owned by its creator, stale at once when it dies", "[fuse]") {
+  Mount m;
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "lock+0");
+  auto lock_in_mount = m.mnt() / e / "model.hlo_module.pb.lock";
+  auto lock_in_backing = m.backing() / e / "model.hlo_module.pb.lock";
+  // What an unmodified Neuron client does: create the lock in its own process, compile.
+  test::Child client({"sh", "-c", fmt::format("exec 3>'{}'; echo created; exec sleep 60", lock_in_mount.string())});
+  REQUIRE(client.line() == "created");
+  auto info = inspect_lock(lock_in_backing.string());
+  REQUIRE(info.has_value());
+  CHECK(info->state == LockState::live);
+  CHECK(info->kernel_locked);  // held for the client: tools and other daemons keep off
+  CompileSettings tool;
+  tool.compiler = CompilerTemplate::parse(k_fake + " {hlo} --output {neff}").value();
+  CHECK(compile_entry((m.backing() / e).string(), tool).outcome == CompileOutcome::busy);
+
+  client.kill(SIGKILL);
+  client.wait();
+  for (int i = 0; i < 100 && fs::exists(lock_in_backing); ++i) std::this_thread::sleep_for(10ms);
+  CHECK_FALSE(fs::exists(lock_in_backing));  // gone within a second
+  CHECK(read_all(m.mnt() / e / "model.neff").first == 0);
+}
+
+TEST_CASE("a client that removes its own lock file leaves nothing tracked", "[fuse]") {
+  Mount m;
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "lock2+0");
+  auto lock = m.mnt() / e / "model.hlo_module.pb.lock";
+  test::Child client({"sh", "-c", fmt::format("exec 3>'{}'; rm '{}'; echo done; exec sleep 60", lock.string(), lock.string())});
+  REQUIRE(client.line() == "done");
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.hlo_module.pb.lock"));
+  // A new lock by someone else at the same name is not touched when the first client dies.
+  auto held = EntryLock::try_acquire((m.backing() / e / "model.hlo_module.pb.lock").string());
+  REQUIRE(held.has_value());
+  client.kill(SIGKILL);
+  client.wait();
+  std::this_thread::sleep_for(200ms);
+  CHECK(fs::exists(m.backing() / e / "model.hlo_module.pb.lock"));
 }
