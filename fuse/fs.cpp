@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -123,6 +124,12 @@ void Filesystem::shutdown() {
     if (item.waiter) answer(item.waiter, nullptr, EIO);
   prep_queue_.clear();
   scheduler_->shutdown();
+  {
+    // Lock waits end with EINTR while the session can still carry the replies.
+    std::unique_lock lk(lock_waiters_.mu);
+    lock_waiters_.stop = true;
+    lock_waiters_.idle.wait(lk, [&] { return lock_waiters_.running == 0; });
+  }
   reap_stop_ = true;
   uint64_t one = 1;
   (void)!::write(reap_wake_fd_, &one, sizeof one);
@@ -313,6 +320,9 @@ void Filesystem::init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   conn->want &= ~FUSE_CAP_READDIRPLUS;  // plain readdir; lookups carry the attributes
+  // Locks are forwarded to the backing files (see setlk and flock).
+  if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
+  if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;  // no ".." lookups from NFS re-export
   conn->max_write = 1 << 20;
   conn->max_readahead = 1 << 20;
@@ -635,6 +645,12 @@ void Filesystem::write(fuse_req_t req, const char* data, size_t size, off_t off,
 }
 
 void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
+  // Every close() by the client: POSIX drops the closer's locks on the file. The kernel
+  // keeps no record of locks it forwards, so they are dropped here.
+  struct flock unlock {};
+  unlock.l_type = F_UNLCK;
+  unlock.l_whence = SEEK_SET;
+  ::fcntl(static_cast<int>(fi->fh), F_OFD_SETLK, &unlock);
   // close() of a duplicate reports delayed write errors (NFS) without ending the open.
   int dup = ::dup(static_cast<int>(fi->fh));
   fuse_reply_err(req, dup >= 0 && ::close(dup) == 0 ? 0 : errno);
@@ -752,6 +768,66 @@ void Filesystem::removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   fuse_reply_err(req, ::removexattr(proc_path(i.fd).c_str(), name) == 0 ? 0 : errno);
 }
 
+// Locks: a client's POSIX lock becomes an OFD lock, and its flock a flock, on this
+// daemon's descriptor of the backing file, so a client locking through the mount and a
+// tool locking the backing file see each other. (An OFD lock belongs to one open file,
+// not to a process: two opens by one client conflict, which POSIX would not do.)
+namespace {
+
+// Retries a lock that must wait, on its own thread, so no FUSE worker is parked; an
+// interrupt from the client, or shutdown, ends the wait with EINTR.
+void wait_for_lock(fuse_req_t req, std::function<int()> attempt, LockWaiters& waiters) {
+  {
+    std::lock_guard lk(waiters.mu);
+    ++waiters.running;
+  }
+  std::thread([req, attempt = std::move(attempt), &waiters] {
+    int err;
+    for (;;) {
+      err = attempt();
+      if (err != EAGAIN && err != EWOULDBLOCK) break;
+      if (fuse_req_interrupted(req) || waiters.stop) {
+        err = EINTR;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    fuse_reply_err(req, err);
+    std::lock_guard lk(waiters.mu);
+    if (--waiters.running == 0) waiters.idle.notify_all();
+  }).detach();
+}
+
+}  // namespace
+
+void Filesystem::getlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock) {
+  lock->l_pid = 0;  // required for OFD locks
+  if (::fcntl(static_cast<int>(fi->fh), F_OFD_GETLK, lock) != 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_lock(req, lock);
+}
+
+void Filesystem::setlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock, bool sleep) {
+  int fd = static_cast<int>(fi->fh);
+  struct flock l = *lock;
+  l.l_pid = 0;
+  auto attempt = [fd, l]() mutable { return ::fcntl(fd, F_OFD_SETLK, &l) == 0 ? 0 : errno; };
+  int err = attempt();
+  if (sleep && (err == EAGAIN || err == EACCES))
+    return wait_for_lock(req, [attempt]() mutable {
+      int e = attempt();
+      return e == EACCES ? EAGAIN : e;
+    }, lock_waiters_);
+  fuse_reply_err(req, err);
+}
+
+void Filesystem::flock(fuse_req_t req, fuse_file_info* fi, int op) {
+  int fd = static_cast<int>(fi->fh);
+  auto attempt = [fd, op] { return ::flock(fd, op | LOCK_NB) == 0 ? 0 : errno; };
+  int err = attempt();
+  if (err == EWOULDBLOCK && !(op & LOCK_NB)) return wait_for_lock(req, attempt, lock_waiters_);
+  fuse_reply_err(req, err);
+}
+
 // C trampolines: libfuse calls these with the Filesystem as userdata.
 const fuse_lowlevel_ops& Filesystem::ops() {
   static const fuse_lowlevel_ops table = [] {
@@ -790,6 +866,11 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).releasedir(r, fi); };
     o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(r, 0); };
     o.statfs = [](fuse_req_t r, fuse_ino_t i) { self(r).statfs(r, i); };
+    o.getlk = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi, struct flock* l) { self(r).getlk(r, fi, l); };
+    o.setlk = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi, struct flock* l, int sleep) {
+      self(r).setlk(r, fi, l, sleep != 0);
+    };
+    o.flock = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi, int op) { self(r).flock(r, fi, op); };
     o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { self(r).getxattr(r, i, n, s); };
     o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { self(r).listxattr(r, i, s); };
     o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) { self(r).setxattr(r, i, n, v, s, f); };

@@ -20,6 +20,14 @@
 
 namespace neffcachefs {
 
+// Threads waiting to take a lock for a client (see Filesystem::setlk).
+struct LockWaiters {
+  std::mutex mu;
+  std::condition_variable idle;
+  int running = 0;
+  std::atomic<bool> stop{false};
+};
+
 struct Options {
   std::string backing;          // absolute path of the backing directory
   neffcache::Scheduler::Options scheduler;
@@ -83,6 +91,9 @@ class Filesystem {
   void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
   void releasedir(fuse_req_t req, fuse_file_info* fi);
   void statfs(fuse_req_t req, fuse_ino_t ino);
+  void getlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock);
+  void setlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock, bool sleep);
+  void flock(fuse_req_t req, fuse_file_info* fi, int op);
   void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
   void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
   void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
@@ -143,6 +154,7 @@ class Filesystem {
     int pidfd;    // the creating process
     int lock_fd;  // our OFD lock on the file
   };
+  LockWaiters lock_waiters_;
   std::mutex client_locks_mu_;
   std::vector<ClientLock> client_locks_;
   int reap_wake_fd_ = -1;  // eventfd: the set changed, or stop

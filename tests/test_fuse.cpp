@@ -1,6 +1,7 @@
 // neffcachefs on real mounts: pass-through fidelity, compile on open, single flight,
 // failures, eager compiles, start-up checks.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -451,4 +452,51 @@ TEST_CASE("a client that removes its own lock file leaves nothing tracked", "[fu
   client.wait();
   std::this_thread::sleep_for(200ms);
   CHECK(fs::exists(m.backing() / e / "model.hlo_module.pb.lock"));
+}
+
+TEST_CASE("locks through the mount and on the backing file see each other", "[fuse]") {
+  Mount m;
+  test::spit(m.backing() / "shared.dat", "data");
+  auto through = m.mnt() / "shared.dat";
+  auto direct = m.backing() / "shared.dat";
+
+  // A POSIX lock taken by a client through the mount blocks a tool on the backing file.
+  int client = ::open(through.c_str(), O_RDWR);
+  REQUIRE(client >= 0);
+  struct flock wr {};
+  wr.l_type = F_WRLCK;
+  wr.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(client, F_SETLK, &wr) == 0);
+  int tool = ::open(direct.c_str(), O_RDWR);
+  REQUIRE(tool >= 0);
+  struct flock probe = wr;
+  probe.l_pid = 0;
+  REQUIRE(::fcntl(tool, F_OFD_GETLK, &probe) == 0);
+  CHECK(probe.l_type == F_WRLCK);  // the tool sees the client's lock
+  struct flock ofd = wr;
+  ofd.l_pid = 0;
+  CHECK(::fcntl(tool, F_OFD_SETLK, &ofd) != 0);
+  ::close(client);  // closing releases it
+  CHECK(::fcntl(tool, F_OFD_SETLK, &ofd) == 0);
+  // ...and the tool's lock now blocks a client.
+  client = ::open(through.c_str(), O_RDWR);
+  CHECK(::fcntl(client, F_SETLK, &wr) != 0);
+  CHECK((errno == EAGAIN || errno == EACCES));
+  ::close(client);
+  ::close(tool);
+
+  // flock, both ways.
+  tool = ::open(direct.c_str(), O_RDONLY);
+  REQUIRE(::flock(tool, LOCK_EX | LOCK_NB) == 0);
+  client = ::open(through.c_str(), O_RDONLY);
+  CHECK(::flock(client, LOCK_EX | LOCK_NB) != 0);
+  CHECK(errno == EWOULDBLOCK);
+  // A blocking flock through the mount waits (on no daemon worker) until the tool lets go.
+  test::Child waiter({"flock", through.string(), "-c", "echo got"});
+  std::this_thread::sleep_for(200ms);
+  ::flock(tool, LOCK_UN);
+  CHECK(waiter.line() == "got");
+  CHECK(waiter.wait() == 0);
+  ::close(client);
+  ::close(tool);
 }

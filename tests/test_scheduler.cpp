@@ -306,3 +306,27 @@ TEST_CASE("progress counts compiler runs, not copies", "[scheduler]") {
   CHECK(p.compiles_failed + p.compiles_transient == 0);
   CHECK(p.compile_seconds > 0);
 }
+
+TEST_CASE("a request made after a result was delivered starts afresh", "[scheduler]") {
+  // The window: a callback runs while its job is being retired. A caller that reacts to
+  // a failure (clears it, asks again) must get a new compile, not the old result.
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  auto gate = work / "failing";
+  test::touch(gate);
+  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "1");
+  test::ScopedEnv while_gate("NEFFCACHE_FAKE_FAIL_WHILE", gate.string());
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  Scheduler sched(fake_compiler_options(work, 1));
+  std::promise<std::shared_future<CompileResult>> again;
+  auto first = sched.submit(prepare_job(entry), Priority::waiting, [&](const CompileResult& r) {
+    if (r.outcome != CompileOutcome::failed) return;
+    ::unlink(gate.c_str());
+    ::unlink((entry + "/model.log").c_str());
+    again.set_value(sched.submit(prepare_job(entry), Priority::waiting));
+  });
+  CHECK(first.get().outcome == CompileOutcome::failed);
+  auto second = again.get_future().get();
+  CHECK(second.get().outcome == CompileOutcome::success);
+  CHECK(test::fs::exists(test::fs::path(entry) / "model.neff"));
+}

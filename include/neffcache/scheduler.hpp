@@ -110,8 +110,9 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Asks for an entry. Joins the job already queued or running for this entry (or for
-  // an entry with the same dedup key); a waiting request lifts a queued job ahead of
-  // background work. `done` runs once, on a scheduler thread, with this entry's result.
+  // an entry with the same dedup key) whose result is not yet delivered; a waiting
+  // request lifts a queued job ahead of background work. `done` runs once, on a
+  // scheduler thread, with this entry's result.
   std::shared_future<CompileResult> submit(const JobSpec& spec, Priority priority, Callback done = {}) {
     std::unique_lock lk(mu_);
     if (stopping_) {
@@ -124,18 +125,15 @@ class Scheduler {
     }
     std::shared_ptr<Job> job;
     if (auto it = by_entry_.find(spec.entry_dir); it != by_entry_.end()) {
-      job = it->second;
-      Target& t = *job->target(spec.entry_dir);
-      if (t.result) {  // delivered a moment ago: this caller gets the same result
-        CompileResult r = *t.result;
-        auto future = t.future;
-        lk.unlock();
-        if (done) done(r);
-        return future;
+      Target& t = *it->second->target(spec.entry_dir);
+      // Joins work not yet delivered. A request after delivery is a new request: its
+      // caller may have acted on the result (cleared a failure, say), so it must not
+      // get the old one; it starts a new job below.
+      if (!t.result) {
+        if (done) t.callbacks.push_back(std::move(done));
+        raise(*it->second, priority, spec.instructions);
+        return t.future;
       }
-      if (done) t.callbacks.push_back(std::move(done));
-      raise(*job, priority, spec.instructions);
-      return t.future;
     }
     ++total_;
     std::string key = spec.dedup_key.empty() ? "entry:" + spec.entry_dir : spec.dedup_key;
@@ -306,7 +304,8 @@ class Scheduler {
         std::lock_guard lk(mu_);
         job->finishing = true;
         if (served == job->targets.size()) {
-          for (auto& target : job->targets) by_entry_.erase(target->entry);
+          for (auto& target : job->targets)
+            if (auto it = by_entry_.find(target->entry); it != by_entry_.end() && it->second == job) by_entry_.erase(it);
           if (auto it = by_key_.find(job->key); it != by_key_.end() && it->second == job) by_key_.erase(it);
           if (by_entry_.empty()) idle_cv_.notify_all();
           return;
