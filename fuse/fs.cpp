@@ -211,6 +211,8 @@ void Filesystem::reap_loop() {
   }
 }
 
+bool Filesystem::is_special(fuse_ino_t ino) { return inode(ino).special != Inode::Special::none; }
+
 Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
   return ino == FUSE_ROOT_ID ? *root_ : *reinterpret_cast<Inode*>(ino);
 }
@@ -858,19 +860,33 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     o.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) { self(r).create(r, p, n, m, fi); };
     o.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) { self(r).read(r, i, s, off, fi); };
     o.write = [](fuse_req_t r, fuse_ino_t, const char* b, size_t s, off_t off, fuse_file_info* fi) { self(r).write(r, b, s, off, fi); };
-    o.flush = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).flush(r, fi); };
+    // stats.json's handle is a snapshot, not a descriptor: nothing to flush, sync or lock.
+    o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
+      self(r).flush(r, fi);
+    };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).release(r, i, fi); };
-    o.fsync = [](fuse_req_t r, fuse_ino_t, int d, fuse_file_info* fi) { self(r).fsync(r, d, fi); };
+    o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
+      self(r).fsync(r, d, fi);
+    };
     o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).opendir(r, i, fi); };
     o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) { self(r).readdir(r, i, s, off, fi); };
     o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).releasedir(r, fi); };
     o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(r, 0); };
     o.statfs = [](fuse_req_t r, fuse_ino_t i) { self(r).statfs(r, i); };
-    o.getlk = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi, struct flock* l) { self(r).getlk(r, fi, l); };
-    o.setlk = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi, struct flock* l, int sleep) {
+    o.getlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
+      self(r).getlk(r, fi, l);
+    };
+    o.setlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l, int sleep) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
       self(r).setlk(r, fi, l, sleep != 0);
     };
-    o.flock = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi, int op) { self(r).flock(r, fi, op); };
+    o.flock = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, int op) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
+      self(r).flock(r, fi, op);
+    };
     o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { self(r).getxattr(r, i, n, s); };
     o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { self(r).listxattr(r, i, s); };
     o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) { self(r).setxattr(r, i, n, v, s, f); };

@@ -58,6 +58,8 @@ class Filesystem {
   static constexpr const char* k_stats_file = "stats.json";
   // The counters as JSON, as stats.json shows them.
   std::string stats_json() const;
+  // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).
+  bool is_special(fuse_ino_t ino);
 
   // The operation table to hand to fuse_session_new; userdata must be this object.
   static const fuse_lowlevel_ops& ops();

@@ -429,6 +429,10 @@ TEST_CASE("counters are readable while mounted and are not in the backing store"
   CHECK(j["entries"]["done"] == 1);
   CHECK(j["eio"]["01"] == 0);
   CHECK_FALSE(fs::exists(m.backing() / ".neffcache"));
+  int fd = ::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  CHECK(::fsync(fd) == 0);
+  CHECK(::close(fd) == 0);  // its handle is no descriptor: flush must not treat it as one
   CHECK(::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_WRONLY) < 0);
   CHECK(errno == EACCES);
   CHECK(::mkdir((m.mnt() / ".neffcache" / "x").c_str(), 0755) < 0);
