@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -259,6 +260,26 @@ bool Filesystem::is_entry_dir(int dir_fd) const {
   return listed && files.has_hlo() && !(files.has(EntryFile::neff) && files.has(EntryFile::done));
 }
 
+// The inode of a backing file, counting one more kernel lookup. Takes `path_fd` (an
+// O_PATH descriptor of the file): kept by a new inode, closed if one already exists.
+Filesystem::Inode* Filesystem::intern(int path_fd, const struct stat& st) {
+  Inode* in;
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto& slot = inodes_[{st.st_dev, st.st_ino}];
+    if (!slot) {
+      slot = new Inode;
+      slot->fd = std::exchange(path_fd, -1);
+      slot->dev = st.st_dev;
+      slot->ino = st.st_ino;
+    }
+    in = slot;
+    ++in->nlookup;
+  }
+  if (path_fd >= 0) ::close(path_fd);
+  return in;
+}
+
 int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
   fuse_entry_param e{};
   int fd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -294,22 +315,7 @@ int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
     ::close(fd);
     return fuse_reply_err(req, err);
   }
-  Inode* in;
-  {
-    std::lock_guard lk(inodes_mu_);
-    auto& slot = inodes_[{e.attr.st_dev, e.attr.st_ino}];
-    if (!slot) {
-      slot = new Inode;
-      slot->fd = fd;
-      slot->dev = e.attr.st_dev;
-      slot->ino = e.attr.st_ino;
-      fd = -1;
-    }
-    in = slot;
-    ++in->nlookup;
-  }
-  if (fd >= 0) ::close(fd);
-  e.ino = in == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(in);
+  e.ino = reinterpret_cast<fuse_ino_t>(intern(fd, e.attr));
   bool immutable = std::string_view(name) == k_neff_file && S_ISREG(e.attr.st_mode) &&
                    ::faccessat(parent.fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
   e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
@@ -603,22 +609,7 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
     if (pfd >= 0) ::close(pfd);
     return (void)fuse_reply_err(req, err);
   }
-  Inode* in;
-  {
-    std::lock_guard lk(inodes_mu_);
-    auto& slot = inodes_[{e.attr.st_dev, e.attr.st_ino}];
-    if (!slot) {
-      slot = new Inode;
-      slot->fd = pfd;
-      slot->dev = e.attr.st_dev;
-      slot->ino = e.attr.st_ino;
-      pfd = -1;
-    }
-    in = slot;
-    ++in->nlookup;
-  }
-  if (pfd >= 0) ::close(pfd);
-  e.ino = reinterpret_cast<fuse_ino_t>(in);
+  e.ino = reinterpret_cast<fuse_ino_t>(intern(pfd, e.attr));
   e.attr_timeout = e.entry_timeout = k_timeout;
   fi->fh = static_cast<uint64_t>(fd);
   if (fuse_reply_create(req, &e, fi) != 0) ::close(fd);

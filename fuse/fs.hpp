@@ -106,6 +106,7 @@ class Filesystem {
 
  private:
   Inode& inode(fuse_ino_t ino);
+  Inode* intern(int path_fd, const struct stat& st);
   void getattr_of(const Inode& i, struct stat& st) const;
   int reply_entry(fuse_req_t req, Inode& parent, const char* name);
   bool is_entry_dir(int dir_fd) const;

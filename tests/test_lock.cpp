@@ -94,8 +94,10 @@ TEST_CASE("a live, heartbeating holder is never robbed", "[lock][processes]") {
   test::TempDir dir;
   std::string path = (dir / "model.hlo_module.pb.lock").string();
   LockOptions opts;
-  opts.stale_after = 300ms;  // a short bound: the holder beats every 75 ms
-  test::Child holder({k_helper, "hold", path, "2500", "300"});
+  // A short bound, so that a missed heartbeat would show: the holder beats every 250 ms.
+  // (Shorter bounds turn a loaded machine's scheduling delays into false robberies.)
+  opts.stale_after = 1000ms;
+  test::Child holder({k_helper, "hold", path, "2500", "1000"});
   REQUIRE(holder.line() == "acquired");
   int refused = 0;
   for (auto end = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < end;) {
