@@ -110,7 +110,15 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   reap_thread_ = std::thread([this] { reap_loop(); });
 }
 
-Filesystem::~Filesystem() { shutdown(); }
+Filesystem::~Filesystem() {
+  shutdown();
+  // The kernel sends no FORGET for what it still remembers at unmount.
+  std::lock_guard lk(inodes_mu_);
+  for (auto& [key, in] : inodes_) delete in;
+  for (auto& [key, in] : placeholders_) delete in;
+  inodes_.clear();
+  placeholders_.clear();
+}
 
 void Filesystem::shutdown() {
   {

@@ -171,7 +171,10 @@ int main(int argc, char** argv) {
 
   neffcachefs::Filesystem fs(opts);
   fuse_session* se = fuse_session_new(&args, &neffcachefs::Filesystem::ops(), sizeof(fuse_lowlevel_ops), &fs);
-  if (!se) return fail("cannot create the FUSE session (bad -o option?)");
+  if (!se) {
+    fuse_opt_free_args(&args);
+    return fail("cannot create the FUSE session (bad -o option?)");
+  }
   fs.set_session(se);
   if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
   if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
@@ -193,6 +196,7 @@ int main(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  fuse_opt_free_args(&args);
   // libfuse's signal handler records the signal as the loop's result: a stop by
   // SIGTERM, SIGINT or SIGHUP is a clean exit.
   bool clean = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP;
