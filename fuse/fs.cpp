@@ -51,6 +51,9 @@ struct Filesystem::Inode {
   ino_t ino = 0;
   uint64_t nlookup = 0;  // guarded by inodes_mu_
   bool placeholder = false;
+  // A finished model.neff (seen so by a lookup): its content never changes, because a
+  // publish renames a new inode into place, so its pages may stay cached across opens.
+  std::atomic<bool> finished_neff{false};
   fuse_ino_t parent = 0;  // placeholders: the entry folder
   std::string name;       // placeholders: model.neff or model.done
   ~Inode() {
@@ -265,7 +268,7 @@ bool Filesystem::is_entry_dir(int dir_fd) const {
   if (fd < 0) return false;
   EntryFiles files;
   auto listed = detail::list_dir(fd, "entry", [&](std::string_view name, bool) { files.note(name); });
-  return listed && files.has_hlo() && !(files.has(EntryFile::neff) && files.has(EntryFile::done));
+  return listed && files.has_hlo() && !files.done();
 }
 
 // The inode of a backing file, counting one more kernel lookup. Takes `path_fd` (an
@@ -323,9 +326,11 @@ int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
     ::close(fd);
     return fuse_reply_err(req, err);
   }
-  e.ino = reinterpret_cast<fuse_ino_t>(intern(fd, e.attr));
+  Inode* in = intern(fd, e.attr);
+  e.ino = reinterpret_cast<fuse_ino_t>(in);
   bool immutable = std::string_view(name) == k_neff_file && S_ISREG(e.attr.st_mode) &&
                    ::faccessat(parent.fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
+  if (immutable) in->finished_neff = true;
   e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
   return fuse_reply_entry(req, &e);
 }
@@ -512,7 +517,7 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (fd < 0) return (void)fuse_reply_err(req, errno);
     fi->fh = static_cast<uint64_t>(fd);
     // A finished NEFF never changes: keep its pages across opens.
-    bool neff = (fi->flags & O_ACCMODE) == O_RDONLY && path_of(i).ends_with("/model.neff");
+    bool neff = (fi->flags & O_ACCMODE) == O_RDONLY && i.finished_neff;
     fi->keep_cache = neff;
     if (neff) ++counters_.hits;
     return (void)fuse_reply_open(req, fi);
@@ -528,7 +533,7 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   std::string entry = path_of(parent);
   auto files = read_entry_files(entry);
-  if (files && files->has(EntryFile::log) && !files->has(EntryFile::neff) && !opts_.retry_failed) {
+  if (files && files->failed() && !opts_.retry_failed) {
     eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)", entry));
     return (void)fuse_reply_err(req, EIO);
   }
@@ -700,8 +705,7 @@ void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   ::closedir(d);
   // A pending entry lists what opening it will produce.
-  if (files.has_hlo() && !(files.has(EntryFile::neff) && files.has(EntryFile::done)) &&
-      !(files.has(EntryFile::log) && !opts_.retry_failed)) {
+  if (files.has_hlo() && !files.done() && !(files.has(EntryFile::log) && !opts_.retry_failed)) {
     if (!files.has(EntryFile::neff)) h->ents.push_back({std::string(k_neff_file), 0, DT_REG});
     if (!files.has(EntryFile::done)) h->ents.push_back({std::string(k_done_file), 0, DT_REG});
   }

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
-  bool retry_failed = false, no_eager = false, foreground = false, eager = true;
+  bool retry_failed = false, foreground = false, eager = true;
   app.add_option("BACKING", backing, "the cache directory the mount shows")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
   app.add_option("--compiler", compiler, "compiler command template ({hlo} {neff} {flags} {workdir} {key})")
@@ -95,7 +95,6 @@ int main(int argc, char** argv) {
   app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
   app.add_flag("-f,--foreground", foreground, "stay in the foreground");
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
-  (void)no_eager;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

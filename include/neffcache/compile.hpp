@@ -269,8 +269,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   auto files = read_entry_files(entry_dir);
   if (!files) return transient(files.error().message);
   auto settled = [&](const EntryFiles& f) -> std::optional<CompileOutcome> {
-    if (f.has(EntryFile::neff) && f.has(EntryFile::done)) return CompileOutcome::already_done;
-    if (f.has(EntryFile::log) && !f.has(EntryFile::neff) && !s.retry_failed) return CompileOutcome::failed_cached;
+    if (f.done()) return CompileOutcome::already_done;
+    if (f.failed() && !s.retry_failed) return CompileOutcome::failed_cached;
     return std::nullopt;
   };
   if (auto o = settled(*files)) return r.outcome = *o, r;
@@ -434,8 +434,8 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
                 lock.error().message);
   files = read_entry_files(entry_dir);
   if (!files) return fail(CompileOutcome::transient, files.error().message);
-  if (files->has(EntryFile::neff) && files->has(EntryFile::done)) return fail(CompileOutcome::already_done, "");
-  if (source->has(EntryFile::neff) && source->has(EntryFile::done)) {
+  if (files->done()) return fail(CompileOutcome::already_done, "");
+  if (source->done()) {
     nlohmann::ordered_json meta{{"copied_from", detail::entry_name(source_dir)}};
     ::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
     auto p = detail::publish(entry_dir, fmt::format("{}/{}", source_dir, k_neff_file), std::move(meta));

@@ -76,6 +76,10 @@ struct EntryFiles {
   void add(EntryFile f) { bits |= static_cast<uint16_t>(f); }
   bool has_hlo() const { return has(EntryFile::hlo_module) || has(EntryFile::hlo_legacy); }
   bool has_lock() const { return has(EntryFile::lock_module) || has(EntryFile::lock_legacy); }
+  // Compiled: model.neff and model.done, as the Neuron cache writes them.
+  bool done() const { return has(EntryFile::neff) && has(EntryFile::done); }
+  // A recorded failure: model.log without model.neff.
+  bool failed() const { return has(EntryFile::log) && !has(EntryFile::neff); }
   // The input file name; the current name wins when both are present.
   std::optional<std::string_view> hlo_name() const {
     if (has(EntryFile::hlo_module)) return k_hlo_module_file;
@@ -137,9 +141,9 @@ inline std::optional<EntryState> parse_entry_state(std::string_view s) {
 // A NEFF without model.done is an interrupted publish and so still pending.
 // `lock_is_live` is asked only when a lock file exists (see entry_state in lock.hpp).
 inline EntryState classify(const EntryFiles& f, const std::function<bool()>& lock_is_live) {
-  if (f.has(EntryFile::neff) && f.has(EntryFile::done)) return EntryState::done;
+  if (f.done()) return EntryState::done;
   if (f.has_lock()) return lock_is_live() ? EntryState::compiling : EntryState::stale_lock;
-  if (f.has(EntryFile::log) && !f.has(EntryFile::neff)) return EntryState::failed;
+  if (f.failed()) return EntryState::failed;
   if (f.has_hlo()) return EntryState::pending;
   return EntryState::empty;
 }
