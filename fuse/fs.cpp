@@ -508,7 +508,9 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (i.special != Inode::Special::none) {
     if (i.special == Inode::Special::stats_dir) return (void)fuse_reply_err(req, EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
-    fi->fh = reinterpret_cast<uint64_t>(new std::string(stats_json()));  // a snapshot per open
+    // No state per open: each read renders the counters (under 1 KiB, so one read by
+    // cat and the like), and nothing on the heap outlives a request.
+    fi->fh = 0;
     fi->direct_io = 1;
     return (void)fuse_reply_open(req, fi);
   }
@@ -630,7 +632,7 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
 
 void Filesystem::read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   if (inode(ino).special == Inode::Special::stats_file) {
-    const auto& text = *reinterpret_cast<std::string*>(fi->fh);
+    const std::string text = stats_json();
     auto at = std::min(text.size(), static_cast<std::size_t>(off));
     return (void)fuse_reply_buf(req, text.data() + at, std::min(size, text.size() - at));
   }
@@ -663,10 +665,7 @@ void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
 }
 
 void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (inode(ino).special == Inode::Special::stats_file) {
-    delete reinterpret_cast<std::string*>(fi->fh);
-    return (void)fuse_reply_err(req, 0);
-  }
+  if (inode(ino).special == Inode::Special::stats_file) return (void)fuse_reply_err(req, 0);
   std::string path;
   if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder)
     path = path_of(inode(ino));
@@ -863,7 +862,7 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     o.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) { self(r).create(r, p, n, m, fi); };
     o.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) { self(r).read(r, i, s, off, fi); };
     o.write = [](fuse_req_t r, fuse_ino_t, const char* b, size_t s, off_t off, fuse_file_info* fi) { self(r).write(r, b, s, off, fi); };
-    // stats.json's handle is a snapshot, not a descriptor: nothing to flush, sync or lock.
+    // stats.json has no backing descriptor: nothing to flush, sync or lock.
     o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
       self(r).flush(r, fi);
