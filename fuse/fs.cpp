@@ -66,6 +66,7 @@ struct Filesystem::Waiter {
   fuse_ino_t ino;
   fuse_ino_t parent;
   std::string name;
+  std::string entry;  // the entry folder's path, for the log
   int parent_fd;  // owned
   fuse_file_info fi;
   std::atomic<bool> answered{false};
@@ -111,6 +112,7 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   prep_thread_ = std::thread([this] { prepare_loop(); });
   reap_wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reap_thread_ = std::thread([this] { reap_loop(); });
+  if (opts_.wait_timeout.count() > 0) deadline_thread_ = std::thread([this] { deadline_loop(); });
 }
 
 Filesystem::~Filesystem() {
@@ -131,6 +133,12 @@ void Filesystem::shutdown() {
   }
   prep_cv_.notify_all();
   if (prep_thread_.joinable()) prep_thread_.join();
+  {
+    std::lock_guard lk(deadline_mu_);
+    deadline_stop_ = true;
+  }
+  deadline_cv_.notify_all();
+  if (deadline_thread_.joinable()) deadline_thread_.join();
   // Work never handed to the scheduler still has waiters to answer.
   for (auto& item : prep_queue_)
     if (item.waiter) answer(item.waiter, nullptr, EIO);
@@ -223,6 +231,27 @@ void Filesystem::reap_loop() {
   }
 }
 
+void Filesystem::deadline_loop() {
+  std::unique_lock lk(deadline_mu_);
+  while (!deadline_stop_) {
+    if (deadlines_.empty()) {
+      deadline_cv_.wait(lk);
+      continue;
+    }
+    auto first = deadlines_.begin();
+    if (first->first > std::chrono::steady_clock::now()) {
+      deadline_cv_.wait_until(lk, first->first);
+      continue;
+    }
+    auto w = first->second.lock();  // empty: answered and released meanwhile
+    deadlines_.erase(first);
+    if (!w) continue;
+    lk.unlock();
+    answer(w, nullptr, ETIMEDOUT);
+    lk.lock();
+  }
+}
+
 bool Filesystem::is_special(fuse_ino_t ino) { return inode(ino).special != Inode::Special::none; }
 
 Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
@@ -293,6 +322,12 @@ Filesystem::Inode* Filesystem::intern(int path_fd, const struct stat& st) {
 
 int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
   fuse_entry_param e{};
+  int err = lookup_entry(parent, name, e);
+  return err ? fuse_reply_err(req, err) : fuse_reply_entry(req, &e);
+}
+
+int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& e) {
+  e = {};
   int fd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
@@ -317,14 +352,14 @@ int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
       e.attr.st_mode = S_IFREG | 0444;
       e.attr.st_nlink = 1;
       e.attr_timeout = e.entry_timeout = 0;
-      return fuse_reply_entry(req, &e);
+      return 0;
     }
-    return fuse_reply_err(req, err);
+    return err;
   }
   if (::fstat(fd, &e.attr) != 0) {
     int err = errno;
     ::close(fd);
-    return fuse_reply_err(req, err);
+    return err;
   }
   Inode* in = intern(fd, e.attr);
   e.ino = reinterpret_cast<fuse_ino_t>(in);
@@ -332,7 +367,7 @@ int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
                    ::faccessat(parent.fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
   if (immutable) in->finished_neff = true;
   e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
-  return fuse_reply_entry(req, &e);
+  return 0;
 }
 
 void Filesystem::init(fuse_conn_info* conn) {
@@ -340,7 +375,10 @@ void Filesystem::init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
-  conn->want &= ~FUSE_CAP_READDIRPLUS;  // plain readdir; lookups carry the attributes
+  // readdirplus answers `ls -l` without a lookup per name; the kernel asks for it only
+  // when lookups follow a listing (adaptive), so a plain walk stays cheap.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
   // Locks are forwarded to the backing files (see setlk and flock).
   if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
@@ -544,10 +582,16 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   w->ino = ino;
   w->parent = i.parent;
   w->name = i.name;
+  w->entry = entry;
   w->parent_fd = ::dup(parent.fd);
   w->fi = *fi;
   ++counters_.waiters;
   fuse_req_interrupt_func(req, on_interrupt, w.get());
+  if (opts_.wait_timeout.count() > 0) {
+    std::lock_guard lk(deadline_mu_);
+    auto at = deadlines_.emplace(std::chrono::steady_clock::now() + opts_.wait_timeout, w);
+    if (at == deadlines_.begin()) deadline_cv_.notify_one();
+  }
   request_compile(entry, Priority::waiting, w);
 }
 
@@ -555,16 +599,22 @@ void Filesystem::answer(const std::shared_ptr<Waiter>& w, const CompileResult* r
   if (w->answered.exchange(true)) return;
   --counters_.waiters;
   if (err == EINTR) ++counters_.interrupted;
+  if (err == ETIMEDOUT) {
+    eio(EioSite::wait_deadline, fmt::format("{}/{}: no compile result within --wait-timeout {} s; the compile goes on",
+                                            w->entry, w->name, std::chrono::duration<double>(opts_.wait_timeout).count()));
+    return (void)fuse_reply_err(w->req, EIO);
+  }
   if (!result) return (void)fuse_reply_err(w->req, err);
   if (!is_success(result->outcome)) {
     bool recorded = result->outcome == CompileOutcome::failed || result->outcome == CompileOutcome::failed_cached;
     eio(recorded ? EioSite::compile_failed : EioSite::compile_transient,
-        fmt::format("{}: {} ({})", w->name, to_string(result->outcome), result->message));
+        fmt::format("{}/{}: {} ({})", w->entry, w->name, to_string(result->outcome), result->message));
     return (void)fuse_reply_err(w->req, EIO);
   }
   int fd = ::openat(w->parent_fd, w->name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    eio(EioSite::publish_vanished, fmt::format("{}: compiled but cannot be opened: {}", w->name, std::strerror(errno)));
+    eio(EioSite::publish_vanished,
+        fmt::format("{}/{}: compiled but cannot be opened: {}", w->entry, w->name, std::strerror(errno)));
     return (void)fuse_reply_err(w->req, EIO);
   }
   fuse_file_info fi = w->fi;
@@ -712,17 +762,32 @@ void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void Filesystem::readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+void Filesystem::readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+  Inode& dir = inode(ino);
   std::vector<char> buf(size);
   std::size_t used = 0;
   for (auto i = static_cast<std::size_t>(off); i < h->ents.size(); ++i) {
-    struct stat st {};
-    st.st_ino = h->ents[i].ino ? h->ents[i].ino : 1;
-    st.st_mode = static_cast<mode_t>(h->ents[i].type) << 12;
-    std::size_t n = fuse_add_direntry(req, buf.data() + used, size - used, h->ents[i].name.c_str(), &st,
-                                      static_cast<off_t>(i + 1));
-    if (n > size - used) break;
+    const auto& ent = h->ents[i];
+    fuse_entry_param e{};
+    // With plus, each name is looked up as the kernel would (one more reference to its
+    // inode). Inode 0 means "no attributes, look it up yourself": for . and .., names
+    // that went away meanwhile, and the mount-only folder.
+    bool looked_up = plus && dir.fd >= 0 && ent.name != "." && ent.name != ".." &&
+                     lookup_entry(dir, ent.name.c_str(), e) == 0;
+    if (!looked_up) {
+      e = {};
+      e.attr.st_ino = ent.ino ? ent.ino : 1;
+      e.attr.st_mode = static_cast<mode_t>(ent.type) << 12;
+    }
+    char* at = buf.data() + used;
+    std::size_t room = size - used, n;
+    if (plus) n = fuse_add_direntry_plus(req, at, room, ent.name.c_str(), &e, static_cast<off_t>(i + 1));
+    else n = fuse_add_direntry(req, at, room, ent.name.c_str(), &e.attr, static_cast<off_t>(i + 1));
+    if (n > room) {
+      if (looked_up) forget(e.ino, 1);  // not sent: the kernel never learns of it
+      break;
+    }
     used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
@@ -873,7 +938,12 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       self(r).fsync(r, d, fi);
     };
     o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).opendir(r, i, fi); };
-    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) { self(r).readdir(r, i, s, off, fi); };
+    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
+      self(r).readdir(r, i, s, off, fi, false);
+    };
+    o.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
+      self(r).readdir(r, i, s, off, fi, true);
+    };
     o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).releasedir(r, fi); };
     o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(r, 0); };
     o.statfs = [](fuse_req_t r, fuse_ino_t i) { self(r).statfs(r, i); };

@@ -34,7 +34,9 @@ struct Options {
   bool eager = true;            // compile an HLO as soon as it is written through the mount
   bool retry_failed = false;    // failed entries compile again when opened
   std::vector<std::string> default_flags;
-  std::chrono::milliseconds wait_timeout{0};  // 0: the compile timeout bounds the wait
+  // How long an open may wait for a compile before it fails with EIO (the compile goes
+  // on). 0: no deadline of its own; each attempt is still bounded by the compile timeout.
+  std::chrono::milliseconds wait_timeout{0};
 };
 
 // Numbered EIO sites (greppable in the log, counted in the statistics).
@@ -43,6 +45,7 @@ enum class EioSite : int {
   compile_transient,    // killed, timed out, shut down: the next open tries again
   failed_cached,        // a failure is recorded; open fails at once until retried
   publish_vanished,     // the NEFF was published but could not be opened
+  wait_deadline,        // the wait outlasted --wait-timeout; the compile goes on
   count
 };
 
@@ -90,7 +93,7 @@ class Filesystem {
   void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void fsync(fuse_req_t req, int datasync, fuse_file_info* fi);
   void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
   void releasedir(fuse_req_t req, fuse_file_info* fi);
   void statfs(fuse_req_t req, fuse_ino_t ino);
   void getlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock);
@@ -109,6 +112,8 @@ class Filesystem {
   Inode* intern(int path_fd, const struct stat& st);
   void getattr_of(const Inode& i, struct stat& st) const;
   int reply_entry(fuse_req_t req, Inode& parent, const char* name);
+  // Looks `name` up in `parent` (one more kernel reference on success); 0 or an errno.
+  int lookup_entry(Inode& parent, const char* name, fuse_entry_param& e);
   bool is_entry_dir(int dir_fd) const;
   std::string path_of(const Inode& i) const;
   void eio(EioSite site, const std::string& what);
@@ -118,6 +123,7 @@ class Filesystem {
   void track_client_lock(fuse_req_t req, int dir_fd, const char* name);
   void forget_client_lock(int dir_fd, const char* name);
   void reap_loop();
+  void deadline_loop();
 
   Options opts_;
   fuse_session* session_ = nullptr;
@@ -157,6 +163,13 @@ class Filesystem {
     int pidfd;    // the creating process
     int lock_fd;  // our OFD lock on the file
   };
+  // Waiters with a deadline (--wait-timeout), earliest first; answered ones have expired.
+  std::mutex deadline_mu_;
+  std::condition_variable deadline_cv_;
+  std::multimap<std::chrono::steady_clock::time_point, std::weak_ptr<Waiter>> deadlines_;
+  bool deadline_stop_ = false;
+  std::thread deadline_thread_;
+
   LockWaiters lock_waiters_;
   std::mutex client_locks_mu_;
   std::vector<ClientLock> client_locks_;

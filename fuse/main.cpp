@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
+  double wait_timeout = 0;
   bool retry_failed = false, foreground = false, eager = true;
   app.add_option("BACKING", backing, "the cache directory the mount shows")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
@@ -88,6 +89,9 @@ int main(int argc, char** argv) {
   app.add_option("--flags", flags_text, "compiler flags for entries without compile_flags.json "
                                         "(default: NEURON_CC_FLAGS without the cache-wrapper options)");
   app.add_option("--compile-timeout", compile_timeout, "seconds before a compile is stopped (transient failure)")
+      ->capture_default_str();
+  app.add_option("--wait-timeout", wait_timeout, "seconds an open may wait for a compile before it fails "
+                                                "with EIO while the compile goes on (default 0: no limit of its own)")
       ->capture_default_str();
   app.add_option("--retries", retries, "retries of transient failures (default: NEURON_PARALLEL_COMPILE_MAX_RETRIES or 0)");
   app.add_flag("--retry-failed", retry_failed, "compile entries with a recorded failure again when opened "
@@ -143,15 +147,20 @@ int main(int argc, char** argv) {
   opts.scheduler.settings.max_retries = retries;
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
+  if (wait_timeout < 0) return fail("--wait-timeout must not be negative");
+  opts.wait_timeout = std::chrono::milliseconds(static_cast<int64_t>(wait_timeout * 1000));
 
-  // Newer kernels can abort a FUSE request that takes too long; a compile is one request.
+  // Newer kernels can abort a FUSE request that takes too long, and with it the whole
+  // mount; a reader's wait for a compile is one request.
+  bool wait_bounded = wait_timeout > 0 && wait_timeout < compile_timeout;
+  double longest_wait = wait_bounded ? wait_timeout : compile_timeout;
   for (const char* knob : {"/proc/sys/fs/fuse/default_request_timeout", "/proc/sys/fs/fuse/max_request_timeout"}) {
     auto text = neffcache::detail::read_file(knob);
     long seconds = text ? std::atol(text->c_str()) : 0;
-    if (seconds > 0 && seconds < compile_timeout)
-      fmt::print(stderr, "neffcachefs: warning: {} is {} s, shorter than --compile-timeout {} s: "
+    if (seconds > 0 && seconds < longest_wait)
+      fmt::print(stderr, "neffcachefs: warning: {} is {} s, shorter than {} {} s: "
                          "the kernel may abort the mount while a reader waits for a compile\n",
-                 knob, seconds, compile_timeout);
+                 knob, seconds, wait_bounded ? "--wait-timeout" : "--compile-timeout", longest_wait);
   }
 
   // Every name the kernel remembers pins a descriptor here.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -107,6 +108,14 @@ std::pair<int, std::string> read_all(const fs::path& p) {
   for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
   ::close(fd);
   return {0, out};
+}
+
+// Writes a file in place, without fsync: kernel knobs under /proc, large test trees.
+void write_plain(const fs::path& p, std::string_view bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  out.close();
+  REQUIRE(out.good());
 }
 
 std::string canonical_of(const std::string& corpus_file) {
@@ -440,6 +449,102 @@ TEST_CASE("counters are readable while mounted and are not in the backing store"
   CHECK(::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_WRONLY) < 0);
   CHECK(errno == EACCES);
   CHECK(::mkdir((m.mnt() / ".neffcache" / "x").c_str(), 0755) < 0);
+}
+
+TEST_CASE("a wait past --wait-timeout fails with EIO while the compile goes on", "[fuse]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=5"}, {"--wait-timeout", "0.5"});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "deadline+0");
+  auto start = std::chrono::steady_clock::now();
+  CHECK(reader_process(m.mnt() / e / "model.neff")->wait() == 5);  // EIO
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.done"));  // answered before the compile ended
+  auto j = nlohmann::json::parse(read_all(m.mnt() / ".neffcache" / "stats.json").second);
+  CHECK(j["eio"]["05"] == 1);
+  CHECK(j["waiters"] == 0);
+  // The compile was not abandoned: it finishes, and the next open is a hit.
+  for (int i = 0; i < 2000 && !fs::exists(m.backing() / e / "model.done"); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(reader_process(m.mnt() / e / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 1);
+}
+
+TEST_CASE("listings answer with attributes (readdirplus) and every reference is given back", "[fuse]") {
+  Mount m;
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "list+0");
+  const fs::path many = m.backing() / "many";
+  fs::create_directories(many);
+  for (int i = 0; i < 2000; ++i) write_plain(many / fmt::format("f{:04}", i), std::string(static_cast<std::size_t>(i % 97), 'x'));
+  // Descriptors the daemon holds for backing files (libfuse adds splice pipes per worker).
+  auto daemon_fds = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& f : fs::directory_iterator(fmt::format("/proc/{}/fd", m.daemon().pid())))
+      n += fs::read_symlink(f.path(), ec).string().starts_with(m.backing().string());
+    return n;
+  };
+  auto forget_all = [] {
+    ::sync();
+    write_plain("/proc/sys/vm/drop_caches", "2");  // the kernel forgets dentries and inodes
+  };
+  forget_all();
+  const auto base = daemon_fds();
+  // A listing alone: the first batch arrives with attributes, so names were looked up.
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(m.mnt() / "many")) names.push_back(f.path().filename().string());
+  CHECK(names.size() == 2000);
+  CHECK(daemon_fds() > base + 10);
+  // `ls -l`: the same sizes and modes as the backing directory.
+  int same = 0;
+  for (const auto& n : names) {
+    struct stat a {}, b {};
+    REQUIRE(::lstat((m.mnt() / "many" / n).c_str(), &a) == 0);
+    REQUIRE(::lstat((many / n).c_str(), &b) == 0);
+    same += a.st_size == b.st_size && a.st_mode == b.st_mode && a.st_mtim.tv_sec == b.st_mtim.tv_sec;
+  }
+  CHECK(same == 2000);
+  CHECK(daemon_fds() > base + 1900);
+  // A pending entry lists its placeholders, stat-able at size 0, without compiling.
+  std::map<std::string, off_t> sizes;
+  for (const auto& f : fs::directory_iterator(m.mnt() / e)) sizes[f.path().filename().string()] = static_cast<off_t>(fs::file_size(f.path()));
+  CHECK(sizes.size() == 3);
+  CHECK(sizes["model.neff"] == 0);
+  CHECK(sizes["model.done"] == 0);
+  CHECK(m.compiles() == 0);
+  // When the kernel forgets the names, the daemon closes what it held for them.
+  for (int i = 0; i < 30 && daemon_fds() > base; ++i) {
+    forget_all();  // again if a name was busy the first time
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(daemon_fds() == base);
+}
+
+TEST_CASE("a kernel request timeout shorter than a compile is warned about at start", "[fuse]") {
+  const std::string knob = "/proc/sys/fs/fuse/default_request_timeout";
+  auto old = neffcache::detail::read_file(knob);
+  if (!old || ::access(knob.c_str(), W_OK) != 0) SKIP("this kernel has no FUSE request timeout to set");
+  // Large values, so that mounts made meanwhile by other tests are not affected.
+  write_plain(knob, "60000");
+  struct Restore {
+    std::string knob, value;
+    ~Restore() { std::ofstream(knob) << value; }
+  } restore{knob, *old};
+  test::TempDir dir;
+  fs::create_directories(dir / "backing");
+  fs::create_directories(dir / "mnt");
+  // An unknown FUSE option stops the daemon after its checks, before it mounts.
+  auto start = [&](const std::string& compile_timeout, std::vector<std::string> more = {}) {
+    std::vector<std::string> argv{k_daemon, "--foreground", "--compiler", k_fake + " {hlo} --output {neff}",
+                                  "--compile-timeout", compile_timeout, "-o", "no_such_option"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    argv.push_back((dir / "backing").string());
+    argv.push_back((dir / "mnt").string());
+    return test::run(argv).output;
+  };
+  auto out = start("64000");
+  CHECK(out.find("warning: " + knob + " is 60000 s, shorter than --compile-timeout 64000 s") != std::string::npos);
+  CHECK(start("3600").find("warning") == std::string::npos);
+  // A wait deadline below the kernel's bound makes the long compile timeout harmless.
+  CHECK(start("64000", {"--wait-timeout", "600"}).find("warning") == std::string::npos);
+  CHECK(start("64000", {"--wait-timeout", "62000"}).find("shorter than --wait-timeout 62000 s") != std::string::npos);
 }
 
 TEST_CASE("a lock file created through the mount is owned by its creator, stale at once when it dies", "[fuse]") {
