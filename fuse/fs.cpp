@@ -287,6 +287,9 @@ std::string Filesystem::stats_json() const {
                    {"done", p.done}, {"failed", p.failed}}},
       {"eio", eio},
       {"jobs", opts_.scheduler.jobs},
+      // Tools read the entries' true state there: through the mount, a pending entry
+      // lists the model.neff it will produce.
+      {"backing", opts_.backing},
   };
   return j.dump(2) + "\n";
 }

@@ -51,17 +51,6 @@ std::optional<uint64_t> parse_size(const std::string& s) {
   return std::nullopt;
 }
 
-bool on_path(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
-  const char* path = std::getenv("PATH");
-  for (std::string_view rest = path ? path : ""; !rest.empty();) {
-    auto dir = rest.substr(0, rest.find(':'));
-    if (!dir.empty() && ::access(fmt::format("{}/{}", dir, program).c_str(), X_OK) == 0) return true;
-    rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
-  }
-  return false;
-}
-
 // A mount point that is itself a mount (of anything) is busy.
 bool is_mounted(const std::string& dir) {
   struct stat a {}, b {};
@@ -120,8 +109,7 @@ int main(int argc, char** argv) {
 
   auto tmpl = neffcache::CompilerTemplate::parse(compiler);
   if (!tmpl) return fail(tmpl.error().message);
-  auto words = neffcache::shell_split(compiler);
-  if (!on_path(words->front())) return fail(fmt::format("compiler '{}' not found on PATH", words->front()));
+  if (!tmpl->installed()) return fail(fmt::format("compiler '{}' not found on PATH", tmpl->program()));
   opts.scheduler.settings.compiler = *tmpl;
 
   auto env_flags = neffcache::parse_neuron_cc_flags(neffcache::process_env("NEURON_CC_FLAGS").value_or(""));

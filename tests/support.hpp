@@ -92,6 +92,15 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   return {r->exit_code, r->output};
 }
 
+// A refusal as the tools make it: exit 1 and one line on stderr, "neffcache: error: ...",
+// naming `must_contain`.
+inline void check_one_line_error(const ToolRun& r, std::string_view must_contain) {
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.rfind("neffcache: error: ", 0) == 0);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  CHECK(r.output.find(must_contain) != std::string::npos);
+}
+
 // Sets an environment variable for the scope (children started meanwhile see it).
 class ScopedEnv {
  public:

@@ -20,14 +20,6 @@ std::string library_key(const std::vector<std::string>& flags, const std::string
   return k->relative_path();
 }
 
-// One line on stderr, prefixed, and nothing else.
-void check_one_line_error(const test::ToolRun& r, std::string_view must_contain) {
-  CHECK(r.exit_code == 1);
-  CHECK(r.output.rfind("neffcache: error: ", 0) == 0);
-  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
-  CHECK(r.output.find(must_contain) != std::string::npos);
-}
-
 }  // namespace
 
 TEST_CASE("neffcache key prints the entry path", "[cli]") {
@@ -65,7 +57,7 @@ TEST_CASE("neffcache key asks the installed compiler for its version", "[cli]") 
   CHECK(r.output == library_key({}, "2.21.33.0+f00dfeed") + "\n");
 
   auto none = run({"env", "PATH=" + (bin / "empty").string(), test::k_tool, "key", k_hlo.string()});
-  check_one_line_error(none, "pass --compiler-version");
+  test::check_one_line_error(none, "pass --compiler-version");
 }
 
 TEST_CASE("neffcache key --explain writes the exact hashed text", "[cli]") {
@@ -87,17 +79,17 @@ TEST_CASE("bad input: one line, exit 1, no file left behind", "[cli]") {
   auto explain = dir / "explain.txt";
   auto r = run({test::k_tool, "key", (dir / "junk.pb").string(), "--compiler-version", "1",
                 "--explain", explain.string()});
-  check_one_line_error(r, "not a readable HLO module");
+  test::check_one_line_error(r, "not a readable HLO module");
   CHECK_FALSE(test::fs::exists(explain));
 
-  check_one_line_error(run({test::k_tool, "hlo-stats", (dir / "absent.pb").string()}),
+  test::check_one_line_error(run({test::k_tool, "hlo-stats", (dir / "absent.pb").string()}),
                        "No such file or directory");
-  check_one_line_error(run({test::k_tool, "key", k_hlo.string(), "--compiler-version", "a/b"}),
+  test::check_one_line_error(run({test::k_tool, "key", k_hlo.string(), "--compiler-version", "a/b"}),
                        "bad compiler version");
-  check_one_line_error(
+  test::check_one_line_error(
       run({"env", "NEURON_CC_FLAGS=--target='trn1", test::k_tool, "key", k_hlo.string(), "--compiler-version", "1"}),
       "NEURON_CC_FLAGS: unterminated single quote");
-  check_one_line_error(run({test::k_tool, "flags-hash", "--", "-O1", "--cache_dir"}), "--cache_dir needs a value");
+  test::check_one_line_error(run({test::k_tool, "flags-hash", "--", "-O1", "--cache_dir"}), "--cache_dir needs a value");
 }
 
 TEST_CASE("usage errors exit 2; --help exits 0", "[cli]") {

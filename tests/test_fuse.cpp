@@ -547,6 +547,25 @@ TEST_CASE("a kernel request timeout shorter than a compile is warned about at st
   CHECK(start("64000", {"--wait-timeout", "62000"}).find("shorter than --wait-timeout 62000 s") != std::string::npos);
 }
 
+TEST_CASE("neffcache compile on a mount asks the daemon", "[fuse]") {
+  Mount m;
+  auto a = m.entry("gopjrt_tuple.hlo.pb", "ask+0");
+  auto b = m.entry("rocm08_normal_9.hlo_proto.pb", "ask+1");
+  // Through the mount a pending entry lists model.neff; the tools read the true state.
+  auto scan = test::run({test::k_tool, "scan", "--cache", m.mnt().string(), "--json"});
+  REQUIRE(scan.exit_code == 0);
+  CHECK(nlohmann::json::parse(scan.output)["remaining"] == 2);
+  // The tool's own compiler does not exist: every compile must be the daemon's.
+  auto r = test::run({test::k_tool, "compile", "--cache", m.mnt().string(), "--compiler", "no-such-cc {hlo} {neff}", "--json"});
+  CHECK(r.exit_code == 0);
+  auto report = nlohmann::json::parse(r.output.substr(r.output.find("\n{") + 1));
+  CHECK(report["compilation_summary"]["true"] == 2);
+  CHECK(report["compilation_report"].contains((m.mnt() / a / "model.hlo_module.pb").string()));
+  CHECK(m.compiles() == 2);
+  CHECK(fs::exists(m.backing() / a / "model.done"));
+  CHECK(fs::exists(m.backing() / b / "model.done"));
+}
+
 TEST_CASE("a lock file created through the mount is owned by its creator, stale at once when it dies", "[fuse]") {
   Mount m;
   auto e = m.entry("gopjrt_tuple.hlo.pb", "lock+0");

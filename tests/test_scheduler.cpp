@@ -8,6 +8,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/batch.hpp>
 #include <neffcache/scheduler.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
@@ -329,4 +330,48 @@ TEST_CASE("a request made after a result was delivered starts afresh", "[schedul
   auto second = again.get_future().get();
   CHECK(second.get().outcome == CompileOutcome::success);
   CHECK(test::fs::exists(test::fs::path(entry) / "model.neff"));
+}
+
+TEST_CASE("a batch takes entries while it compiles and reports each one", "[scheduler]") {
+  test::TempDir root, work;
+  RecordingRunner runner;
+  runner.hold_first();
+  auto a = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto b = make_entry(root.path(), "rocm08_normal_9.hlo_proto.pb");
+  auto failed = make_entry(root.path(), "gopjrt_x_squared.hlo.pb");
+  test::spit(test::fs::path(failed) / "model.log", "an earlier failure");  // recorded: not compiled again
+  const auto start = std::chrono::system_clock::now();
+  Batch batch(recording_options(work, runner, 1), {});
+  batch.add(a);
+  runner.wait_first_started();
+  // Added while the first compile runs, and twice: compiled and reported once.
+  batch.add(b);
+  batch.add(b);
+  batch.add(failed);
+  auto c = batch.counts();
+  CHECK(c.total == 3);
+  CHECK(c.done + c.failed < 3);
+  CHECK_FALSE(batch.wait_until(std::chrono::steady_clock::now() + 50ms));
+  runner.open();
+  batch.wait();
+  c = batch.counts();
+  CHECK(c.total == 3);
+  CHECK(c.done == 2);
+  CHECK(c.failed == 1);
+  CHECK(c.remaining == 0);
+  CHECK(runner.order().size() == 2);
+  auto items = batch.items();
+  REQUIRE(items.size() == 3);
+  CHECK(items[0].entry_dir == a);
+  CHECK(items[1].hlo_path == b + "/model.hlo_module.pb");
+  CHECK(items[2].result->outcome == CompileOutcome::failed_cached);
+
+  auto report = neuron_report(items, start, 1.5);
+  CHECK(report["compilation_summary"]["true"] == 2);
+  CHECK(report["compilation_summary"]["false"] == 1);
+  CHECK(report["compilation_report"][a + "/model.hlo_module.pb"]["status"] == true);
+  CHECK(report["compilation_report"][failed + "/model.hlo_module.pb"]["status"] == false);
+  CHECK(report["compilation_report"][a + "/model.hlo_module.pb"]["retry"] == 0);
+  CHECK(report["compilation_time"] == 1.5);
+  CHECK(report["start_time"].get<double>() == std::chrono::duration<double>(start.time_since_epoch()).count());
 }

@@ -113,6 +113,22 @@ class CompilerTemplate {
   }
 
   const std::string& text() const { return text_; }
+  // The program it runs: a path, or a name looked up on PATH.
+  const std::string& program() const { return words_.front(); }
+
+  // Whether program() can be run now: an executable path, or a name found executable in
+  // one of PATH's folders.
+  bool installed() const {
+    const std::string& p = program();
+    if (p.find('/') != std::string::npos) return ::access(p.c_str(), X_OK) == 0;
+    const char* path = std::getenv("PATH");
+    for (std::string_view rest = path ? path : ""; !rest.empty();) {
+      auto dir = rest.substr(0, rest.find(':'));
+      if (!dir.empty() && ::access(fmt::format("{}/{}", dir, p).c_str(), X_OK) == 0) return true;
+      rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
+    }
+    return false;
+  }
 
  private:
   CompilerTemplate(std::vector<std::string> words, std::string text)

@@ -146,11 +146,8 @@ inline LockInfo judge_lock(bool kernel_locked, std::optional<LockOwner> owner,
 }
 
 inline std::chrono::milliseconds heartbeat_age(const struct stat& st, const Clock& clock) {
-  auto mtime = std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
   return std::max(std::chrono::milliseconds(0),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(clock.now() - mtime));
+                  std::chrono::duration_cast<std::chrono::milliseconds>(clock.now() - to_time_point(st.st_mtim)));
 }
 
 inline bool same_file(const struct stat& a, const struct stat& b) {

@@ -3,10 +3,12 @@
 // neffcache::neffcache brings them all).
 #pragma once
 
+#include <neffcache/batch.hpp>
 #include <neffcache/clock.hpp>
 #include <neffcache/compile.hpp>
 #include <neffcache/flags.hpp>
 #include <neffcache/hlo.hpp>
+#include <neffcache/inventory.hpp>
 #include <neffcache/key.hpp>
 #include <neffcache/layout.hpp>
 #include <neffcache/lock.hpp>

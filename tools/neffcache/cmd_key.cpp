@@ -16,15 +16,7 @@ void setup_key(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<KeyOptions>();
   auto* sub = app.add_subcommand(
       "key", "Print the cache entry of an HLO file, e.g. neuronxcc-2.21.0/MODULE_<20 hex>+<8 hex>");
-  sub->add_option("HLO_FILE", opts->hlo_file, "serialized HloModuleProto or HloProto")->required();
-  sub->add_option("--flag", opts->flags,
-                  "a compiler flag (repeat; write --flag=-O1 for flags that start with -); "
-                  "default: the compiler flags in NEURON_CC_FLAGS")
-      ->allow_extra_args(false);
-  sub->add_option("--compiler-version", opts->compiler_version,
-                  "compiler version of the entry; default: asks '<compiler> --version'");
-  sub->add_option("--compiler", opts->compiler, "compiler to ask for its version")
-      ->capture_default_str();
+  add_graph_inputs(sub, opts->graph);
   sub->add_option("--explain", opts->explain_file,
                   "write the exact canonical text that was hashed to this file (diff two of "
                   "them to see why keys differ)");
@@ -34,34 +26,19 @@ void setup_key(CLI::App& app, int& exit_code) {
 }
 
 int run_key(const KeyOptions& opts) {
-  std::vector<std::string> words = opts.flags;
-  if (words.empty()) {
-    if (auto env = process_env("NEURON_CC_FLAGS")) {
-      auto split = shell_split(*env);
-      if (!split) return report(fmt::format("NEURON_CC_FLAGS: {}", split.error().message));
-      words = std::move(*split);
-    }
-  }
-  auto flags = separate_wrapper_options(words);
+  auto flags = compiler_flags(opts.graph.flags);
   if (!flags) return report(flags.error());
+  auto version = compiler_version(opts.graph.compiler_version, opts.graph.compiler);
+  if (!version) return report(version.error());
 
-  std::string version = opts.compiler_version;
-  if (version.empty()) {
-    auto detected = detect_compiler_version(opts.compiler);
-    if (!detected)
-      return report(fmt::format("cannot tell the compiler version ({}); pass --compiler-version",
-                                detected.error().message));
-    version = std::move(*detected);
-  }
-
-  auto bytes = detail::read_file(opts.hlo_file);
+  auto bytes = detail::read_file(opts.graph.hlo_file);
   if (!bytes) return report(bytes.error());
   std::string canonical;
   CanonicalSink dump;
   if (!opts.explain_file.empty()) dump = [&](std::string_view piece) { canonical += piece; };
-  auto key = entry_key(*bytes, flags->compiler_flags, version,
+  auto key = entry_key(*bytes, flags->compiler_flags, *version,
                        opts.legacy ? FlagsHashForm::legacy : FlagsHashForm::json, dump);
-  if (!key) return report(fmt::format("{}: {}", opts.hlo_file, key.error().message));
+  if (!key) return report(fmt::format("{}: {}", opts.graph.hlo_file, key.error().message));
   if (!opts.explain_file.empty()) {
     if (auto w = detail::write_file_atomic(opts.explain_file, canonical); !w) return report(w.error());
   }

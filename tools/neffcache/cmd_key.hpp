@@ -5,13 +5,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "neffcache/common.hpp"
+
 namespace neffcache::cli {
 
 struct KeyOptions {
-  std::string hlo_file;
-  std::vector<std::string> flags;  // empty: the compiler flags of NEURON_CC_FLAGS
-  std::string compiler_version;    // empty: ask `<compiler> --version`
-  std::string compiler = "neuronx-cc";
+  GraphInputs graph;
   std::string explain_file;  // write the canonical text here
   bool legacy = false;
   bool json = false;

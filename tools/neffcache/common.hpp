@@ -1,12 +1,23 @@
-// What every neffcache subcommand shares: exit codes and the one-line error format.
+// What every neffcache subcommand shares: exit codes, the one-line error format, and
+// how a command finds its cache, flags and compiler version.
 #pragma once
 
 #include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <neffcache/flags.hpp>
+#include <neffcache/key.hpp>
+#include <neffcache/layout.hpp>
 #include <neffcache/result.hpp>
+#include <neffcache/url.hpp>
 
 namespace neffcache::cli {
 
@@ -23,6 +34,91 @@ inline int report(const Error& e) {
 inline int report(std::string_view message) {
   fmt::print(stderr, "neffcache: error: {}\n", message);
   return k_exit_error;
+}
+
+// The cache directory to work on: `given` (--cache), else the Neuron precedence
+// (--cache_dir in NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL, the default).
+inline Result<std::string> cache_root(const std::string& given) {
+  auto url = given.empty() ? resolve_cache_url() : parse_cache_url(given);
+  if (!url) return url.error();
+  if (url->is_s3()) return Error{Errc::invalid_argument, fmt::format("{}: s3:// caches are not supported yet", url->text)};
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(url->path, ec);
+  std::string path = ec ? url->path : absolute.lexically_normal().string();
+  if (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// Compiler flags: `given` (--flag), else the compiler flags of NEURON_CC_FLAGS; the
+// cache-wrapper options are separated out either way.
+inline Result<ParsedFlags> compiler_flags(const std::vector<std::string>& given) {
+  std::vector<std::string> words = given;
+  if (words.empty()) {
+    if (auto env = process_env("NEURON_CC_FLAGS")) {
+      auto split = shell_split(*env);
+      if (!split) return Error{split.error().code, fmt::format("NEURON_CC_FLAGS: {}", split.error().message)};
+      words = std::move(*split);
+    }
+  }
+  return separate_wrapper_options(words);
+}
+
+// What names a graph's entry (key, put): the HLO file, its flags, the compiler version.
+struct GraphInputs {
+  std::string hlo_file;
+  std::vector<std::string> flags;  // empty: the compiler flags of NEURON_CC_FLAGS
+  std::string compiler_version;    // empty: ask `<compiler> --version`
+  std::string compiler = "neuronx-cc";
+};
+
+inline void add_graph_inputs(CLI::App* sub, GraphInputs& in) {
+  sub->add_option("HLO_FILE", in.hlo_file, "serialized HloModuleProto or HloProto")->required();
+  sub->add_option("--flag", in.flags,
+                  "a compiler flag (repeat; write --flag=-O1 for flags that start with -); "
+                  "default: the compiler flags in NEURON_CC_FLAGS")
+      ->allow_extra_args(false);
+  sub->add_option("--compiler-version", in.compiler_version,
+                  "compiler version of the entry; default: asks '<compiler> --version'");
+  sub->add_option("--compiler", in.compiler, "compiler to ask for its version")->capture_default_str();
+}
+
+// The compiler version of new entries: `given`, else what `compiler --version` says.
+inline Result<std::string> compiler_version(const std::string& given, const std::string& compiler) {
+  if (!given.empty()) return given;
+  auto detected = detect_compiler_version(compiler);
+  if (!detected)
+    return Error{detected.error().code, fmt::format("cannot tell the compiler version ({}); pass --compiler-version",
+                                                    detected.error().message)};
+  return detected;
+}
+
+// When `root` is a neffcachefs mount, its backing directory (from the daemon's counters
+// file): entries are read there, since through the mount a pending entry already lists
+// the model.neff that opening it will produce.
+inline std::optional<std::string> mount_backing(const std::string& root) {
+  auto text = detail::read_file(fmt::format("{}/.neffcache/stats.json", root));
+  if (!text) return std::nullopt;
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("backing") || !j["backing"].is_string()) return std::nullopt;
+  return j["backing"].get<std::string>();
+}
+
+// Where to read a cache's entries: the backing directory of a mount, else the cache.
+inline std::string entries_root(const std::string& root) { return mount_backing(root).value_or(root); }
+
+// The folder of an entry named on the command line: an entry folder or a file in one,
+// as a path or relative to the cache root. Anything else is an error.
+inline Result<std::string> entry_folder(const std::string& root, const std::string& arg) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path p : {fs::path(arg), fs::path(root) / arg}) {
+    p = p.lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();  // a trailing '/'
+    if (fs::is_regular_file(p, ec)) p = p.parent_path();
+    if (!fs::is_directory(p, ec) || !p.filename().string().starts_with(k_module_dir_prefix)) continue;
+    return fs::absolute(p, ec).lexically_normal().string();
+  }
+  return Error{Errc::not_found, fmt::format("{}: not a cache entry (a MODULE_* folder)", arg)};
 }
 
 }  // namespace neffcache::cli

@@ -1,9 +1,13 @@
 // neffcache: administration of a Neuron compile cache. main only wires subcommands.
 #include <CLI/CLI.hpp>
 
+#include "neffcache/cmd_compile.hpp"
 #include "neffcache/cmd_flags_hash.hpp"
 #include "neffcache/cmd_hlo_stats.hpp"
 #include "neffcache/cmd_key.hpp"
+#include "neffcache/cmd_ls.hpp"
+#include "neffcache/cmd_put.hpp"
+#include "neffcache/cmd_scan.hpp"
 #include "neffcache/common.hpp"
 
 int main(int argc, char** argv) {
@@ -14,6 +18,10 @@ int main(int argc, char** argv) {
   setup_flags_hash(app, exit_code);
   setup_key(app, exit_code);
   setup_hlo_stats(app, exit_code);
+  setup_put(app, exit_code);
+  setup_ls(app, exit_code);
+  setup_scan(app, exit_code);
+  setup_compile(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

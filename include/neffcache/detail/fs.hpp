@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,6 +48,12 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// A file time as a system_clock time point.
+inline std::chrono::system_clock::time_point to_time_point(const struct timespec& ts) {
+  return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 inline std::string getenv_or(const char* name, std::string fallback) {
   const char* v = std::getenv(name);

@@ -1,0 +1,201 @@
+// The neffcache commands that work on a cache directory (put, ls, scan, compile), run as
+// a user runs them: output, JSON parsed, exit codes, one-line errors.
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/flags.hpp>
+#include <neffcache/key.hpp>
+#include <neffcache/layout.hpp>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+
+// Runs the tool with a clean Neuron environment plus `env` (NAME=value words).
+test::ToolRun tool(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL", "-u",
+                                "NEURON_PARALLEL_COMPILE_MAX_RETRIES", "NEFFCACHE_FAKE_RATE=0"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(test::k_tool);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run(argv);
+}
+
+// Stores a corpus graph with `put`; returns the entry folder it printed.
+fs::path put(const fs::path& cache, const std::string& corpus_file, std::vector<std::string> flags = {}) {
+  std::vector<std::string> args{"put", "--cache", cache.string(), "--compiler-version", "2.21.0",
+                                (test::k_corpus / corpus_file).string()};
+  for (const auto& f : flags) args.push_back("--flag=" + f);
+  auto r = tool(args);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(!r.output.empty());
+  return r.output.substr(0, r.output.size() - 1);
+}
+
+// The JSON document that ends a run's output (compile --json prints it last on stdout;
+// stderr lines come before it or after it, so take the outermost braces).
+nlohmann::json last_json(const std::string& output) {
+  auto open = output.find("\n{");
+  auto begin = output.rfind('{', 0) == 0 ? 0 : open + 1;
+  auto end = output.rfind("\n}");
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  return nlohmann::json::parse(output.substr(begin, end + 2 - begin));
+}
+
+}  // namespace
+
+TEST_CASE("neffcache put stores a graph as a pending entry", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto entry = put(cache, "rocm08_normal_9.hlo_proto.pb", {"--target=trn1", "-O1"});
+  auto key = entry_key(test::slurp(test::k_corpus / "rocm08_normal_9.hlo_proto.pb"), {"--target=trn1", "-O1"}, "2.21.0");
+  REQUIRE(key.has_value());
+  CHECK(entry == (cache / key->relative_path()).string());
+  CHECK(test::slurp(entry / fs::path("model.hlo_module.pb")) == test::slurp(test::k_corpus / "rocm08_normal_9.hlo_proto.pb"));
+  CHECK(read_compile_flags((entry / fs::path("compile_flags.json")).string()).value() ==
+        std::vector<std::string>{"--target=trn1", "-O1"});
+
+  // The same graph again: the entry is kept as it is.
+  test::spit(entry / fs::path("model.log"), "an earlier failure");
+  auto again = tool({"put", "--cache", cache.string(), "--compiler-version", "2.21.0", "--json", "--flag=--target=trn1",
+                     "--flag=-O1", (test::k_corpus / "rocm08_normal_9.hlo_proto.pb").string()});
+  REQUIRE(again.exit_code == 0);
+  auto j = nlohmann::json::parse(again.output);
+  CHECK(j["created"] == false);
+  CHECK(j["path"] == entry.string());
+  CHECK(fs::exists(entry / fs::path("model.log")));
+
+  SECTION("a file that is no HLO is refused and nothing is created") {
+    test::spit(dir / "junk.pb", "this is not a protobuf \xff\xff");
+    test::check_one_line_error(tool({"put", "--cache", (dir / "other").string(), "--compiler-version", "2.21.0",
+                               (dir / "junk.pb").string()}),
+                         "junk.pb");
+    CHECK_FALSE(fs::exists(dir / "other"));
+  }
+  SECTION("the cache comes from NEURON_CC_FLAGS --cache_dir before NEURON_COMPILE_CACHE_URL") {
+    auto r = tool({"put", "--compiler-version", "2.21.0", (test::k_corpus / "gopjrt_tuple.hlo.pb").string()},
+                  {"NEURON_CC_FLAGS=--cache_dir=" + (dir / "from-flags").string() + " --target=trn1",
+                   "NEURON_COMPILE_CACHE_URL=" + (dir / "from-url").string()});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.rfind((dir / "from-flags/neuronxcc-2.21.0/MODULE_").string(), 0) == 0);
+    CHECK(r.output.ends_with("+e30acd3a\n"));  // flags hash of ["--target=trn1"]: the wrapper option is left out
+    CHECK_FALSE(fs::exists(dir / "from-url"));
+  }
+  SECTION("an s3:// cache is refused for now, with one line") {
+    test::check_one_line_error(tool({"put", "--cache", "s3://bucket/prefix", "--compiler-version", "2.21.0",
+                               (test::k_corpus / "gopjrt_tuple.hlo.pb").string()}),
+                         "s3://");
+  }
+}
+
+TEST_CASE("neffcache ls and scan report every entry's state", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto pending = put(cache, "gopjrt_tuple.hlo.pb");
+  auto failed = put(cache, "gopjrt_x_squared.hlo.pb");
+  auto done = put(cache, "rocm08_normal_9.hlo_proto.pb");
+  auto stale = put(cache, "spu_credit_fraud_predict.hlo.pb");
+  test::spit(failed / fs::path("model.log"), "error: no");
+  test::spit(done / fs::path("model.neff"), std::string(1000, 'n'));
+  test::spit(done / fs::path("model.done"), "");
+  test::spit(stale / fs::path("model.hlo_module.pb.lock"), "");  // an existence lock...
+  fs::last_write_time(stale / fs::path("model.hlo_module.pb.lock"), fs::file_time_type::clock::now() - std::chrono::hours(3));  // ...hours old
+
+  auto r = tool({"ls", "--cache", cache.string(), "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto list = nlohmann::json::parse(r.output);
+  REQUIRE(list.size() == 4);
+  std::map<std::string, nlohmann::json> by_path;
+  for (auto& e : list) by_path[e["path"]] = e;
+  auto rel = [&](const fs::path& p) { return fs::relative(p, cache).string(); };
+  CHECK(by_path[rel(pending)]["state"] == "pending");
+  CHECK(by_path[rel(failed)]["state"] == "failed");
+  CHECK(by_path[rel(done)]["state"] == "done");
+  CHECK(by_path[rel(stale)]["state"] == "stale");
+  CHECK(by_path[rel(done)]["neff_bytes"] == 1000);
+  CHECK(by_path[rel(pending)]["bytes"] == fs::file_size(pending / fs::path("model.hlo_module.pb")) +
+                                               fs::file_size(pending / fs::path("compile_flags.json")));
+  CHECK(by_path[rel(pending)]["compile_seconds"].is_null());
+
+  r = tool({"ls", "--cache", cache.string(), "--json", "--state", "done"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.output).size() == 1);
+  r = tool({"ls", "--cache", cache.string()});
+  CHECK(r.output.find("failed") != std::string::npos);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 5);  // a header and four entries
+  CHECK(tool({"ls", "--cache", cache.string(), "--state", "bogus"}).exit_code == 2);
+
+  r = tool({"scan", "--cache", cache.string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("INFO ||NEURON_CACHE||: Current remaining items are 2, locked are 0, failed are 1, done are 1, "
+                      "total is 4\n") != std::string::npos);
+  r = tool({"scan", "--cache", cache.string(), "--with-failed", "--json"});
+  auto j = nlohmann::json::parse(r.output);
+  CHECK(j["remaining"] == 3);
+  CHECK(j["failed"] == 0);
+  CHECK(j["states"]["stale"] == 1);
+  test::check_one_line_error(tool({"scan", "--cache", (dir / "missing").string()}), "missing");
+}
+
+TEST_CASE("neffcache compile: parallel, the Neuron report, exit status = failed graphs", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  std::vector<fs::path> entries{put(cache, "gopjrt_tuple.hlo.pb"), put(cache, "gopjrt_x_squared.hlo.pb"),
+                                put(cache, "rocm08_normal_9.hlo_proto.pb")};
+  const std::string bad = entries[1].filename().string().substr(7, 20);  // its graph hash
+  const auto log = dir / "compiles.log";
+  std::vector<std::string> env{"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=" + bad, "NEFFCACHE_FAKE_LOG=" + log.string()};
+  auto r = tool({"compile", "--cache", cache.string(), "-j", "2", "--compiler", k_fake_template, "--json"}, env);
+  CHECK(r.exit_code == 1);  // one graph failed
+  auto report = last_json(r.output);
+  CHECK(report["compilation_summary"]["true"] == 2);
+  CHECK(report["compilation_summary"]["false"] == 1);
+  REQUIRE(report["compilation_report"].size() == 3);
+  for (const auto& e : entries) {
+    auto item = report["compilation_report"][(e / "model.hlo_module.pb").string()];
+    CHECK(item["status"] == (e != entries[1]));
+    CHECK(item["retry"] == 0);
+    CHECK(item["compile_time"].is_number());
+  }
+  CHECK(report["start_time"].get<double>() > 1.7e9);
+  CHECK(report["compilation_time"].get<double>() > 0);
+  CHECK(r.output.find("INFO ||NEURON_CACHE||: Current remaining items are 0, locked are 0, failed are 1, done are 2, "
+                      "total is 3") != std::string::npos);
+  CHECK(fake::parse_fake_neff(test::slurp(entries[0] / "model.neff")).has_value());
+  CHECK(fs::exists(entries[1] / "model.log"));
+  CHECK(test::count_lines(log) == 3);
+  auto listed = nlohmann::json::parse(tool({"ls", "--cache", cache.string(), "--json", "--state", "done"}).output);
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0]["compile_seconds"].is_number());
+
+  // Nothing left to do: the failure stays recorded, and nothing compiles.
+  r = tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template}, env);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("Total graphs: 0") != std::string::npos);
+  CHECK(test::count_lines(log) == 3);
+  // --retry-failed compiles it again (and it fails again, the compiler unchanged)...
+  r = tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template, "--retry-failed"}, env);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: 1") != std::string::npos);
+  CHECK(test::count_lines(log) == 4);
+  // ...and named, with a fixed compiler, it compiles.
+  r = tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template, "--retry-failed",
+            fs::relative(entries[1], cache).string()},
+           {"NEFFCACHE_FAKE_LOG=" + log.string()});
+  CHECK(r.exit_code == 0);
+  CHECK(fs::exists(entries[1] / "model.done"));
+  CHECK(test::count_lines(log) == 5);
+
+  test::check_one_line_error(tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template, "MODULE_nothing"}),
+                       "not a cache entry");
+  test::check_one_line_error(tool({"compile", "--cache", cache.string(), "--compiler", "no-such-cc {hlo} {neff}"}),
+                       "not found on PATH");
+}

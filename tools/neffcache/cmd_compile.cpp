@@ -1,0 +1,193 @@
+// neffcache compile [ENTRY...]: compile every entry that needs it (or the ones named) in
+// parallel, with the Neuron tool's progress line, report and exit status. On a
+// neffcachefs mount it asks the daemon instead, by opening the pending NEFFs.
+#include "neffcache/cmd_compile.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+#include <neffcache/batch.hpp>
+#include <neffcache/inventory.hpp>
+
+#include "common/progress.hpp"
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;  // SIGINT or SIGTERM arrived
+
+constexpr std::chrono::milliseconds k_tick{250};
+constexpr std::size_t k_max_mount_openers = 64;
+
+// Compiles here, through the library's scheduler.
+std::vector<Batch::Item> compile_here(const std::vector<std::string>& targets, Scheduler::Options so,
+                                      const std::vector<std::string>& default_flags) {
+  Batch batch(std::move(so), default_flags);
+  tools::ProgressDisplay display;
+  for (const auto& t : targets) batch.add(t);
+  while (!batch.wait_until(std::chrono::steady_clock::now() + k_tick)) {
+    if (g_stop) batch.shutdown();  // running compiles stop as transient failures
+    display.update(batch.counts());
+  }
+  display.finish(batch.counts());
+  return batch.items();
+}
+
+// Asks a neffcachefs daemon: opening a pending model.neff makes it compile (or join the
+// compile), and the open returns when the compile ends.
+std::vector<Batch::Item> ask_daemon(const std::vector<std::string>& targets) {
+  // Shared with the openers: after a stop they may still be blocked in open().
+  struct State {
+    std::vector<Batch::Item> items;
+    std::atomic<std::size_t> next{0}, done{0}, failed{0};
+  };
+  auto st = std::make_shared<State>();
+  for (const auto& t : targets) {
+    auto files = read_entry_files(t);
+    std::string_view hlo = files && files->hlo_name() ? *files->hlo_name() : k_hlo_module_file;
+    st->items.push_back({t, fmt::format("{}/{}", t, hlo), {}});
+  }
+  auto opener = [st] {
+    for (std::size_t i; !g_stop && (i = st->next++) < st->items.size();) {
+      auto& item = st->items[i];
+      auto t0 = std::chrono::steady_clock::now();
+      int fd = ::open(fmt::format("{}/{}", item.entry_dir, k_neff_file).c_str(), O_RDONLY | O_CLOEXEC);
+      int err = errno;
+      CompileResult r;
+      r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      r.attempts = 1;
+      r.outcome = fd >= 0 ? CompileOutcome::success : CompileOutcome::failed;
+      if (fd < 0) r.message = std::strerror(err);
+      else ::close(fd);
+      item.result = r;
+      ++(fd >= 0 ? st->done : st->failed);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < std::min(st->items.size(), k_max_mount_openers); ++i) threads.emplace_back(opener);
+  tools::ProgressDisplay display;
+  auto counts = [&] {
+    Batch::Counts c;
+    c.total = st->items.size();
+    c.done = st->done;
+    c.failed = st->failed;
+    c.remaining = c.total - c.done - c.failed;
+    return c;
+  };
+  while (st->done + st->failed < st->items.size() && !g_stop) {
+    display.update(counts());
+    std::this_thread::sleep_for(k_tick);
+  }
+  display.finish(counts());
+  // After a stop, openers still blocked in the kernel are left to the daemon.
+  for (auto& t : threads) g_stop ? t.detach() : t.join();
+  if (g_stop) return {};
+  return st->items;
+}
+
+}  // namespace
+
+void setup_compile(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<CompileOptions>();
+  auto* sub = app.add_subcommand(
+      "compile",
+      "Compile every entry that needs it (pending, stale-locked; failed ones with --retry-failed), or the "
+      "entries named, in parallel; exit status = number of failed graphs");
+  sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; paths or relative to the cache");
+  sub->add_option("--cache", opts->cache, "cache directory (default: as the Neuron tools find it)");
+  sub->add_option("-j,--jobs", opts->jobs, "compiles at once (default: min(cores, ceil(RAM / 64 GiB)))");
+  sub->add_option("--retries", opts->retries,
+                  "retries of transient failures (default: NEURON_PARALLEL_COMPILE_MAX_RETRIES or 0)");
+  sub->add_flag("--retry-failed", opts->retry_failed,
+                "compile entries with a recorded failure again (also on with --retry_failed_compilation in "
+                "NEURON_CC_FLAGS)");
+  sub->add_option("--compiler", opts->compiler,
+                  fmt::format("compiler command template (default: {})", k_default_compiler_template));
+  sub->add_option("--compile-timeout", opts->compile_timeout,
+                  fmt::format("seconds before a compile is stopped (default: {})", k_default_compile_timeout.count()));
+  sub->add_flag("--json", opts->json, "print only the JSON report");
+  sub->callback([opts, &exit_code] { exit_code = run_compile(*opts); });
+}
+
+int run_compile(const CompileOptions& opts) {
+  auto root = cache_root(opts.cache);
+  if (!root) return report(root.error());
+  auto env = compiler_flags({});
+  if (!env) return report(env.error());
+  const bool retry_failed = opts.retry_failed || env->wrapper.retry_failed_compilation;
+  const auto backing = mount_backing(*root);
+  const bool on_mount = backing.has_value();
+
+  Scheduler::Options so;
+  auto tmpl = CompilerTemplate::parse(opts.compiler.empty() ? k_default_compiler_template : opts.compiler);
+  if (!tmpl) return report(tmpl.error());
+  if (!on_mount && !tmpl->installed()) return report(fmt::format("compiler '{}' not found on PATH", tmpl->program()));
+  so.settings.compiler = *tmpl;
+  if (opts.jobs < 0) return report("--jobs must be positive");
+  so.jobs = opts.jobs > 0 ? opts.jobs : default_jobs();
+  int retries = opts.retries;
+  if (retries < 0) {
+    auto r = max_retries_from_env(process_env);
+    if (!r) return report(r.error());
+    retries = *r;
+  }
+  so.settings.max_retries = retries;
+  so.settings.retry_failed = retry_failed;
+  so.settings.default_flags = env->compiler_flags;
+  if (opts.compile_timeout < 0) return report("--compile-timeout must be positive");
+  if (opts.compile_timeout > 0)
+    so.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.compile_timeout * 1000));
+
+  std::vector<std::string> targets;
+  if (!opts.entries.empty()) {
+    for (const auto& arg : opts.entries) {
+      auto dir = entry_folder(*root, arg);
+      if (!dir) return report(dir.error());
+      targets.push_back(*dir);
+    }
+  } else {
+    auto entries = list_entries(backing.value_or(*root));
+    if (!entries) return report(entries.error());
+    for (const auto& e : *entries) {
+      // Entries compiling elsewhere are waited for, so the report covers them.
+      bool wanted = e.state == EntryState::pending || e.state == EntryState::stale_lock ||
+                    e.state == EntryState::compiling || (e.state == EntryState::failed && retry_failed);
+      if (wanted) targets.push_back(fmt::format("{}/{}", *root, e.path));
+    }
+    std::sort(targets.begin(), targets.end());
+  }
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+
+  std::signal(SIGINT, [](int) { g_stop = 1; });
+  std::signal(SIGTERM, [](int) { g_stop = 1; });
+  fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
+  const auto start = std::chrono::system_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Batch::Item> items;
+  if (on_mount) {
+    // The daemon keeps a recorded failure until it is cleared.
+    if (retry_failed)
+      for (const auto& t : targets)
+        if (auto f = read_entry_files(t); f && f->failed()) ::unlink(fmt::format("{}/{}", t, k_log_file).c_str());
+    items = ask_daemon(targets);
+  } else {
+    items = compile_here(targets, std::move(so), env->compiler_flags);
+  }
+  if (g_stop) return report("stopped by a signal; running compiles were stopped and nothing was recorded for them");
+  auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (opts.json) fmt::print("{}\n", result.dump(4));
+  else tools::print_neuron_report(stdout, result);
+  return tools::failed_exit_status(result["compilation_summary"].value("false", std::size_t{0}));
+}
+
+}  // namespace neffcache::cli

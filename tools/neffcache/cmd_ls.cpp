@@ -1,0 +1,61 @@
+// neffcache ls [--state S] [--json]: the entries of a cache with state, size, compile
+// time and last use.
+#include "neffcache/cmd_ls.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <neffcache/inventory.hpp>
+
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+void setup_ls(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<LsOptions>();
+  auto* sub = app.add_subcommand("ls", "List cache entries with state, size, compile time and last use");
+  sub->add_option("--cache", opts->cache, "cache directory (default: as the Neuron tools find it)");
+  sub->add_option("--state", opts->state, "only entries in this state")
+      ->check(CLI::IsMember({"empty", "pending", "compiling", "done", "failed", "stale"}));
+  sub->add_flag("--json", opts->json, "print a JSON list");
+  sub->callback([opts, &exit_code] { exit_code = run_ls(*opts); });
+}
+
+int run_ls(const LsOptions& opts) {
+  auto root = cache_root(opts.cache);
+  if (!root) return report(root.error());
+  auto entries = list_entries(entries_root(*root));
+  if (!entries) return report(entries.error());
+  auto wanted = parse_entry_state(opts.state);
+  std::erase_if(*entries, [&](const EntryInfo& e) { return wanted && e.state != *wanted; });
+  std::sort(entries->begin(), entries->end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+
+  auto when = [](std::chrono::system_clock::time_point t) {
+    return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
+  };
+  if (opts.json) {
+    auto list = nlohmann::ordered_json::array();
+    for (const auto& e : *entries) {
+      nlohmann::ordered_json j{{"path", e.path},
+                               {"state", to_string(e.state)},
+                               {"bytes", e.bytes},
+                               {"neff_bytes", e.neff_bytes},
+                               {"compile_seconds", nullptr},
+                               {"last_use", when(e.last_use)}};
+      if (e.compile_seconds) j["compile_seconds"] = *e.compile_seconds;
+      list.push_back(std::move(j));
+    }
+    fmt::print("{}\n", list.dump(2));
+    return k_exit_ok;
+  }
+  fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", "STATE", "BYTES", "COMPILE", "LAST USE", "ENTRY");
+  for (const auto& e : *entries)
+    fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", to_string(e.state), e.bytes,
+               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-", when(e.last_use), e.path);
+  return k_exit_ok;
+}
+
+}  // namespace neffcache::cli
