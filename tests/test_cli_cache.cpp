@@ -6,6 +6,7 @@
 #include <neffcache/flags.hpp>
 #include <neffcache/key.hpp>
 #include <neffcache/layout.hpp>
+#include <neffcache/lock.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "support.hpp"
@@ -198,4 +199,81 @@ TEST_CASE("neffcache compile: parallel, the Neuron report, exit status = failed 
                        "not a cache entry");
   test::check_one_line_error(tool({"compile", "--cache", cache.string(), "--compiler", "no-such-cc {hlo} {neff}"}),
                        "not found on PATH");
+}
+
+TEST_CASE("neffcache retry clears recorded failures, named or all", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto a = put(cache, "gopjrt_tuple.hlo.pb");
+  auto b = put(cache, "gopjrt_x_squared.hlo.pb");
+  test::spit(a / fs::path("model.log"), "error");
+  test::spit(b / fs::path("model.log"), "error");
+  CHECK(tool({"retry", "--cache", cache.string()}).exit_code == 2);  // neither entries nor --all
+  auto r = tool({"retry", "--cache", cache.string(), a.filename().string()});  // a bare MODULE_ name does not resolve...
+  test::check_one_line_error(r, "not a cache entry");
+  r = tool({"retry", "--cache", cache.string(), (a / "model.hlo_module.pb").string()});  // ...a file in the entry does
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(a / fs::path("model.log")));
+  CHECK(fs::exists(b / fs::path("model.log")));
+  r = tool({"retry", "--cache", cache.string(), "--all"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find(b.string()) != std::string::npos);
+  CHECK_FALSE(fs::exists(b / fs::path("model.log")));
+  CHECK(nlohmann::json::parse(tool({"scan", "--cache", cache.string(), "--json"}).output)["remaining"] == 2);
+}
+
+TEST_CASE("neffcache clear-locks removes stale locks and leaves a live one alone", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto live = put(cache, "gopjrt_tuple.hlo.pb");
+  auto stale = put(cache, "gopjrt_x_squared.hlo.pb");
+  auto held = EntryLock::try_acquire((live / fs::path("model.hlo_module.pb.lock")).string());  // a compile in progress
+  REQUIRE(held.has_value());
+  const auto stale_lock = stale / fs::path("model.hlo_module.pb.lock");
+  test::spit(stale_lock, "");  // a Neuron client's lock, left by a crash hours ago
+  fs::last_write_time(stale_lock, fs::file_time_type::clock::now() - std::chrono::hours(3));
+  auto r = tool({"clear-locks", "--cache", cache.string()});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(stale_lock));
+  CHECK(fs::exists(live / fs::path("model.hlo_module.pb.lock")));
+  CHECK(held->heartbeat().has_value());  // still ours
+  CHECK(r.output.find("left " + fs::relative(live, cache).string() + " alone") != std::string::npos);
+  CHECK(r.output.find("1 stale lock removed, 1 live lock left alone") != std::string::npos);
+}
+
+TEST_CASE("neffcache clean and clear-neffs spare entries being compiled", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto done = put(cache, "gopjrt_tuple.hlo.pb");
+  auto failed = put(cache, "gopjrt_x_squared.hlo.pb");
+  auto busy = put(cache, "rocm08_normal_9.hlo_proto.pb");
+  test::spit(done / fs::path("model.neff"), "neff");
+  test::spit(done / fs::path("model.done"), "");
+  test::spit(failed / fs::path("model.log"), "error");
+  test::spit(busy / fs::path("model.neff"), "neff");
+  test::spit(busy / fs::path("model.done"), "");
+  auto held = EntryLock::try_acquire((busy / fs::path("model.hlo_module.pb.lock")).string());
+  REQUIRE(held.has_value());
+
+  auto r = tool({"clear-neffs", "--cache", cache.string()});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("2 entries are pending again, 1 left alone") != std::string::npos);
+  CHECK_FALSE(fs::exists(done / fs::path("model.neff")));
+  CHECK_FALSE(fs::exists(done / fs::path("model.done")));
+  CHECK_FALSE(fs::exists(failed / fs::path("model.log")));
+  CHECK(fs::exists(done / fs::path("model.hlo_module.pb")));
+  CHECK(fs::exists(busy / fs::path("model.neff")));
+
+  // Without --yes (and no terminal to ask on) nothing is removed.
+  test::check_one_line_error(tool({"clean", "--cache", cache.string()}), "--yes");
+  CHECK(fs::exists(done));
+  r = tool({"clean", "--cache", cache.string(), "--yes"});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(done));
+  CHECK_FALSE(fs::exists(failed));
+  CHECK(fs::exists(busy / fs::path("model.neff")));  // compiling: left alone
+  CHECK(r.output.find("2 entries removed") != std::string::npos);
+  held->release();
+  CHECK(tool({"clean", "--cache", cache.string(), "--yes"}).exit_code == 0);
+  CHECK(fs::is_empty(cache));  // the compiler folder went with its last entry
 }

@@ -12,6 +12,7 @@
 #include <neffcache/key.hpp>
 #include <neffcache/layout.hpp>
 #include <neffcache/lock.hpp>
+#include <neffcache/maintenance.hpp>
 #include <neffcache/result.hpp>
 #include <neffcache/runner.hpp>
 #include <neffcache/scheduler.hpp>

@@ -104,7 +104,7 @@ void setup_compile(CLI::App& app, int& exit_code) {
       "Compile every entry that needs it (pending, stale-locked; failed ones with --retry-failed), or the "
       "entries named, in parallel; exit status = number of failed graphs");
   sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; paths or relative to the cache");
-  sub->add_option("--cache", opts->cache, "cache directory (default: as the Neuron tools find it)");
+  add_cache_option(sub, opts->cache);
   sub->add_option("-j,--jobs", opts->jobs, "compiles at once (default: min(cores, ceil(RAM / 64 GiB)))");
   sub->add_option("--retries", opts->retries,
                   "retries of transient failures (default: NEURON_PARALLEL_COMPILE_MAX_RETRIES or 0)");

@@ -17,7 +17,7 @@ namespace neffcache::cli {
 void setup_ls(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<LsOptions>();
   auto* sub = app.add_subcommand("ls", "List cache entries with state, size, compile time and last use");
-  sub->add_option("--cache", opts->cache, "cache directory (default: as the Neuron tools find it)");
+  add_cache_option(sub, opts->cache);
   sub->add_option("--state", opts->state, "only entries in this state")
       ->check(CLI::IsMember({"empty", "pending", "compiling", "done", "failed", "stale"}));
   sub->add_flag("--json", opts->json, "print a JSON list");

@@ -20,7 +20,7 @@ void setup_put(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand(
       "put", "Store an HLO file as a pending cache entry (the HLO and compile_flags.json) and print its folder");
   add_graph_inputs(sub, opts->graph);
-  sub->add_option("--cache", opts->cache, "cache directory (default: as the Neuron tools find it)");
+  add_cache_option(sub, opts->cache);
   sub->add_flag("--json", opts->json, "print a JSON object");
   sub->callback([opts, &exit_code] { exit_code = run_put(*opts); });
 }

@@ -15,7 +15,7 @@ void setup_scan(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ScanOptions>();
   auto* sub = app.add_subcommand(
       "scan", "Count the entries a compile run would take on (remaining), and those locked, failed and done");
-  sub->add_option("--cache", opts->cache, "cache directory (default: as the Neuron tools find it)");
+  add_cache_option(sub, opts->cache);
   sub->add_flag("--with-failed", opts->with_failed, "count failed entries as remaining (they would be retried)");
   sub->add_flag("--json", opts->json, "print a JSON object with the counts by state too");
   sub->callback([opts, &exit_code] { exit_code = run_scan(*opts); });

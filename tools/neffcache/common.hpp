@@ -16,6 +16,7 @@
 #include <neffcache/flags.hpp>
 #include <neffcache/key.hpp>
 #include <neffcache/layout.hpp>
+#include <neffcache/maintenance.hpp>
 #include <neffcache/result.hpp>
 #include <neffcache/url.hpp>
 
@@ -63,6 +64,11 @@ inline Result<ParsedFlags> compiler_flags(const std::vector<std::string>& given)
   return separate_wrapper_options(words);
 }
 
+inline void add_cache_option(CLI::App* sub, std::string& cache) {
+  sub->add_option("--cache", cache, "cache directory (default: --cache_dir in NEURON_CC_FLAGS, "
+                                    "NEURON_COMPILE_CACHE_URL, /var/tmp/neuron-compile-cache)");
+}
+
 // What names a graph's entry (key, put): the HLO file, its flags, the compiler version.
 struct GraphInputs {
   std::string hlo_file;
@@ -106,6 +112,23 @@ inline std::optional<std::string> mount_backing(const std::string& root) {
 // Where to read a cache's entries: the backing directory of a mount, else the cache.
 inline std::string entries_root(const std::string& root) { return mount_backing(root).value_or(root); }
 
+// The cache a maintenance command works on: where entries are read (the backing
+// directory of a mount) and where clients see them.
+struct CacheDirs {
+  std::string view;     // the cache as given (a mount, or a plain directory)
+  std::string backing;  // its backing directory, or the same
+
+  static Result<CacheDirs> resolve(const std::string& given) {
+    auto root = cache_root(given);
+    if (!root) return root.error();
+    return CacheDirs{*root, entries_root(*root)};
+  }
+  // An entry given by its path relative to the cache.
+  EntryPaths entry(const std::string& relative) const {
+    return {fmt::format("{}/{}", backing, relative), fmt::format("{}/{}", view, relative)};
+  }
+};
+
 // The folder of an entry named on the command line: an entry folder or a file in one,
 // as a path or relative to the cache root. Anything else is an error.
 inline Result<std::string> entry_folder(const std::string& root, const std::string& arg) {
@@ -119,6 +142,15 @@ inline Result<std::string> entry_folder(const std::string& root, const std::stri
     return fs::absolute(p, ec).lexically_normal().string();
   }
   return Error{Errc::not_found, fmt::format("{}: not a cache entry (a MODULE_* folder)", arg)};
+}
+
+// An entry named on the command line, in a cache (see entry_folder).
+inline Result<EntryPaths> named_entry(const CacheDirs& dirs, const std::string& arg) {
+  auto dir = entry_folder(dirs.view, arg);
+  if (!dir) return dir.error();
+  for (const auto& root : {dirs.view, dirs.backing})
+    if (dir->starts_with(root + "/")) return dirs.entry(dir->substr(root.size() + 1));
+  return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the cache {}", arg, dirs.view)};
 }
 
 }  // namespace neffcache::cli

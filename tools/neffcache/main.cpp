@@ -1,12 +1,16 @@
 // neffcache: administration of a Neuron compile cache. main only wires subcommands.
 #include <CLI/CLI.hpp>
 
+#include "neffcache/cmd_clean.hpp"
+#include "neffcache/cmd_clear_locks.hpp"
+#include "neffcache/cmd_clear_neffs.hpp"
 #include "neffcache/cmd_compile.hpp"
 #include "neffcache/cmd_flags_hash.hpp"
 #include "neffcache/cmd_hlo_stats.hpp"
 #include "neffcache/cmd_key.hpp"
 #include "neffcache/cmd_ls.hpp"
 #include "neffcache/cmd_put.hpp"
+#include "neffcache/cmd_retry.hpp"
 #include "neffcache/cmd_scan.hpp"
 #include "neffcache/common.hpp"
 
@@ -22,6 +26,10 @@ int main(int argc, char** argv) {
   setup_ls(app, exit_code);
   setup_scan(app, exit_code);
   setup_compile(app, exit_code);
+  setup_retry(app, exit_code);
+  setup_clear_locks(app, exit_code);
+  setup_clean(app, exit_code);
+  setup_clear_neffs(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
