@@ -17,6 +17,7 @@
 
 #include <neffcache/compile.hpp>
 #include <neffcache/flags.hpp>
+#include <neffcache/size.hpp>
 #include <neffcache/url.hpp>
 
 #include "fs.hpp"
@@ -29,26 +30,6 @@ constexpr int k_exit_usage = 2;
 int fail(const std::string& message) {
   fmt::print(stderr, "neffcachefs: error: {}\n", message);
   return k_exit_error;
-}
-
-// Parses "64G", "512M", "1T" or a byte count.
-std::optional<uint64_t> parse_size(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  std::size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(s, &used);
-  } catch (...) {
-    return std::nullopt;
-  }
-  std::string unit = s.substr(used);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit == "" || unit == "B") return n;
-  if (unit == "K" || unit == "KB" || unit == "KIB") return n << 10;
-  if (unit == "M" || unit == "MB" || unit == "MIB") return n << 20;
-  if (unit == "G" || unit == "GB" || unit == "GIB") return n << 30;
-  if (unit == "T" || unit == "TB" || unit == "TIB") return n << 40;
-  return std::nullopt;
 }
 
 // A mount point that is itself a mount (of anything) is busy.
@@ -124,7 +105,7 @@ int main(int argc, char** argv) {
   opts.retry_failed = retry_failed || env_flags->wrapper.retry_failed_compilation;
   opts.eager = eager;
 
-  auto mem = parse_size(mem_per_job);
+  auto mem = neffcache::parse_size(mem_per_job);
   if (!mem || *mem == 0) return fail(fmt::format("--mem-per-job '{}' is not a size like 64G", mem_per_job));
   opts.scheduler.jobs = jobs > 0 ? jobs : neffcache::default_jobs(*mem);
   if (retries < 0) {

@@ -1,5 +1,11 @@
 // The neffcache commands that work on a cache directory (put, ls, scan, compile), run as
 // a user runs them: output, JSON parsed, exit codes, one-line errors.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <map>
+
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
@@ -49,6 +55,14 @@ nlohmann::json last_json(const std::string& output) {
   REQUIRE(begin != std::string::npos);
   REQUIRE(end != std::string::npos);
   return nlohmann::json::parse(output.substr(begin, end + 2 - begin));
+}
+
+// Rewrites a file's bytes in place (same inode), as disk damage would.
+void write_file_in_place(const fs::path& p, const std::string& bytes) {
+  std::FILE* f = std::fopen(p.c_str(), "r+b");
+  REQUIRE(f);
+  CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+  std::fclose(f);
 }
 
 }  // namespace
@@ -276,4 +290,107 @@ TEST_CASE("neffcache clean and clear-neffs spare entries being compiled", "[cli]
   held->release();
   CHECK(tool({"clean", "--cache", cache.string(), "--yes"}).exit_code == 0);
   CHECK(fs::is_empty(cache));  // the compiler folder went with its last entry
+}
+
+namespace {
+
+// Marks an entry done, its NEFF last read `hours_ago`.
+void make_done(const fs::path& entry, int hours_ago, std::size_t neff_bytes = 1000) {
+  test::spit(entry / "model.neff", std::string(neff_bytes, 'n'));
+  test::spit(entry / "model.done", "");
+  struct timespec t[2];
+  t[0].tv_sec = t[1].tv_sec = ::time(nullptr) - hours_ago * 3600;
+  t[0].tv_nsec = t[1].tv_nsec = 0;
+  REQUIRE(::utimensat(AT_FDCWD, (entry / "model.neff").c_str(), t, 0) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("neffcache gc keeps the most recently used entries within the limit", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  const auto corpus = test::corpus_files();
+  std::vector<fs::path> done;
+  for (int i = 0; i < 4; ++i) {
+    done.push_back(put(cache, corpus[static_cast<std::size_t>(i)].filename().string()));
+    make_done(done.back(), 40 - 10 * i);  // done[3] is the most recently used
+  }
+  auto pending = put(cache, corpus[4].filename().string());
+  auto bytes = [&] {
+    std::map<std::string, uint64_t> out;
+    for (auto& e : nlohmann::json::parse(tool({"ls", "--cache", cache.string(), "--json"}).output))
+      out[(cache / e["path"].get<std::string>()).string()] = e["bytes"];
+    return out;
+  };
+  auto before = bytes();
+  const uint64_t limit = before[done[2].string()] + before[done[3].string()] + before[pending.string()];
+
+  auto r = tool({"gc", "--cache", cache.string(), "--max-size", std::to_string(limit), "--dry-run"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("would remove " + fs::relative(done[0], cache).string()) != std::string::npos);
+  CHECK(fs::exists(done[0]));  // a dry run removes nothing
+
+  r = tool({"gc", "--cache", cache.string(), "--max-size", std::to_string(limit)});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(done[0]));
+  CHECK_FALSE(fs::exists(done[1]));
+  CHECK(fs::exists(done[2] / "model.neff"));
+  CHECK(fs::exists(done[3] / "model.neff"));
+  CHECK(fs::exists(pending));  // never evicted by size: it is not done
+  uint64_t left = 0;
+  for (auto& [path, b] : bytes()) left += b;
+  CHECK(left <= limit);
+
+  SECTION("--keep-compilers drops the trees of older compilers") {
+    auto r2 = tool({"put", "--cache", cache.string(), "--compiler-version", "2.19.0",
+                    (test::k_corpus / "gopjrt_tuple.hlo.pb").string()});
+    REQUIRE(r2.exit_code == 0);
+    fs::path old_entry = r2.output.substr(0, r2.output.size() - 1);
+    make_done(old_entry, 1000);
+    r2 = tool({"gc", "--cache", cache.string(), "--max-size", "1T", "--keep-compilers", "1"});
+    CHECK(r2.exit_code == 0);
+    CHECK_FALSE(fs::exists(cache / "neuronxcc-2.19.0"));
+    CHECK(fs::exists(done[3]));
+  }
+  test::check_one_line_error(tool({"gc", "--cache", cache.string(), "--max-size", "lots"}), "--max-size");
+}
+
+TEST_CASE("neffcache verify finds a damaged NEFF and --repair makes it pending", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto a = put(cache, "gopjrt_tuple.hlo.pb");
+  auto b = put(cache, "rocm08_normal_9.hlo_proto.pb");
+  REQUIRE(tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template}).exit_code == 0);
+  auto r = tool({"verify", "--cache", cache.string()});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("2 checked, 0 broken") != std::string::npos);
+
+  // One byte flipped in place, same size: only the checksum can tell.
+  std::string neff = test::slurp(b / "model.neff");
+  neff[neff.size() / 2] ^= 1;
+  write_file_in_place(b / "model.neff", neff);
+  r = tool({"verify", "--cache", cache.string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("broken " + fs::relative(b, cache).string() + ": model.neff has checksum") != std::string::npos);
+  r = tool({"verify", "--cache", cache.string(), "--repair"});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(b / "model.neff"));
+  CHECK(fs::exists(a / "model.neff"));
+  CHECK(nlohmann::json::parse(tool({"scan", "--cache", cache.string(), "--json"}).output)["remaining"] == 1);
+}
+
+TEST_CASE("neffcache stats counts a plain cache", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  make_done(put(cache, "gopjrt_tuple.hlo.pb"), 1, 5000);
+  put(cache, "rocm08_normal_9.hlo_proto.pb");
+  auto r = tool({"stats", "--cache", cache.string(), "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.output);
+  CHECK(j["entries"] == 2);
+  CHECK(j["states"]["done"] == 1);
+  CHECK(j["states"]["pending"] == 1);
+  CHECK(j["neff_bytes"] == 5000);
+  CHECK_FALSE(j.contains("daemon"));
+  CHECK(tool({"stats", "--cache", cache.string()}).output.find("2 (1 pending, 0 compiling, 1 done") != std::string::npos);
 }

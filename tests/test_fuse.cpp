@@ -564,6 +564,16 @@ TEST_CASE("neffcache compile on a mount asks the daemon", "[fuse]") {
   CHECK(m.compiles() == 2);
   CHECK(fs::exists(m.backing() / a / "model.done"));
   CHECK(fs::exists(m.backing() / b / "model.done"));
+  // stats shows the daemon's counters beside the cache's own figures.
+  auto stats = nlohmann::json::parse(test::run({test::k_tool, "stats", "--cache", m.mnt().string(), "--json"}).output);
+  CHECK(stats["states"]["done"] == 2);
+  CHECK(stats["daemon"]["compiles"]["started"] == 2);
+  // clear-neffs through the mount: the mount stops serving the old NEFF at once.
+  CHECK(test::run({test::k_tool, "clear-neffs", "--cache", m.mnt().string()}).exit_code == 0);
+  CHECK_FALSE(fs::exists(m.backing() / a / "model.neff"));
+  struct stat st {};
+  REQUIRE(::stat((m.mnt() / a / "model.neff").c_str(), &st) == 0);
+  CHECK(st.st_size == 0);  // a placeholder again: opening it compiles anew
 }
 
 TEST_CASE("a lock file created through the mount is owned by its creator, stale at once when it dies", "[fuse]") {

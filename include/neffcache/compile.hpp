@@ -233,6 +233,24 @@ inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::str
   return h;
 }
 
+// The xxh3 of a file's bytes, as publish() records it.
+inline Result<uint64_t> file_xxh3(const std::string& path) {
+  UniqueFd in(retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!in) return sys_error("open", path);
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = retry_eintr([&] { return ::read(in.get(), buf.data(), buf.size()); });
+    if (n < 0) return XXH3_freeState(st), sys_error("read", path);
+    if (n == 0) break;
+    XXH3_64bits_update(st, buf.data(), static_cast<std::size_t>(n));
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
 inline void fsync_dir(const std::string& dir) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd) ::fsync(fd.get());

@@ -6,7 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -111,6 +114,44 @@ inline Result<StateCounts> count_entries(const std::string& root, const LockOpti
   auto r = for_each_entry(root, [&](const EntryRef& ref) { ++c.of(entry_state(ref, lock)); });
   if (!r) return r.error();
   return c;
+}
+
+// What `gc` removes to bring a cache to at most `max_bytes`: first every entry of the
+// compiler folders beyond the `keep_compilers` most recently used ones (0 keeps all),
+// then done entries, least recently used first, until the rest fits. Entries that are
+// not done (pending, compiling, failed) are never chosen by size. Returns indexes into
+// `entries`, in the order to remove them.
+inline std::vector<std::size_t> plan_gc(const std::vector<EntryInfo>& entries, uint64_t max_bytes, int keep_compilers) {
+  std::vector<std::size_t> out;
+  std::vector<bool> chosen(entries.size());
+  uint64_t total = 0;
+  for (const auto& e : entries) total += e.bytes;
+  auto compiler_of = [](const EntryInfo& e) { return e.path.substr(0, e.path.find('/')); };
+  if (keep_compilers > 0) {
+    std::map<std::string, std::chrono::system_clock::time_point> last_use;
+    for (const auto& e : entries) last_use[compiler_of(e)] = std::max(last_use[compiler_of(e)], e.last_use);
+    std::vector<std::pair<std::chrono::system_clock::time_point, std::string>> order;
+    for (const auto& [c, t] : last_use) order.emplace_back(t, c);
+    std::sort(order.rbegin(), order.rend());  // most recently used first
+    std::set<std::string> dropped;
+    for (std::size_t i = static_cast<std::size_t>(keep_compilers); i < order.size(); ++i) dropped.insert(order[i].second);
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (dropped.count(compiler_of(entries[i]))) {
+        out.push_back(i);
+        chosen[i] = true;
+        total -= entries[i].bytes;
+      }
+  }
+  std::vector<std::size_t> done;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (!chosen[i] && entries[i].state == EntryState::done) done.push_back(i);
+  std::sort(done.begin(), done.end(), [&](auto a, auto b) { return entries[a].last_use < entries[b].last_use; });
+  for (auto i : done) {
+    if (total <= max_bytes) break;
+    out.push_back(i);
+    total -= entries[i].bytes;
+  }
+  return out;
 }
 
 }  // namespace neffcache

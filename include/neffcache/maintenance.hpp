@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <neffcache/compile.hpp>
 #include <neffcache/layout.hpp>
@@ -107,6 +109,39 @@ inline Result<void> remove_entry(const EntryPaths& e, const LockOptions& opts = 
   if (r = detail::unlink_all(e.view, rest); !r) return r;
   lock->release();
   ::rmdir(e.view.c_str());
+  return {};
+}
+
+enum class NeffCheck {
+  ok,          // the NEFF has the size and checksum recorded when it was published
+  broken,      // model.done without a NEFF, or a NEFF that differs from its record
+  unrecorded,  // no record to check against (published by another tool): present, not empty
+};
+
+struct NeffVerdict {
+  NeffCheck check = NeffCheck::ok;
+  std::string why;  // for broken: what is wrong
+};
+
+// Checks the published NEFF of an entry that has model.done against the size and xxh3
+// recorded in .neffcache-meta.json at publication. Reads the whole NEFF.
+inline NeffVerdict verify_neff(const std::string& entry_dir) {
+  const std::string neff = fmt::format("{}/{}", entry_dir, k_neff_file);
+  struct stat st {};
+  if (::stat(neff.c_str(), &st) != 0) return {NeffCheck::broken, "model.done without model.neff"};
+  auto text = detail::read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
+  auto meta = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  if (!meta.is_object() || !meta.contains("size") || !meta.contains("xxh3") || !meta["xxh3"].is_string()) {
+    if (st.st_size == 0) return {NeffCheck::broken, "model.neff is empty"};
+    return {NeffCheck::unrecorded, ""};
+  }
+  if (meta["size"] != st.st_size)
+    return {NeffCheck::broken, fmt::format("model.neff has {} bytes, {} were published", st.st_size, meta["size"].dump())};
+  auto hash = detail::file_xxh3(neff);
+  if (!hash) return {NeffCheck::broken, hash.error().message};
+  if (fmt::format("{:016x}", *hash) != meta["xxh3"].get<std::string>())
+    return {NeffCheck::broken, fmt::format("model.neff has checksum {:016x}, {} was published", *hash,
+                                           meta["xxh3"].get<std::string>())};
   return {};
 }
 

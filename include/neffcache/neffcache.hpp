@@ -16,4 +16,5 @@
 #include <neffcache/result.hpp>
 #include <neffcache/runner.hpp>
 #include <neffcache/scheduler.hpp>
+#include <neffcache/size.hpp>
 #include <neffcache/url.hpp>

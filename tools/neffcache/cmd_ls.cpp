@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <memory>
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <neffcache/inventory.hpp>
@@ -33,9 +32,6 @@ int run_ls(const LsOptions& opts) {
   std::erase_if(*entries, [&](const EntryInfo& e) { return wanted && e.state != *wanted; });
   std::sort(entries->begin(), entries->end(), [](const auto& a, const auto& b) { return a.path < b.path; });
 
-  auto when = [](std::chrono::system_clock::time_point t) {
-    return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
-  };
   if (opts.json) {
     auto list = nlohmann::ordered_json::array();
     for (const auto& e : *entries) {
@@ -44,7 +40,7 @@ int run_ls(const LsOptions& opts) {
                                {"bytes", e.bytes},
                                {"neff_bytes", e.neff_bytes},
                                {"compile_seconds", nullptr},
-                               {"last_use", when(e.last_use)}};
+                               {"last_use", utc_time(e.last_use)}};
       if (e.compile_seconds) j["compile_seconds"] = *e.compile_seconds;
       list.push_back(std::move(j));
     }
@@ -54,7 +50,7 @@ int run_ls(const LsOptions& opts) {
   fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", "STATE", "BYTES", "COMPILE", "LAST USE", "ENTRY");
   for (const auto& e : *entries)
     fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", to_string(e.state), e.bytes,
-               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-", when(e.last_use), e.path);
+               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-", utc_time(e.last_use), e.path);
   return k_exit_ok;
 }
 

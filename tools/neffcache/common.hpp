@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -62,6 +63,11 @@ inline Result<ParsedFlags> compiler_flags(const std::vector<std::string>& given)
     }
   }
   return separate_wrapper_options(words);
+}
+
+// A time as ls and gc print it: UTC, to the second, ISO 8601.
+inline std::string utc_time(std::chrono::system_clock::time_point t) {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
 }
 
 inline void add_cache_option(CLI::App* sub, std::string& cache) {

@@ -6,12 +6,15 @@
 #include "neffcache/cmd_clear_neffs.hpp"
 #include "neffcache/cmd_compile.hpp"
 #include "neffcache/cmd_flags_hash.hpp"
+#include "neffcache/cmd_gc.hpp"
 #include "neffcache/cmd_hlo_stats.hpp"
 #include "neffcache/cmd_key.hpp"
 #include "neffcache/cmd_ls.hpp"
 #include "neffcache/cmd_put.hpp"
 #include "neffcache/cmd_retry.hpp"
 #include "neffcache/cmd_scan.hpp"
+#include "neffcache/cmd_stats.hpp"
+#include "neffcache/cmd_verify.hpp"
 #include "neffcache/common.hpp"
 
 int main(int argc, char** argv) {
@@ -30,6 +33,9 @@ int main(int argc, char** argv) {
   setup_clear_locks(app, exit_code);
   setup_clean(app, exit_code);
   setup_clear_neffs(app, exit_code);
+  setup_gc(app, exit_code);
+  setup_verify(app, exit_code);
+  setup_stats(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

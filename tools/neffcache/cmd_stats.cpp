@@ -1,0 +1,79 @@
+// neffcache stats: the daemon's counters when the cache is a neffcachefs mount, and the
+// cache's own figures (entries by state, sizes, compile time stored) always.
+#include "neffcache/cmd_stats.hpp"
+
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <neffcache/inventory.hpp>
+#include <neffcache/size.hpp>
+
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+void setup_stats(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<StatsOptions>();
+  auto* sub = app.add_subcommand(
+      "stats", "Entries by state, sizes and stored compile time; on a neffcachefs mount, the daemon's counters too");
+  add_cache_option(sub, opts->cache);
+  sub->add_flag("--json", opts->json, "print JSON");
+  sub->callback([opts, &exit_code] { exit_code = run_stats(*opts); });
+}
+
+int run_stats(const StatsOptions& opts) {
+  auto dirs = CacheDirs::resolve(opts.cache);
+  if (!dirs) return report(dirs.error());
+  auto entries = list_entries(dirs->backing);
+  if (!entries) return report(entries.error());
+  StateCounts c;
+  uint64_t bytes = 0, neff_bytes = 0;
+  double compile_seconds = 0;
+  for (const auto& e : *entries) {
+    ++c.of(e.state);
+    bytes += e.bytes;
+    neff_bytes += e.neff_bytes;
+    compile_seconds += e.compile_seconds.value_or(0);
+  }
+  nlohmann::ordered_json j{{"cache", dirs->view},
+                           {"entries", c.total()},
+                           {"states",
+                            {{"pending", c.pending},
+                             {"compiling", c.compiling},
+                             {"done", c.done},
+                             {"failed", c.failed},
+                             {"stale", c.stale},
+                             {"empty", c.empty}}},
+                           {"bytes", bytes},
+                           {"neff_bytes", neff_bytes},
+                           {"stored_compile_seconds", compile_seconds}};
+  if (dirs->view != dirs->backing) {
+    auto text = detail::read_file(fmt::format("{}/.neffcache/stats.json", dirs->view));
+    if (text) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
+  }
+  if (opts.json) {
+    fmt::print("{}\n", j.dump(2));
+    return k_exit_ok;
+  }
+  fmt::print("cache                   {}\n", dirs->view);
+  fmt::print("entries                 {} ({} pending, {} compiling, {} done, {} failed, {} stale locks)\n", c.total(),
+             c.pending, c.compiling, c.done, c.failed, c.stale);
+  fmt::print("size                    {} ({} in NEFFs)\n", format_size(bytes), format_size(neff_bytes));
+  // What every hit saves: the compile time stored with each NEFF we compiled.
+  fmt::print("compile time stored     {:.1f} s\n", compile_seconds);
+  if (j.contains("daemon") && j["daemon"].is_object()) {
+    const auto& d = j["daemon"];
+    fmt::print("daemon (neffcachefs)    {} hits, {} misses, {} waiting now, {} interrupted, {} read\n",
+               d.value("hits", 0), d.value("misses", 0), d.value("waiters", 0), d.value("interrupted", 0),
+               format_size(d.value("read_bytes", uint64_t{0})));
+    if (d.contains("compiles"))
+      fmt::print("daemon compiles         {} started, {} succeeded, {} failed, {} transient, {:.1f} s\n",
+                 d["compiles"].value("started", 0), d["compiles"].value("succeeded", 0),
+                 d["compiles"].value("failed", 0), d["compiles"].value("transient", 0),
+                 d["compiles"].value("seconds", 0.0));
+  }
+  return k_exit_ok;
+}
+
+}  // namespace neffcache::cli
