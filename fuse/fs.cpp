@@ -252,7 +252,12 @@ void Filesystem::deadline_loop() {
   }
 }
 
-bool Filesystem::is_special(fuse_ino_t ino) { return inode(ino).special != Inode::Special::none; }
+// By inode number alone: the hot paths (read, flush, locks) need not touch an Inode
+// that a FORGET on another thread may free once the kernel is done with it. (The kernel
+// orders the two, but no sanitizer can see that.)
+bool Filesystem::is_special(fuse_ino_t ino) const { return is_stats_file(ino) || ino == reinterpret_cast<fuse_ino_t>(stats_dir_.get()); }
+
+bool Filesystem::is_stats_file(fuse_ino_t ino) const { return ino == reinterpret_cast<fuse_ino_t>(stats_file_.get()); }
 
 Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
   return ino == FUSE_ROOT_ID ? *root_ : *reinterpret_cast<Inode*>(ino);
@@ -684,7 +689,7 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
 }
 
 void Filesystem::read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  if (inode(ino).special == Inode::Special::stats_file) {
+  if (is_stats_file(ino)) {
     const std::string text = stats_json();
     auto at = std::min(text.size(), static_cast<std::size_t>(off));
     return (void)fuse_reply_buf(req, text.data() + at, std::min(size, text.size() - at));
@@ -718,7 +723,7 @@ void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
 }
 
 void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (inode(ino).special == Inode::Special::stats_file) return (void)fuse_reply_err(req, 0);
+  if (is_stats_file(ino)) return (void)fuse_reply_err(req, 0);
   std::string path;
   if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder)
     path = path_of(inode(ino));

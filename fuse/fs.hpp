@@ -62,7 +62,8 @@ class Filesystem {
   // The counters as JSON, as stats.json shows them.
   std::string stats_json() const;
   // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).
-  bool is_special(fuse_ino_t ino);
+  bool is_special(fuse_ino_t ino) const;
+  bool is_stats_file(fuse_ino_t ino) const;
 
   // The operation table to hand to fuse_session_new; userdata must be this object.
   static const fuse_lowlevel_ops& ops();

@@ -576,6 +576,27 @@ TEST_CASE("neffcache compile on a mount asks the daemon", "[fuse]") {
   CHECK(st.st_size == 0);  // a placeholder again: opening it compiles anew
 }
 
+TEST_CASE("neuron_parallel_compile on a mount: the daemon compiles as graphs are written", "[fuse]") {
+  Mount m;
+  test::TempDir dir;
+  std::string body = "#!/bin/sh\n";
+  for (const auto& f : {"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"})
+    body += fmt::format(
+        "p=$('{}' put --compiler-version 2.21.0 '{}') || exit 9\n"
+        "echo \"INFO ||NEURON_CC_WRAPPER||: Extracting graphs ($p/model.hlo_module.pb) for ahead-of-time parallel "
+        "compilation. No compilation was done.\"\n",
+        test::k_tool, (test::k_corpus / f).string());
+  test::spit(dir / "train.sh", body);
+  fs::permissions(dir / "train.sh", fs::perms::owner_all);
+  // The tool's own compiler does not exist: every compile must be the daemon's.
+  auto r = test::run({"env", "-C", dir.path().string(), "-u", "NEURON_CC_FLAGS",
+                      "NEURON_COMPILE_CACHE_URL=" + m.mnt().string(), NEFFCACHE_NPC, "--compiler",
+                      "no-such-cc {hlo} {neff}", (dir / "train.sh").string()});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("INFO ||NEURON_PARALLEL_COMPILE||: Total successful compilations: 2") != std::string::npos);
+  CHECK(m.compiles() == 2);
+}
+
 TEST_CASE("a lock file created through the mount is owned by its creator, stale at once when it dies", "[fuse]") {
   Mount m;
   auto e = m.entry("gopjrt_tuple.hlo.pb", "lock+0");

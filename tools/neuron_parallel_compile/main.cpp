@@ -173,7 +173,12 @@ int main(int argc, char** argv) {
     return trial->exit_code;
   }
   if (command == "collect") return k_exit_ok;
-  if (!overlap) return run_compile(copts);  // on a mount: ask the daemon
+  if (!overlap) {
+    // On a mount the daemon compiled each graph as it was written (eager); the report
+    // covers the graphs extracted, whether the daemon has finished them or not.
+    for (const auto& g : trial->graphs) copts.entries.push_back(std::filesystem::path(g).parent_path().string());
+    return run_compile(copts);
+  }
 
   // Pending entries the trial run wrote without announcing them count too.
   auto entries = list_entries(*root);
