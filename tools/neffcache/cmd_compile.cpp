@@ -97,6 +97,30 @@ std::vector<Batch::Item> ask_daemon(const std::vector<std::string>& targets) {
 
 }  // namespace
 
+Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler) {
+  Scheduler::Options so;
+  auto tmpl = CompilerTemplate::parse(opts.compiler.empty() ? k_default_compiler_template : opts.compiler);
+  if (!tmpl) return tmpl.error();
+  if (need_compiler && !tmpl->installed())
+    return Error{Errc::not_found, fmt::format("compiler '{}' not found on PATH", tmpl->program())};
+  so.settings.compiler = *tmpl;
+  if (opts.jobs < 0) return Error{Errc::invalid_argument, "--jobs must be positive"};
+  so.jobs = opts.jobs > 0 ? opts.jobs : default_jobs();
+  int retries = opts.retries;
+  if (retries < 0) {
+    auto r = max_retries_from_env(process_env);
+    if (!r) return r.error();
+    retries = *r;
+  }
+  so.settings.max_retries = retries;
+  so.settings.retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
+  so.settings.default_flags = env.compiler_flags;
+  if (opts.compile_timeout < 0) return Error{Errc::invalid_argument, "--compile-timeout must be positive"};
+  if (opts.compile_timeout > 0)
+    so.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.compile_timeout * 1000));
+  return so;
+}
+
 void setup_compile(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<CompileOptions>();
   auto* sub = app.add_subcommand(
@@ -128,25 +152,8 @@ int run_compile(const CompileOptions& opts) {
   const auto backing = mount_backing(*root);
   const bool on_mount = backing.has_value();
 
-  Scheduler::Options so;
-  auto tmpl = CompilerTemplate::parse(opts.compiler.empty() ? k_default_compiler_template : opts.compiler);
-  if (!tmpl) return report(tmpl.error());
-  if (!on_mount && !tmpl->installed()) return report(fmt::format("compiler '{}' not found on PATH", tmpl->program()));
-  so.settings.compiler = *tmpl;
-  if (opts.jobs < 0) return report("--jobs must be positive");
-  so.jobs = opts.jobs > 0 ? opts.jobs : default_jobs();
-  int retries = opts.retries;
-  if (retries < 0) {
-    auto r = max_retries_from_env(process_env);
-    if (!r) return report(r.error());
-    retries = *r;
-  }
-  so.settings.max_retries = retries;
-  so.settings.retry_failed = retry_failed;
-  so.settings.default_flags = env->compiler_flags;
-  if (opts.compile_timeout < 0) return report("--compile-timeout must be positive");
-  if (opts.compile_timeout > 0)
-    so.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.compile_timeout * 1000));
+  auto so = scheduler_options(opts, *env, /*need_compiler=*/!on_mount);
+  if (!so) return report(so.error());
 
   std::vector<std::string> targets;
   if (!opts.entries.empty()) {
@@ -181,7 +188,7 @@ int run_compile(const CompileOptions& opts) {
         if (auto f = read_entry_files(t); f && f->failed()) ::unlink(fmt::format("{}/{}", t, k_log_file).c_str());
     items = ask_daemon(targets);
   } else {
-    items = compile_here(targets, std::move(so), env->compiler_flags);
+    items = compile_here(targets, std::move(*so), env->compiler_flags);
   }
   if (g_stop) return report("stopped by a signal; running compiles were stopped and nothing was recorded for them");
   auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -5,6 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <neffcache/flags.hpp>
+#include <neffcache/result.hpp>
+#include <neffcache/scheduler.hpp>
+
 namespace neffcache::cli {
 
 struct CompileOptions {
@@ -20,5 +24,11 @@ struct CompileOptions {
 
 void setup_compile(CLI::App& app, int& exit_code);
 int run_compile(const CompileOptions& opts);
+
+// The scheduler settings a compile run uses: the template (checked on PATH when this
+// process will run it), jobs, retries (NEURON_PARALLEL_COMPILE_MAX_RETRIES by default),
+// retry of failures (also from NEURON_CC_FLAGS), flags for entries without
+// compile_flags.json, timeout. Shared with neuron_parallel_compile.
+Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler);
 
 }  // namespace neffcache::cli

@@ -145,18 +145,9 @@ int main(int argc, char** argv) {
   auto env = compiler_flags({});
   if (!env) return fail(env.error().message);
   if (overlap) {
-    Scheduler::Options so;
-    auto tmpl = CompilerTemplate::parse(compiler.empty() ? k_default_compiler_template : compiler);
-    if (!tmpl) return fail(tmpl.error().message);
-    if (!tmpl->installed()) return fail(fmt::format("compiler '{}' not found on PATH", tmpl->program()));
-    so.settings.compiler = *tmpl;
-    so.jobs = num_parallel > 0 ? num_parallel : default_jobs();
-    auto retries = max_retries_from_env(process_env);
-    if (!retries) return fail(retries.error().message);
-    so.settings.max_retries = *retries;
-    so.settings.retry_failed = env->wrapper.retry_failed_compilation;
-    so.settings.default_flags = env->compiler_flags;
-    batch = std::make_unique<Batch>(std::move(so), env->compiler_flags);
+    auto so = scheduler_options(copts, *env, /*need_compiler=*/true);
+    if (!so) return fail(so.error().message);
+    batch = std::make_unique<Batch>(std::move(*so), env->compiler_flags);
   }
   const auto start = std::chrono::system_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
