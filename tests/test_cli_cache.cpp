@@ -394,3 +394,57 @@ TEST_CASE("neffcache stats counts a plain cache", "[cli]") {
   CHECK_FALSE(j.contains("daemon"));
   CHECK(tool({"stats", "--cache", cache.string()}).output.find("2 (1 pending, 0 compiling, 1 done") != std::string::npos);
 }
+
+TEST_CASE("neffcache analyze writes opcode histograms per graph and per cache", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  const auto tf = put(cache, "spu_tf_jit_comp.hlo.pb");
+  const auto jax = put(cache, "spu_jax_cnn.hlo.pb");
+  make_done(put(cache, "gopjrt_tuple.hlo.pb"), 1, 100);
+  auto r = tool({"analyze", "--cache", cache.string(), "--output", (dir / "out").string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("3 graphs") != std::string::npos);
+  auto j = nlohmann::json::parse(test::slurp(dir / "out" / "result.json"));
+  CHECK(j["verbosity"] == 2);
+  REQUIRE(j["graphs"].size() == 3);
+  // Each graph agrees with hlo-stats of its file; the cache total is their sum.
+  std::map<std::string, uint64_t> sum;
+  uint64_t instructions = 0;
+  for (const auto& [path, g] : j["graphs"].items()) {
+    auto alone = nlohmann::json::parse(tool({"hlo-stats", "--json", path}).output);
+    CHECK(g["opcodes"] == alone["opcodes"]);
+    CHECK(g["framework_ops"] == alone["framework_ops"]);
+    CHECK(g["instructions"] == alone["instructions"]);
+    instructions += g["instructions"].get<uint64_t>();
+    for (const auto& [op, n] : g["opcodes"].items()) sum[op] += n.get<uint64_t>();
+  }
+  CHECK(j["total"]["graphs"] == 3);
+  CHECK(j["total"]["instructions"] == instructions);
+  CHECK(j["total"]["opcodes"] == nlohmann::json(sum));
+  const auto tf_graph = j["graphs"][(tf / "model.hlo_module.pb").string()];
+  CHECK(tf_graph["state"] == "pending");
+  CHECK(tf_graph["framework_ops"]["LessEqual"] == 2);  // TensorFlow ops behind the HLO
+  CHECK(j["graphs"].contains((jax / "model.hlo_module.pb").string()));
+
+  // Named entries only, verbosity 1: no framework operators.
+  r = tool({"analyze", "--cache", cache.string(), "--output", (dir / "one").string(), "--verbosity", "1", tf.string()});
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(test::slurp(dir / "one" / "result.json"));
+  CHECK(j["graphs"].size() == 1);
+  CHECK_FALSE(j["total"].contains("framework_ops"));
+
+  // A graph that is not HLO: listed as unreadable, the others still analyzed, exit 1.
+  test::spit(tf / "model.hlo_module.pb", "not an hlo module");
+  r = tool({"analyze", "--cache", cache.string(), "--output", (dir / "out").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find(fmt::format("neffcache: error: {}/model.hlo_module.pb: not a readable HLO module", tf.string())) !=
+        std::string::npos);
+  j = nlohmann::json::parse(test::slurp(dir / "out" / "result.json"));
+  CHECK(j["graphs"].size() == 2);
+  CHECK(j["unreadable"].size() == 1);
+  CHECK(tool({"analyze", "--cache", cache.string(), "--verbosity", "3"}).exit_code == 2);
+  test::check_one_line_error(tool({"analyze", "--cache", cache.string(), (dir / "nope").string()}), "not a cache entry");
+  test::check_one_line_error(
+      tool({"analyze", "--cache", cache.string(), "--output", (dir / "out" / "result.json").string()}),
+      "cannot create the output directory");
+}

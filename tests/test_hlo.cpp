@@ -115,6 +115,32 @@ TEST_CASE("an HloProto hashes like the HloModuleProto it wraps", "[hlo]") {
   CHECK(wrappers >= 15);
 }
 
+TEST_CASE("framework operators are counted from the instructions' metadata", "[hlo]") {
+  // The generated parser of the test schema is the reference: op_type of every
+  // instruction that has one.
+  int with_metadata = 0;
+  for (const auto& f : test::corpus_files()) {
+    std::string bytes = test::slurp(f);
+    auto a = analyze(bytes);
+    neffcache_test::HloProto wrapper;
+    neffcache_test::HloModuleProto module;
+    if (a.stats.format == HloFormat::hlo_proto) {
+      REQUIRE(wrapper.ParseFromString(bytes));
+      module = wrapper.hlo_module();
+    } else {
+      REQUIRE(module.ParseFromString(bytes));
+    }
+    std::map<std::string, uint64_t, std::less<>> expected;
+    for (const auto& c : module.computations())
+      for (const auto& i : c.instructions())
+        if (!i.metadata().op_type().empty()) ++expected[i.metadata().op_type()];
+    INFO(f.filename());
+    CHECK(a.stats.framework_ops == expected);
+    if (!expected.empty()) ++with_metadata;
+  }
+  CHECK(with_metadata >= 5);  // the TF and JAX graphs of the SPU corpus carry metadata
+}
+
 TEST_CASE("packed and unpacked encodings of a repeated field hash the same", "[hlo]") {
   // A one-instruction module written by hand, with shape dimensions [2, 3] encoded
   // packed in one variant and as two separate varints in the other.

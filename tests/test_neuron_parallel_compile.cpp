@@ -107,3 +107,26 @@ TEST_CASE("neuron_parallel_compile --command collect, scan, compile, clean", "[c
   CHECK(npc(dir, {"--command", "bogus"}).exit_code == 2);
   CHECK(npc(dir, {"--command", "collect"}).exit_code == 1);  // no command to run
 }
+
+TEST_CASE("neuron_parallel_compile --command analyze writes result.json for the extracted graphs", "[cli]") {
+  test::TempDir dir;
+  auto script = trial_script(dir, {"spu_tf_jit_comp.hlo.pb", "rocm08_normal_9.hlo_proto.pb"});
+  auto r = npc(dir, {"--command", "analyze", script.string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK(test::count_lines(dir / "compiles.log") == 0);  // analyzing compiles nothing
+  auto j = nlohmann::json::parse(test::slurp(dir / "model_analysis_result" / "result.json"));
+  CHECK(j["total"]["graphs"] == 2);
+  CHECK(j["total"]["framework_ops"]["LessEqual"] == 2);
+  r = npc(dir, {"--command", "analyze", "--analyze-output", "elsewhere", "--analyze-verbosity", "1", script.string()});
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(test::slurp(dir / "elsewhere" / "result.json"));
+  CHECK(j["verbosity"] == 1);
+  CHECK_FALSE(j["total"].contains("framework_ops"));
+  CHECK(npc(dir, {"--command", "analyze", "--analyze-verbosity", "3", script.string()}).exit_code == 2);
+  auto nothing = dir / "nothing.sh";
+  test::spit(nothing, "#!/bin/sh\necho no graphs\n");
+  fs::permissions(nothing, fs::perms::owner_all);
+  r = npc(dir, {"--command", "analyze", nothing.string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("extracted no graphs") != std::string::npos);
+}

@@ -38,6 +38,10 @@ struct HloStats {
   uint64_t instructions = 0;
   uint64_t entry_parameters = 0;  // parameter instructions of the entry computation
   std::map<std::string, uint64_t, std::less<>> opcodes;  // opcode -> instructions
+  // Framework operator that produced the instructions (the op_type of their metadata:
+  // an aten op for PyTorch/XLA, a primitive for JAX) -> instructions. Instructions
+  // without metadata are not counted.
+  std::map<std::string, uint64_t, std::less<>> framework_ops;
 };
 
 struct HloAnalysis {
@@ -108,6 +112,7 @@ inline Result<HloAnalysis> analyze_hlo(std::string_view bytes, const CanonicalSi
   out.stats.instructions = s.instructions;
   out.stats.entry_parameters = s.entry_parameters;
   out.stats.opcodes = s.opcodes;
+  out.stats.framework_ops = s.framework_ops;
   out.canonical_sha256 = std::move(a.sha256);
   out.graph_hash = out.canonical_sha256.substr(0, k_graph_hash_digits);
   return out;

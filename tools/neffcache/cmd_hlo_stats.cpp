@@ -22,6 +22,14 @@ void setup_hlo_stats(CLI::App& app, int& exit_code) {
   sub->callback([opts, &exit_code] { exit_code = run_hlo_stats(*opts); });
 }
 
+// Most frequent first; ties in name order, so the output is stable.
+void print_histogram(std::string_view title, const std::map<std::string, uint64_t, std::less<>>& counts) {
+  std::vector<std::pair<std::string, uint64_t>> rows(counts.begin(), counts.end());
+  std::stable_sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  fmt::print("{}:\n", title);
+  for (const auto& [name, n] : rows) fmt::print("  {:>8}  {}\n", n, name);
+}
+
 int run_hlo_stats(const HloStatsOptions& opts) {
   auto r = analyze_hlo_file(opts.hlo_file);
   if (!r) return report(r.error());
@@ -36,6 +44,7 @@ int run_hlo_stats(const HloStatsOptions& opts) {
     j["entry_parameters"] = s.entry_parameters;
     j["graph_hash"] = r->graph_hash;
     j["opcodes"] = s.opcodes;
+    j["framework_ops"] = s.framework_ops;
     fmt::print("{}\n", j.dump(2));
     return k_exit_ok;
   }
@@ -43,11 +52,8 @@ int run_hlo_stats(const HloStatsOptions& opts) {
              to_string(s.format), s.bytes);
   fmt::print("computations      {}\ninstructions      {}\nentry parameters  {}\ngraph hash        {}\n",
              s.computations, s.instructions, s.entry_parameters, r->graph_hash);
-  // Most frequent first; ties in name order, so the output is stable.
-  std::vector<std::pair<std::string, uint64_t>> ops(s.opcodes.begin(), s.opcodes.end());
-  std::stable_sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
-  fmt::print("opcodes:\n");
-  for (const auto& [op, n] : ops) fmt::print("  {:>8}  {}\n", n, op);
+  print_histogram("opcodes", s.opcodes);
+  if (!s.framework_ops.empty()) print_histogram("framework operators (instruction metadata)", s.framework_ops);
   return k_exit_ok;
 }
 

@@ -1,6 +1,9 @@
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -13,5 +16,8 @@ struct HloStatsOptions {
 
 void setup_hlo_stats(CLI::App& app, int& exit_code);
 int run_hlo_stats(const HloStatsOptions& opts);
+
+// Prints `title:` and one line per name, most frequent first (ties in name order).
+void print_histogram(std::string_view title, const std::map<std::string, uint64_t, std::less<>>& counts);
 
 }  // namespace neffcache::cli

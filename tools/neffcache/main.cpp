@@ -1,6 +1,7 @@
 // neffcache: administration of a Neuron compile cache. main only wires subcommands.
 #include <CLI/CLI.hpp>
 
+#include "neffcache/cmd_analyze.hpp"
 #include "neffcache/cmd_clean.hpp"
 #include "neffcache/cmd_clear_locks.hpp"
 #include "neffcache/cmd_clear_neffs.hpp"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   setup_gc(app, exit_code);
   setup_verify(app, exit_code);
   setup_stats(app, exit_code);
+  setup_analyze(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -20,6 +20,7 @@
 #include <neffcache/inventory.hpp>
 
 #include "common/progress.hpp"
+#include "neffcache/cmd_analyze.hpp"
 #include "neffcache/cmd_clean.hpp"
 #include "neffcache/cmd_clear_locks.hpp"
 #include "neffcache/cmd_clear_neffs.hpp"
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   CLI::App app{"neuron_parallel_compile: extract the graphs of a short trial run and compile them in parallel "
                "into the Neuron compile cache (a drop-in for the Neuron tool)"};
   std::string command = "collect-and-compile", compiler, analyze_output = "./model_analysis_result";
-  int num_parallel = 0, analyze_verbosity = 1;
+  int num_parallel = 0, analyze_verbosity = 2;
   app.add_option("--command", command, "what to do")
       ->check(CLI::IsMember({"collect-and-compile", "collect", "compile", "clean", "clear-locks", "clear-neffs", "scan",
                              "scan-with-failed", "analyze"}))
@@ -109,7 +110,10 @@ int main(int argc, char** argv) {
   app.add_option("--num_parallel", num_parallel, "compiles at once (default: min(cores, ceil(RAM / 64 GiB)))");
   app.add_option("--analyze-output", analyze_output, "with --command analyze: where result.json goes")
       ->capture_default_str();
-  app.add_option("--analyze-verbosity", analyze_verbosity, "with --command analyze: 1 or 2")->check(CLI::Range(1, 2));
+  app.add_option("--analyze-verbosity", analyze_verbosity,
+                 "with --command analyze: 1 for XLA opcodes, 2 to add the framework (aten) operators")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
   app.add_option("--compiler", compiler, fmt::format("compiler command template (default: {})", k_default_compiler_template));
   app.prefix_command();  // everything from the first word that is not ours is the command to run
   try {
@@ -127,7 +131,6 @@ int main(int argc, char** argv) {
   if (command == "clear-locks") return run_clear_locks({""});
   if (command == "clear-neffs") return run_clear_neffs({""});
   if (command == "scan" || command == "scan-with-failed") return run_scan({"", command == "scan-with-failed", false});
-  if (command == "analyze") return fail("--command analyze is not supported yet");
   CompileOptions copts;
   copts.jobs = num_parallel;
   copts.compiler = compiler;
@@ -139,6 +142,8 @@ int main(int argc, char** argv) {
   fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
   const bool on_mount = mount_backing(*root).has_value();
   const bool overlap = command == "collect-and-compile" && !on_mount;
+  if (command == "analyze" && std::filesystem::exists(analyze_output) && !std::filesystem::is_directory(analyze_output))
+    return fail(fmt::format("--analyze-output {}: not a directory", analyze_output));
 
   // Compiles start as graphs are extracted (on a mount, the daemon's eager compiles do that).
   std::unique_ptr<Batch> batch;
@@ -164,6 +169,12 @@ int main(int argc, char** argv) {
     return trial->exit_code;
   }
   if (command == "collect") return k_exit_ok;
+  if (command == "analyze") {
+    if (trial->graphs.empty()) return fail("the trial run extracted no graphs, so there is nothing to analyze");
+    AnalyzeOptions aopts{"", {}, analyze_output, analyze_verbosity};
+    for (const auto& g : trial->graphs) aopts.entries.push_back(std::filesystem::path(g).parent_path().string());
+    return run_analyze(aopts);
+  }
   if (!overlap) {
     // On a mount the daemon compiled each graph as it was written (eager); the report
     // covers the graphs extracted, whether the daemon has finished them or not.

@@ -33,6 +33,9 @@ struct Stats {
   uint64_t instructions = 0;
   uint64_t entry_parameters = 0;
   std::map<std::string, uint64_t, std::less<>> opcodes;
+  // Framework operator (OpMetadata.op_type: an aten op for PyTorch, a primitive for JAX)
+  // -> instructions it produced. Not part of the canonical text.
+  std::map<std::string, uint64_t, std::less<>> framework_ops;
 };
 
 class Canonicalizer {
@@ -329,7 +332,11 @@ class Canonicalizer {
 
       switch (kind) {
         case Kind::drop:
-          if (!skip_field(wire_type)) return false;
+          if (type == Msg::instruction && number == 7 && wire_type == 2) {
+            if (!record_framework_op()) return false;
+          } else if (!skip_field(wire_type)) {
+            return false;
+          }
           break;
         case Kind::raw:
           if (!read_raw(f, number, wire_type, depth)) return false;
@@ -429,6 +436,35 @@ class Canonicalizer {
     if (it == stats_.opcodes.end()) it = stats_.opcodes.emplace(std::string(op), 0).first;
     ++it->second;
     if (op == "parameter" && !comps_.empty()) ++comps_.back().parameters;
+  }
+
+  // Counts the op_type (field 1) of an instruction's OpMetadata, then skips it. The
+  // metadata is not part of the canonical form, so a malformed one is ignored, not an error.
+  bool record_framework_op() {
+    int len;
+    if (!read_length(len)) return fail_in("metadata");
+    google::protobuf::io::CodedInputStream meta(data_ + in_->CurrentPosition(), len);
+    for (uint32_t tag; (tag = meta.ReadTag()) != 0;) {
+      uint64_t v;
+      uint32_t v32;
+      int n;
+      bool ok = false;
+      switch (tag & 7) {
+        case 0: ok = meta.ReadVarint64(&v); break;
+        case 1: ok = meta.ReadLittleEndian64(&v); break;
+        case 5: ok = meta.ReadLittleEndian32(&v32); break;
+        case 2:
+          if (!meta.ReadVarintSizeAsInt(&n)) break;
+          if (tag >> 3 != 1) {
+            ok = meta.Skip(n);
+            break;
+          }
+          if (std::string op; meta.ReadString(&op, n) && !op.empty()) ++stats_.framework_ops[op];
+          break;  // op_type read (or unreadable): the rest is of no interest
+      }
+      if (!ok) break;
+    }
+    return in_->Skip(len) || fail("truncated field");
   }
 
   // The entry computation is the one named by entry_computation_id, else the last
