@@ -170,6 +170,13 @@ class Child {
     if (!s.empty() && s.back() == '\n') s.pop_back();
     return s;
   }
+  // The rest of its stdout, up to its end.
+  std::string rest() {
+    std::string out;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, out_)) > 0;) out.append(buf, n);
+    return out;
+  }
   void kill(int sig) { ::kill(pid_, sig); }
   // Exit code, or -signal.
   int wait() {

@@ -1,7 +1,11 @@
 // Cache keys: where in the cache a graph compiled with given flags by a given
-// compiler lives, and how to find out which compiler version is installed.
+// compiler lives, how to put it there, and how to find out which compiler version is
+// installed.
 #pragma once
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -30,6 +34,29 @@ inline Result<EntryKey> entry_key(std::string_view hlo_bytes, const std::vector<
   auto hlo = analyze_hlo(hlo_bytes, dump);
   if (!hlo) return hlo.error();
   return EntryKey{std::string(version), hlo->graph_hash, flags_hash(flags, form)};
+}
+
+// Creates the folders of `key`'s entry under `root` as needed; returns the entry folder.
+inline Result<std::string> make_entry_folder(const std::string& root, const EntryKey& key) {
+  const std::string entry = fmt::format("{}/{}", root, key.relative_path());
+  for (const auto& dir : {root, fmt::format("{}/{}", root, key.compiler_dir()), entry})
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", dir);
+  return entry;
+}
+
+// Stores a graph in its entry folder as graph extraction does: compile_flags.json,
+// then the HLO, each written whole, so whoever sees the HLO sees a complete job. An
+// entry that has its HLO already holds this very graph (the key says so) and is left
+// as it is, whatever its state: the result says whether anything was written.
+inline Result<bool> store_graph(const std::string& entry_dir, std::string_view hlo_bytes,
+                                const std::vector<std::string>& flags) {
+  auto files = read_entry_files(entry_dir);
+  if (!files) return files.error();
+  if (files->has_hlo()) return false;
+  if (auto f = write_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file), flags); !f) return f.error();
+  if (auto h = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_hlo_module_file), hlo_bytes); !h)
+    return h.error();
+  return true;
 }
 
 // Picks the version out of `<compiler> --version` output such as

@@ -1,9 +1,6 @@
 // neffcache put HLO_FILE: store a graph as a pending entry, as graph extraction does.
 #include "neffcache/cmd_put.hpp"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <memory>
 
 #include <fmt/format.h>
@@ -38,26 +35,15 @@ int run_put(const PutOptions& opts) {
   auto key = entry_key(*bytes, flags->compiler_flags, *version);
   if (!key) return report(fmt::format("{}: {}", opts.graph.hlo_file, key.error().message));
 
-  const std::string entry = fmt::format("{}/{}", *root, key->relative_path());
-  for (const auto& dir : {*root, fmt::format("{}/{}", *root, key->compiler_dir()), entry})
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return report(sys_error("create", dir));
-  auto files = read_entry_files(entry);
-  if (!files) return report(files.error());
-  // An entry that already has its HLO has this very graph (the key says so): keep it,
-  // whatever state it is in.
-  bool created = !files->has_hlo();
-  if (created) {
-    // compile_flags.json before the HLO: whoever sees the HLO sees a complete job.
-    auto f = write_compile_flags(fmt::format("{}/{}", entry, k_compile_flags_file), flags->compiler_flags);
-    if (!f) return report(f.error());
-    auto h = detail::write_file_atomic(fmt::format("{}/{}", entry, k_hlo_module_file), *bytes);
-    if (!h) return report(h.error());
-  }
+  auto entry = make_entry_folder(*root, *key);
+  if (!entry) return report(entry.error());
+  auto created = store_graph(*entry, *bytes, flags->compiler_flags);
+  if (!created) return report(created.error());
   if (opts.json) {
-    nlohmann::ordered_json j{{"path", entry}, {"key", key->relative_path()}, {"created", created}};
+    nlohmann::ordered_json j{{"path", *entry}, {"key", key->relative_path()}, {"created", *created}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("{}\n", entry);
+    fmt::print("{}\n", *entry);
   }
   return k_exit_ok;
 }

@@ -1,0 +1,376 @@
+// neuron-client-sim [options] HLO_OR_DIR...: behaves toward a Neuron compile cache as a
+// torch-xla training process with libneuronxla does, for tests and demos on machines
+// where the real client cannot run.
+//
+// With NEURON_EXTRACT_GRAPHS_ONLY=1 (a neuron_parallel_compile trial run) it writes each
+// graph's entry (compile_flags.json, model.hlo_module.pb) and prints the "Extracting
+// graphs (...)" line, a little time apart. Otherwise it runs training steps; the first
+// use of each graph looks in the cache:
+//   - model.neff and model.done there: read the NEFF ("Using a cached neff at ...");
+//   - model.log and no NEFF: a cached failure, reported, not retried;
+//   - else take the existence lock <hlo>.lock (O_EXCL), write the HLO, run the compiler
+//     in a private work folder, copy the NEFF in, write model.done, remove the lock. A
+//     lock that exists already means another process compiles: poll until it is gone.
+// A killed simulator leaves its lock behind, as the real client does.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/compile.hpp>
+#include <neffcache/key.hpp>
+#include <neffcache/runner.hpp>
+#include <neffcache/url.hpp>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+
+namespace {
+
+using namespace neffcache;
+namespace fs = std::filesystem;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr const char* k_cache_tag = "INFO ||NEURON_CACHE||:";
+constexpr const char* k_wrapper_tag = "INFO ||NEURON_CC_WRAPPER||:";
+
+struct Options {
+  std::vector<std::string> inputs;
+  std::vector<std::string> flags;
+  std::string compiler_version;
+  std::string compiler{k_default_compiler_template};
+  int steps = 1;
+  double extract_interval = 0.1;
+  double step_seconds = 0;
+  double poll_seconds = 0.2;
+  double max_wait = 0;
+  bool json = false;
+};
+
+enum class Outcome { extracted, hit, waited, compiled, failed };
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::extracted: return "extracted";
+    case Outcome::hit: return "hit";
+    case Outcome::waited: return "waited";
+    case Outcome::compiled: return "compiled";
+    case Outcome::failed: return "failed";
+  }
+  return "?";
+}
+
+struct Graph {
+  std::string input;  // the HLO file given
+  std::string bytes;
+  std::string canonical_sha256;
+  std::string entry;  // its entry folder in the cache
+};
+
+struct GraphResult {
+  Outcome outcome = Outcome::failed;
+  double seconds = 0;  // blocked on the cache: reads, waits for locks, own compiles
+  uint64_t neff_bytes = 0;
+  std::string error;
+};
+
+double since(SteadyClock::time_point t) { return std::chrono::duration<double>(SteadyClock::now() - t).count(); }
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void sleep_for(double seconds) {
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// Reads a NEFF whole. A fake-neuronx-cc artifact must be intact and name this graph.
+Result<uint64_t> read_neff(const std::string& path, const Graph& g) {
+  auto bytes = detail::read_file(path);
+  if (!bytes) return bytes.error();
+  if (bytes->starts_with(fake::k_magic)) {
+    auto neff = fake::parse_fake_neff(*bytes);
+    if (!neff) return Error{Errc::io, fmt::format("{}: a partial or altered NEFF", path)};
+    if (neff->graph != g.canonical_sha256)
+      return Error{Errc::io, fmt::format("{}: the NEFF of another graph", path)};
+  }
+  return static_cast<uint64_t>(bytes->size());
+}
+
+// Our own compile, under the existence lock we hold, as libneuronxla does it.
+GraphResult compile_here(const Graph& g, const CompilerTemplate& tmpl,
+                         const std::vector<std::string>& flags) {
+  GraphResult r;
+  const std::string neff = g.entry + "/" + std::string(k_neff_file);
+  if (auto s = store_graph(g.entry, g.bytes, flags); !s) return {Outcome::failed, 0, 0, s.error().message};
+  std::string base = detail::getenv_or("TMPDIR", "/tmp") + "/neuroncc_compile_workdir";
+  fs::create_directories(base);
+  std::string workdir = base + "/XXXXXX";
+  if (!::mkdtemp(workdir.data())) return {Outcome::failed, 0, 0, sys_error("create", workdir).message};
+  const std::string key = fs::path(g.entry).filename().string();
+  const std::string hlo_copy = fmt::format("{}/model.{}.hlo_module.pb", workdir, key);
+  const std::string neff_out = fmt::format("{}/model.{}.neff", workdir, key);
+  const std::string log_path = workdir + "/compile.log";
+  auto finish = [&](GraphResult res) {
+    fs::remove_all(workdir);
+    return res;
+  };
+  if (auto w = detail::write_file_atomic(hlo_copy, g.bytes); !w) return finish({Outcome::failed, 0, 0, w.error().message});
+  detail::UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  RunSpec spec;
+  spec.argv = tmpl.expand({hlo_copy, neff_out, workdir, key, flags});
+  spec.cwd = workdir;
+  spec.log_fd = log.get();
+  PosixRunner runner;
+  auto run = runner.run(spec);
+  if (!run) return finish({Outcome::failed, 0, 0, run.error().message});
+  if (run->end != RunEnd::exited || run->exit_code != 0 || !exists(neff_out)) {
+    // A failure is cached, as the Neuron cache does: model.log with the compiler's output.
+    (void)detail::copy_file_hashed(log_path, g.entry + "/" + std::string(k_log_file), 0644);
+    return finish({Outcome::failed, 0, 0, fmt::format("the compiler failed; its output is in {}/{}", g.entry, k_log_file)});
+  }
+  ::unlink(neff.c_str());  // a partial copy of an earlier, killed client
+  auto copied = detail::copy_file_hashed(neff_out, neff, 0644);
+  if (!copied) return finish({Outcome::failed, 0, 0, copied.error().message});
+  if (auto d = detail::write_file_atomic(g.entry + "/" + std::string(k_done_file), ""); !d)
+    return finish({Outcome::failed, 0, 0, d.error().message});
+  r.outcome = Outcome::compiled;
+  r.neff_bytes = static_cast<uint64_t>(fs::file_size(neff));
+  return finish(r);
+}
+
+// The first use of a graph in training.
+GraphResult load(const Graph& g, const Options& opts, const CompilerTemplate& tmpl,
+                 const std::vector<std::string>& flags, const std::string& root, const EntryKey& key) {
+  const auto t0 = SteadyClock::now();
+  const std::string neff = g.entry + "/" + std::string(k_neff_file);
+  const std::string done = g.entry + "/" + std::string(k_done_file);
+  const std::string log = g.entry + "/" + std::string(k_log_file);
+  const std::string lock = g.entry + "/" + std::string(k_hlo_module_file) + ".lock";
+  bool waited = false;
+  int minutes_reported = 0;
+  auto result = [&](GraphResult r) {
+    r.seconds = since(t0);
+    return r;
+  };
+  for (;;) {
+    if (exists(neff) && exists(done)) {
+      auto n = read_neff(neff, g);
+      if (!n) return result({Outcome::failed, 0, 0, n.error().message});
+      fmt::print(stderr, "{} Using a cached neff at {}. Exiting with a successfully compiled graph.\n", k_cache_tag, neff);
+      return result({waited ? Outcome::waited : Outcome::hit, 0, *n, {}});
+    }
+    if (exists(log) && !exists(neff)) {
+      fmt::print(stderr,
+                 "{} Got a cached failed neff at {}. Will skip compilation, please set --retry_failed_compilation "
+                 "for recompilation.\n",
+                 k_cache_tag, neff);
+      return result({Outcome::failed, 0, 0, fmt::format("a cached failure: {}", log)});
+    }
+    if (auto e = make_entry_folder(root, key); !e) return result({Outcome::failed, 0, 0, e.error().message});
+    int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      GraphResult r;
+      if (exists(neff) && exists(done)) {
+        ::unlink(lock.c_str());  // finished while we looked: read it on the next turn
+        continue;
+      }
+      fmt::print(stderr, "{} Compiling {}\n", k_wrapper_tag, g.entry);
+      r = compile_here(g, tmpl, flags);
+      ::unlink(lock.c_str());
+      return result(r);
+    }
+    if (errno != EEXIST) return result({Outcome::failed, 0, 0, sys_error("create", lock).message});
+    waited = true;
+    const double waiting = since(t0);
+    if (opts.max_wait > 0 && waiting > opts.max_wait)
+      return result({Outcome::failed, 0, 0, fmt::format("gave up after {:.0f} s waiting for {}", waiting, lock)});
+    if (static_cast<int>(waiting / 60) > minutes_reported) {
+      minutes_reported = static_cast<int>(waiting / 60);
+      fmt::print(stderr, "{} Another process must be compiling {}, been waiting for: {} minutes\n", k_cache_tag,
+                 fs::path(g.entry).filename().string(), minutes_reported);
+    }
+    sleep_for(opts.poll_seconds);
+  }
+}
+
+// The HLO files named: files, and the *.pb files of folders, in name order.
+Result<std::vector<std::string>> hlo_files(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (const auto& e : fs::directory_iterator(in, ec))
+        if (e.is_regular_file() && e.path().extension() == ".pb") found.push_back(e.path().string());
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::is_regular_file(in, ec)) {
+      files.push_back(in);
+    } else {
+      return Error{Errc::not_found, fmt::format("{}: no such HLO file or folder", in)};
+    }
+  }
+  if (files.empty()) return Error{Errc::not_found, "no HLO files (*.pb) in the folders given"};
+  return files;
+}
+
+int fail(const std::string& message) {
+  fmt::print(stderr, "neuron-client-sim: error: {}\n", message);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opts;
+  CLI::App app{"neuron-client-sim: a stand-in for a torch-xla training process using the Neuron compile cache "
+               "(graph extraction with NEURON_EXTRACT_GRAPHS_ONLY=1, else training steps that load or compile "
+               "each graph)"};
+  app.add_option("HLO", opts.inputs, "HLO files, or folders of them (*.pb)")->required();
+  app.add_option("--flag", opts.flags, "a compiler flag (repeat; default: the compiler flags in NEURON_CC_FLAGS)")
+      ->allow_extra_args(false);
+  app.add_option("--compiler-version", opts.compiler_version, "default: asks '<compiler> --version'");
+  app.add_option("--compiler", opts.compiler, "compiler command template for compiles on a miss")->capture_default_str();
+  app.add_option("--steps", opts.steps, "training steps; graphs are loaded at their first use")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--step-seconds", opts.step_seconds, "device time of one step")->check(CLI::NonNegativeNumber);
+  app.add_option("--extract-interval", opts.extract_interval, "seconds between two extracted graphs")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--poll", opts.poll_seconds, "seconds between two looks at a lock held by another process")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-wait", opts.max_wait, "give a graph up after waiting this long for another process's "
+                                              "lock (default: wait forever, as torch-xla does)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", opts.json, "print the summary as JSON on stdout");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  auto url = resolve_cache_url();
+  if (!url) return fail(url.error().message);
+  if (url->is_s3()) return fail(fmt::format("{}: s3:// caches are not supported", url->text));
+  const std::string root = fs::absolute(url->path).lexically_normal().string();
+  std::vector<std::string> words = opts.flags;
+  if (words.empty())
+    if (auto env = process_env("NEURON_CC_FLAGS")) {
+      auto split = shell_split(*env);
+      if (!split) return fail(fmt::format("NEURON_CC_FLAGS: {}", split.error().message));
+      words = *split;
+    }
+  auto flags = separate_wrapper_options(words);
+  if (!flags) return fail(flags.error().message);
+  auto tmpl = CompilerTemplate::parse(opts.compiler);
+  if (!tmpl) return fail(tmpl.error().message);
+  std::string version = opts.compiler_version;
+  if (version.empty()) {
+    auto v = detect_compiler_version(tmpl->program());
+    if (!v) return fail(fmt::format("cannot tell the compiler version ({}); pass --compiler-version", v.error().message));
+    version = *v;
+  }
+  auto files = hlo_files(opts.inputs);
+  if (!files) return fail(files.error().message);
+
+  std::vector<Graph> graphs;
+  std::vector<EntryKey> keys;
+  for (const auto& f : *files) {
+    auto bytes = detail::read_file(f);
+    if (!bytes) return fail(bytes.error().message);
+    auto hlo = analyze_hlo(*bytes);
+    if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));
+    auto key = entry_key(*bytes, flags->compiler_flags, version);
+    if (!key) return fail(fmt::format("{}: {}", f, key.error().message));
+    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, fmt::format("{}/{}", root, key->relative_path())});
+    keys.push_back(*key);
+  }
+
+  const bool extract = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("0") != "0" &&
+                       !process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("").empty();
+  std::vector<GraphResult> results(graphs.size());
+  nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+  const auto start = SteadyClock::now();
+  if (extract) {
+    for (std::size_t i = 0; i < graphs.size(); ++i) {
+      if (i > 0) sleep_for(opts.extract_interval);
+      auto entry = make_entry_folder(root, keys[i]);
+      auto stored = entry ? store_graph(*entry, graphs[i].bytes, flags->compiler_flags) : Result<bool>(entry.error());
+      if (!stored) {
+        results[i] = {Outcome::failed, 0, 0, stored.error().message};
+        continue;
+      }
+      results[i].outcome = Outcome::extracted;
+      fmt::print(stderr, "{} Extracting graphs ({}/{}) for ahead-of-time parallel compilation. No compilation was done.\n",
+                 k_wrapper_tag, graphs[i].entry, k_hlo_module_file);
+    }
+  } else {
+    for (int step = 1; step <= opts.steps; ++step) {
+      const auto t0 = SteadyClock::now();
+      double on_cache = 0;
+      for (std::size_t i = 0; i < graphs.size() && step == 1; ++i) {
+        results[i] = load(graphs[i], opts, *tmpl, flags->compiler_flags, root, keys[i]);
+        on_cache += results[i].seconds;
+        if (results[i].outcome == Outcome::failed)
+          fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);
+      }
+      sleep_for(opts.step_seconds);
+      steps.push_back(nlohmann::ordered_json{{"step", step}, {"seconds", since(t0)}, {"cache_seconds", on_cache}});
+      fmt::print(stderr, "step {}: {:.3f} s, {:.3f} s of it waiting on the cache\n", step, since(t0), on_cache);
+    }
+  }
+
+  std::map<std::string, int> counts;
+  double cache_seconds = 0, worst = 0;
+  nlohmann::ordered_json per_graph = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < graphs.size(); ++i) {
+    const auto& r = results[i];
+    ++counts[to_string(r.outcome)];
+    cache_seconds += r.seconds;
+    worst = std::max(worst, r.seconds);
+    nlohmann::ordered_json j{{"hlo", graphs[i].input}, {"entry", graphs[i].entry}, {"outcome", to_string(r.outcome)},
+                             {"seconds", r.seconds}, {"neff_bytes", r.neff_bytes}};
+    if (!r.error.empty()) j["error"] = r.error;
+    per_graph.push_back(std::move(j));
+  }
+  const int failed = counts["failed"];
+  if (opts.json) {
+    nlohmann::ordered_json summary{{"mode", std::string(extract ? "extract" : "train")},
+                                   {"cache", root},
+                                   {"graphs", graphs.size()},
+                                   {"extracted", counts["extracted"]},
+                                   {"hits", counts["hit"]},
+                                   {"waited", counts["waited"]},
+                                   {"compiled", counts["compiled"]},
+                                   {"failed", failed},
+                                   {"cache_seconds", cache_seconds},
+                                   {"worst_graph_seconds", worst},
+                                   {"seconds", since(start)},
+                                   {"steps", std::move(steps)},
+                                   {"per_graph", std::move(per_graph)}};
+    fmt::print("{}\n", summary.dump(2));
+  } else if (extract) {
+    fmt::print("{} graphs extracted, {} failed, in {:.2f} s\n", counts["extracted"], failed, since(start));
+  } else {
+    fmt::print("{} graphs: {} cache hits, {} compiled here, {} after waiting for another process's lock, {} failed; "
+               "{:.2f} s waiting on the cache (worst graph {:.2f} s)\n",
+               graphs.size(), counts["hit"], counts["compiled"], counts["waited"], failed, cache_seconds, worst);
+  }
+  return failed > 0 ? 1 : 0;
+}
