@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/layout.hpp>
+#include <neffcache/lock.hpp>
 
 namespace neffcachefs {
 
@@ -299,13 +300,24 @@ std::string Filesystem::stats_json() const {
   return j.dump(2) + "\n";
 }
 
+// Whether an unmodified Neuron client compiles the entry itself: it holds a live
+// existence-style lock (a lock file without our owner record). It will create
+// model.neff itself, which a placeholder of that name would refuse (EEXIST to O_EXCL,
+// EACCES to a write), so such an entry shows none; other clients wait for that lock
+// as they would on a plain directory.
+bool client_compiling(int dir_fd, const EntryFiles& files) {
+  if (!files.has_lock()) return false;
+  auto lock = inspect_lock_at(dir_fd, files.lock_name());
+  return lock && lock->state == LockState::live && !lock->owner;
+}
+
 // Whether `dir_fd` is an entry folder whose model.neff/model.done may be produced.
 bool Filesystem::is_entry_dir(int dir_fd) const {
   int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return false;
   EntryFiles files;
   auto listed = detail::list_dir(fd, "entry", [&](std::string_view name, bool) { files.note(name); });
-  return listed && files.has_hlo() && !files.done();
+  return listed && files.has_hlo() && !files.done() && !client_compiling(dir_fd, files);
 }
 
 // The inode of a backing file, counting one more kernel lookup. Takes `path_fd` (an
@@ -762,7 +774,8 @@ void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   ::closedir(d);
   // A pending entry lists what opening it will produce.
-  if (files.has_hlo() && !files.done() && !(files.has(EntryFile::log) && !opts_.retry_failed)) {
+  if (files.has_hlo() && !files.done() && !(files.has(EntryFile::log) && !opts_.retry_failed) &&
+      !client_compiling(i.fd, files)) {
     if (!files.has(EntryFile::neff)) h->ents.push_back({std::string(k_neff_file), 0, DT_REG});
     if (!files.has(EntryFile::done)) h->ents.push_back({std::string(k_done_file), 0, DT_REG});
   }

@@ -729,3 +729,71 @@ TEST_CASE("200 readers on 100 pending entries with -j 2; the mount stays respons
                    "stat {:.1f} ms, hit open+read {:.1f} ms over {} rounds",
                    worst_ls.count(), worst_stat.count(), worst_hit.count(), rounds));
 }
+
+namespace {
+
+// neuron-client-sim over the corpus graphs `graphs`, with the cache at `cache`; its JSON
+// summary. `env` adds NAME=value words (NEURON_EXTRACT_GRAPHS_ONLY=1 for extraction).
+std::vector<std::string> client_sim(const fs::path& cache, const fs::path& log, std::vector<std::string> env,
+                                    const std::vector<std::string>& graphs) {
+  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_EXTRACT_GRAPHS_ONLY",
+                                "NEURON_COMPILE_CACHE_URL=" + cache.string(), "NEFFCACHE_FAKE_RATE=0",
+                                "NEFFCACHE_FAKE_LOG=" + log.string()};
+  argv.insert(argv.end(), env.begin(), env.end());
+  for (const auto& a : {std::string(NEFFCACHE_CLIENT_SIM), std::string("--json"), std::string("--poll"),
+                        std::string("0.02"), std::string("--extract-interval"), std::string("0.05"),
+                        std::string("--compiler"), k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"})
+    argv.push_back(a);
+  for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
+  return argv;
+}
+
+nlohmann::json sim_summary(const std::string& output) {
+  auto begin = output.find("{\n");
+  REQUIRE(begin != std::string::npos);
+  return nlohmann::json::parse(output.substr(begin));
+}
+
+}  // namespace
+
+TEST_CASE("client simulator through the mount: extraction, then training that only waits for the daemon", "[fuse]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=0.3"});
+  test::TempDir dir;
+  const std::vector<std::string> graphs{"spu_tf_jit_comp.hlo.pb", "rocm08_normal_9.hlo_proto.pb", "gopjrt_tuple.hlo.pb"};
+  auto extract = test::run(client_sim(m.mnt(), dir / "client.log", {"NEURON_EXTRACT_GRAPHS_ONLY=1"}, graphs));
+  REQUIRE(extract.exit_code == 0);
+  CHECK(sim_summary(extract.output)["extracted"] == 3);
+  // Training right away: the eager compiles are running; every open waits on the daemon.
+  auto train = test::run(client_sim(m.mnt(), dir / "client.log", {}, graphs));
+  REQUIRE(train.exit_code == 0);
+  auto s = sim_summary(train.output);
+  CHECK(s["hits"] == 3);
+  CHECK(s["compiled"] == 0);
+  CHECK(s["cache_seconds"].get<double>() > 0.1);  // it did wait for compiles
+  CHECK(m.compiles() == 3);
+  CHECK_FALSE(fs::exists(dir / "client.log"));  // the client ran no compiler
+}
+
+TEST_CASE("client simulator through the mount on a cold cache: clients compile, the daemon keeps off", "[fuse]") {
+  Mount m;
+  test::TempDir dir;
+  const std::vector<std::string> graphs{"spu_tf_jit_comp.hlo.pb", "rocm08_normal_9.hlo_proto.pb"};
+  // Two clients race as two ranks of one job would: each entry is new, so a client takes
+  // the existence lock, writes the HLO and creates model.neff itself through the mount.
+  const auto log = dir / "client.log";
+  test::Child a(client_sim(m.mnt(), log, {"NEFFCACHE_FAKE_SECONDS=0.3"}, graphs));
+  test::Child b(client_sim(m.mnt(), log, {"NEFFCACHE_FAKE_SECONDS=0.3"}, graphs));
+  auto sa = sim_summary(a.rest()), sb = sim_summary(b.rest());
+  CHECK(a.wait() == 0);
+  CHECK(b.wait() == 0);
+  CHECK(sa["compiled"].get<int>() + sb["compiled"].get<int>() == 2);
+  CHECK(sa["failed"] == 0);
+  CHECK(sb["failed"] == 0);
+  CHECK(test::count_lines(log) == 2);
+  CHECK(m.compiles() == 0);  // the daemon saw the clients' locks and compiled nothing
+  for (const auto& g : graphs) {
+    auto again = test::run(client_sim(m.mnt(), log, {}, {g}));
+    CHECK(sim_summary(again.output)["hits"] == 1);
+  }
+  CHECK(test::count_lines(log) == 2);
+}
