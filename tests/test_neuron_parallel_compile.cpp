@@ -130,3 +130,22 @@ TEST_CASE("neuron_parallel_compile --command analyze writes result.json for the 
   CHECK(r.exit_code == 1);
   CHECK(r.output.find("extracted no graphs") != std::string::npos);
 }
+
+TEST_CASE("NEURON_PARALLEL_COMPILE_DUMP_RESULTS keeps the report as a JSON file", "[cli]") {
+  test::TempDir dir;
+  auto script = trial_script(dir, {"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"});
+  auto r = npc(dir, {script.string()}, {"NEURON_PARALLEL_COMPILE_DUMP_RESULTS=1"});
+  REQUIRE(r.exit_code == 0);
+  auto kept = nlohmann::json::parse(test::slurp(dir / "neuron_parallel_compile_report.json"));
+  CHECK(kept == report_of(r.output));
+  CHECK(kept["compilation_summary"]["true"] == 2);
+  // A path of one's own; the compile command keeps it too.
+  REQUIRE(npc(dir, {"--command", "clear-neffs"}).exit_code == 0);
+  r = npc(dir, {"--command", "compile"}, {"NEURON_PARALLEL_COMPILE_DUMP_RESULTS=" + (dir / "mine.json").string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(test::slurp(dir / "mine.json"))["compilation_report"].size() == 2);
+  // Off by default.
+  fs::remove(dir / "neuron_parallel_compile_report.json");
+  CHECK(npc(dir, {"--command", "compile"}).exit_code == 0);
+  CHECK_FALSE(fs::exists(dir / "neuron_parallel_compile_report.json"));
+}

@@ -6,11 +6,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
 #include <neffcache/batch.hpp>
+#include <neffcache/detail/fs.hpp>
+#include <neffcache/url.hpp>
 
 namespace neffcache::tools {
 
@@ -66,6 +69,27 @@ inline void print_neuron_report(std::FILE* out, const nlohmann::ordered_json& re
   fmt::print(out, "INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: {}\n", ok + failed);
   fmt::print(out, "INFO ||NEURON_PARALLEL_COMPILE||: Total successful compilations: {}\n", ok);
   fmt::print(out, "INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: {}\n", failed);
+}
+
+// Where NEURON_PARALLEL_COMPILE_DUMP_RESULTS asks the report to be kept as a JSON file:
+// "1" or "true" name ./neuron_parallel_compile_report.json, any other value is the path;
+// unset, empty or "0": nowhere.
+inline std::optional<std::string> report_dump_path() {
+  auto v = process_env("NEURON_PARALLEL_COMPILE_DUMP_RESULTS");
+  if (!v || v->empty() || *v == "0") return std::nullopt;
+  if (*v == "1" || *v == "true" || *v == "True") return std::string("neuron_parallel_compile_report.json");
+  return v;
+}
+
+// Keeps the report where NEURON_PARALLEL_COMPILE_DUMP_RESULTS says, written whole; a
+// failure to write it is reported on stderr and does not change the run's outcome.
+inline void dump_report(const nlohmann::ordered_json& report) {
+  auto path = report_dump_path();
+  if (!path) return;
+  if (auto w = detail::write_file_atomic(*path, report.dump(4) + "\n"); !w)
+    fmt::print(stderr, "WARNING ||NEURON_PARALLEL_COMPILE||: cannot keep the report: {}\n", w.error().message);
+  else
+    fmt::print(stderr, "INFO ||NEURON_PARALLEL_COMPILE||: Report kept in {}\n", *path);
 }
 
 // The exit status of a compile run: the number of failed graphs, as the Neuron tool

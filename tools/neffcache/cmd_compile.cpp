@@ -194,6 +194,7 @@ int run_compile(const CompileOptions& opts) {
   auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (opts.json) fmt::print("{}\n", result.dump(4));
   else tools::print_neuron_report(stdout, result);
+  tools::dump_report(result);
   return tools::failed_exit_status(result["compilation_summary"].value("false", std::size_t{0}));
 }
 

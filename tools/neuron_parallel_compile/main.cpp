@@ -192,5 +192,6 @@ int main(int argc, char** argv) {
   display.finish(batch->counts());
   auto report = neuron_report(batch->items(), start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   tools::print_neuron_report(stdout, report);
+  tools::dump_report(report);
   return tools::failed_exit_status(report["compilation_summary"].value("false", std::size_t{0}));
 }
