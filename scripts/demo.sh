@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and shows neffcache at work: keys of real XLA graphs,
-# then a cache mounted over a local folder where a simulated training job writes graphs
-# and opens their NEFFs (compile on open, eager compiles, dedup, statistics).
+# then a cache mounted over a local folder: neuron-client-sim, a stand-in for torch-xla,
+# extracts graphs as a neuron_parallel_compile trial run does, then trains as 4 ranks
+# (eager compiles, compile on open, dedup, time waited, statistics).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
