@@ -32,9 +32,9 @@
 #include <neffcache/compile.hpp>
 #include <neffcache/key.hpp>
 #include <neffcache/runner.hpp>
-#include <neffcache/url.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
+#include "neffcache/common.hpp"
 
 namespace {
 
@@ -265,27 +265,14 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  auto url = resolve_cache_url();
-  if (!url) return fail(url.error().message);
-  if (url->is_s3()) return fail(fmt::format("{}: s3:// caches are not supported", url->text));
-  const std::string root = fs::absolute(url->path).lexically_normal().string();
-  std::vector<std::string> words = opts.flags;
-  if (words.empty())
-    if (auto env = process_env("NEURON_CC_FLAGS")) {
-      auto split = shell_split(*env);
-      if (!split) return fail(fmt::format("NEURON_CC_FLAGS: {}", split.error().message));
-      words = *split;
-    }
-  auto flags = separate_wrapper_options(words);
+  auto root = cli::cache_root("");
+  if (!root) return fail(root.error().message);
+  auto flags = cli::compiler_flags(opts.flags);
   if (!flags) return fail(flags.error().message);
   auto tmpl = CompilerTemplate::parse(opts.compiler);
   if (!tmpl) return fail(tmpl.error().message);
-  std::string version = opts.compiler_version;
-  if (version.empty()) {
-    auto v = detect_compiler_version(tmpl->program());
-    if (!v) return fail(fmt::format("cannot tell the compiler version ({}); pass --compiler-version", v.error().message));
-    version = *v;
-  }
+  auto version = cli::compiler_version(opts.compiler_version, tmpl->program());
+  if (!version) return fail(version.error().message);
   auto files = hlo_files(opts.inputs);
   if (!files) return fail(files.error().message);
 
@@ -296,9 +283,9 @@ int main(int argc, char** argv) {
     if (!bytes) return fail(bytes.error().message);
     auto hlo = analyze_hlo(*bytes);
     if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));
-    auto key = entry_key(*bytes, flags->compiler_flags, version);
+    auto key = entry_key(*bytes, flags->compiler_flags, *version);
     if (!key) return fail(fmt::format("{}: {}", f, key.error().message));
-    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, fmt::format("{}/{}", root, key->relative_path())});
+    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, fmt::format("{}/{}", *root, key->relative_path())});
     keys.push_back(*key);
   }
 
@@ -310,7 +297,7 @@ int main(int argc, char** argv) {
   if (extract) {
     for (std::size_t i = 0; i < graphs.size(); ++i) {
       if (i > 0) sleep_for(opts.extract_interval);
-      auto entry = make_entry_folder(root, keys[i]);
+      auto entry = make_entry_folder(*root, keys[i]);
       auto stored = entry ? store_graph(*entry, graphs[i].bytes, flags->compiler_flags) : Result<bool>(entry.error());
       if (!stored) {
         results[i] = {Outcome::failed, 0, 0, stored.error().message};
@@ -325,7 +312,7 @@ int main(int argc, char** argv) {
       const auto t0 = SteadyClock::now();
       double on_cache = 0;
       for (std::size_t i = 0; i < graphs.size() && step == 1; ++i) {
-        results[i] = load(graphs[i], opts, *tmpl, flags->compiler_flags, root, keys[i]);
+        results[i] = load(graphs[i], opts, *tmpl, flags->compiler_flags, *root, keys[i]);
         on_cache += results[i].seconds;
         if (results[i].outcome == Outcome::failed)
           fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);
@@ -352,7 +339,7 @@ int main(int argc, char** argv) {
   const int failed = counts["failed"];
   if (opts.json) {
     nlohmann::ordered_json summary{{"mode", std::string(extract ? "extract" : "train")},
-                                   {"cache", root},
+                                   {"cache", *root},
                                    {"graphs", graphs.size()},
                                    {"extracted", counts["extracted"]},
                                    {"hits", counts["hit"]},
