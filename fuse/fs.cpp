@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -373,6 +374,14 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
       e.attr.st_nlink = 1;
       e.attr_timeout = e.entry_timeout = 0;
       return 0;
+    }
+    if (err == EMFILE && !told_out_of_fds_.exchange(true)) {
+      struct rlimit rl {};
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+      fmt::print(stderr,
+                 "neffcachefs: out of file descriptors (limit {}): every name the kernel remembers holds one, so "
+                 "lookups fail with EMFILE; raise the limit (LimitNOFILE= in the unit, ulimit -n)\n",
+                 rl.rlim_cur);
     }
     return err;
   }

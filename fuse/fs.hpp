@@ -140,6 +140,7 @@ class Filesystem {
   std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
   std::map<std::pair<fuse_ino_t, std::string>, Inode*> placeholders_;
   std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
+  std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
   std::unique_ptr<neffcache::Scheduler> scheduler_;
 
   // Preparing a job reads the whole HLO, so it happens here, never in a handler.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -132,11 +133,18 @@ int main(int argc, char** argv) {
                  knob, seconds, wait_bounded ? "--wait-timeout" : "--compile-timeout", longest_wait);
   }
 
-  // Every name the kernel remembers pins a descriptor here.
+  // Every name the kernel remembers pins a descriptor here (four per entry once a
+  // cache is walked): as many as the system allows. Root may raise the hard limit up to
+  // fs.nr_open; otherwise the soft limit goes up to the hard one.
   struct rlimit rl {};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+    rlim_t nr_open = 0;
+    std::ifstream("/proc/sys/fs/nr_open") >> nr_open;
+    struct rlimit most {nr_open, nr_open};
+    if (nr_open <= rl.rlim_max || ::setrlimit(RLIMIT_NOFILE, &most) != 0) {
+      rl.rlim_cur = rl.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
   }
 
   std::string mount_opts = "default_permissions,fsname=neffcache,subtype=neffcache";

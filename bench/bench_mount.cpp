@@ -1,0 +1,511 @@
+// neffcachefs against the backing directory read directly, side by side in one run, and
+// what the daemon adds around a compile. Every figure that compares is a ratio of the
+// two measured in the same repetition (these machines are noisy); the table gives
+// median, min and max over the repetitions, the goal, and whether this run met it.
+//
+//   hit     read a finished NEFF of --hit-mib MiB: warm page cache, and cold (drop_caches)
+//   small   open + read + close of a --small-mib MiB NEFF, --small-count times
+//   meta    stat of --stat-entries entries' model.neff, and a full walk of a cache of
+//           --walk-entries entries; daemon memory and mount time with that cache
+//   wakeup  from model.done being renamed into place to the waiting open returning
+//   dedup   --dedup-readers readers of one pending entry: compiles, wall / compile time
+//
+// `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches).
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Row {
+  Row(std::string what_, std::string unit_, std::string goal_ = {}, std::function<bool(double)> met_ = {})
+      : what(std::move(what_)), unit(std::move(unit_)), goal(std::move(goal_)), met(std::move(met_)) {}
+  // A figure measured once.
+  static Row once(std::string what, std::string unit, double value) {
+    Row r(std::move(what), std::move(unit));
+    r.samples.push_back(value);
+    return r;
+  }
+  std::string what, unit;
+  std::string goal;                 // empty: reported only
+  std::function<bool(double)> met;  // judged on the median
+  std::vector<double> samples;
+  std::string failed;  // why there is no figure
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+void print_rows(const std::vector<Row>& rows) {
+  for (const auto& r : rows) {
+    if (!r.failed.empty()) {
+      fmt::print("| {} | failed: {} | | | {} | | {} | **no** |\n", r.what, r.failed, r.unit, r.goal);
+      continue;
+    }
+    if (r.samples.empty()) continue;
+    auto s = r.samples;
+    std::sort(s.begin(), s.end());
+    double m = median(s);
+    std::string verdict = r.met ? (r.met(m) ? "yes" : "**no**") : "";
+    fmt::print("| {} | {:.3g} | {:.3g} | {:.3g} | {} | {} | {} | {} |\n", r.what, m, s.front(), s.back(), r.unit,
+               s.size(), r.goal, verdict);
+    std::fflush(stdout);
+  }
+}
+
+void note(const std::string& line) { fmt::print(stderr, "bench_mount: {}\n", line); }
+
+// Writes `bytes` of pseudo-random data (incompressible, so no layer can cheat).
+void write_blob(const fs::path& path, uint64_t bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::mt19937_64 rng(bytes);
+  std::vector<uint64_t> chunk(1 << 17);  // 1 MiB
+  for (uint64_t left = bytes; left > 0;) {
+    for (auto& w : chunk) w = rng();
+    auto n = std::min<uint64_t>(left, chunk.size() * sizeof(uint64_t));
+    out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n));
+    left -= n;
+  }
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void touch(const fs::path& path, std::string_view text = {}) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Reads a whole file with 1 MiB reads; returns the bytes read.
+uint64_t read_whole(const fs::path& path) {
+  static thread_local std::vector<char> buf(1 << 20);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(fmt::format("open {}: {}", path.string(), std::strerror(errno)));
+  uint64_t total = 0;
+  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) total += static_cast<uint64_t>(n);
+  ::close(fd);
+  return total;
+}
+
+bool drop_caches() {
+  ::sync();
+  std::ofstream f("/proc/sys/vm/drop_caches");
+  f << "3\n";
+  f.close();
+  return f.good();
+}
+
+// A finished entry: model.neff of `neff_bytes` and model.done.
+fs::path make_done_entry(const fs::path& root, const std::string& name, uint64_t neff_bytes) {
+  auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + name);
+  fs::create_directories(dir);
+  if (neff_bytes > 4096) write_blob(dir / "model.neff", neff_bytes);
+  else touch(dir / "model.neff", std::string(neff_bytes, 'n'));
+  touch(dir / "model.done");
+  return dir;
+}
+
+// A pending entry whose graph compiles on its own: the flag makes its dedup key unique.
+fs::path make_pending_entry(const fs::path& root, const std::string& name, const fs::path& hlo) {
+  auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + name);
+  fs::create_directories(dir);
+  touch(dir / "compile_flags.json", fmt::format(R"(["--internal-bench={}"])", name));
+  fs::copy_file(hlo, dir / "model.hlo_module.pb", fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+// neffcachefs over `backing` at `mnt`, for the scope of a benchmark.
+class Mount {
+ public:
+  Mount(const fs::path& backing, const fs::path& mnt, const std::vector<std::string>& env_extra) : mnt_(mnt) {
+    fs::create_directories(mnt);
+    fs::create_directories(backing);
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    env.insert(env.end(), env_extra.begin(), env_extra.end());
+    std::vector<std::string> args{NEFFCACHE_DAEMON, "--foreground", "-j", "2", "--compiler",
+                                  std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 "
+                                                                         "{hlo} --output {neff} {flags}",
+                                  backing.string(), mnt.string()};
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    auto t0 = Clock::now();
+    if (::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0)
+      throw std::runtime_error("cannot start neffcachefs");
+    posix_spawn_file_actions_destroy(&fa);
+    for (int i = 0; i < 5000 && !mounted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!mounted()) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+      throw std::runtime_error("neffcachefs did not mount");
+    }
+    mount_seconds_ = since(t0);
+  }
+  ~Mount() {
+    std::string cmd = fmt::format("fusermount3 -u -z '{}'", mnt_.string());
+    if (std::system(cmd.c_str()) != 0) note("unmount failed");
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  double mount_seconds() const { return mount_seconds_; }
+  // The daemon's resident memory in MiB.
+  double rss_mib() const {
+    std::ifstream in(fmt::format("/proc/{}/status", pid_));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    return 0;
+  }
+  nlohmann::json stats() const {
+    std::ifstream in(mnt_ / ".neffcache" / "stats.json");
+    return nlohmann::json::parse(in);
+  }
+
+ private:
+  bool mounted() const {
+    struct stat a {}, b {};
+    return ::stat(mnt_.c_str(), &a) == 0 && ::stat((mnt_ / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
+  }
+  fs::path mnt_;
+  pid_t pid_ = -1;
+  double mount_seconds_ = 0;
+};
+
+struct Options {
+  int reps = 5;
+  uint64_t hit_mib = 1024, small_mib = 10;
+  int small_count = 1000, stat_entries = 10000, walk_entries = 100000, wake_entries = 100, dedup_readers = 64;
+  double dedup_compile_seconds = 1.0;
+  std::string only, dir;
+};
+
+// 1. A finished NEFF read whole, warm and cold.
+std::vector<Row> bench_hit(const Options& o, const fs::path& work) {
+  auto backing = work / "hit-backing";
+  note(fmt::format("hit: writing a {} MiB NEFF", o.hit_mib));
+  auto entry = make_done_entry(backing, "hit+0", o.hit_mib << 20);
+  Mount m(backing, work / "hit-mnt", {});
+  auto native = entry / "model.neff";
+  auto mounted = work / "hit-mnt" / fs::relative(entry, backing) / "model.neff";
+  const double gib = static_cast<double>(o.hit_mib) / 1024.0;
+  std::vector<Row> rows;
+  for (bool cold : {false, true}) {
+    if (cold && !drop_caches()) {
+      note("hit: cannot drop caches (not root?): no cold figures");
+      break;
+    }
+    std::string label = fmt::format("hit: read a {} MiB NEFF, {} page cache", o.hit_mib, cold ? "cold" : "warm");
+    Row ratio{label + ": mount / native throughput", "ratio", cold ? ">= 0.90" : ">= 0.95",
+              cold ? std::function<bool(double)>([](double v) { return v >= 0.90; })
+                   : std::function<bool(double)>([](double v) { return v >= 0.95; })};
+    Row nat{label + ", native", "GiB/s"}, mnt{label + ", mount", "GiB/s"};
+    if (!cold) read_whole(native), read_whole(mounted);
+    for (int r = 0; r < o.reps; ++r) {
+      double t[2];
+      for (int k = 0; k < 2; ++k) {
+        bool through_mount = (k == 1) != (r % 2 == 1);  // alternate which goes first
+        if (cold) drop_caches();
+        auto t0 = Clock::now();
+        read_whole(through_mount ? mounted : native);
+        t[through_mount] = since(t0);
+      }
+      nat.samples.push_back(gib / t[0]);
+      mnt.samples.push_back(gib / t[1]);
+      ratio.samples.push_back(t[0] / t[1]);
+    }
+    rows.push_back(std::move(ratio));
+    rows.push_back(std::move(nat));
+    rows.push_back(std::move(mnt));
+  }
+  return rows;
+}
+
+// 2. Many small hits: open + read + close.
+std::vector<Row> bench_small(const Options& o, const fs::path& work) {
+  auto backing = work / "small-backing";
+  auto entry = make_done_entry(backing, "small+0", o.small_mib << 20);
+  Mount m(backing, work / "small-mnt", {});
+  auto native = entry / "model.neff";
+  auto mounted = work / "small-mnt" / fs::relative(entry, backing) / "model.neff";
+  std::string label = fmt::format("small hits: open + read + close of a {} MiB NEFF, {} times", o.small_mib, o.small_count);
+  Row ratio{label + ": mount / native time", "ratio", "<= 1.5", [](double v) { return v <= 1.5; }};
+  Row per{label + ", mount, per hit", "ms"};
+  read_whole(native), read_whole(mounted);
+  for (int r = 0; r < o.reps; ++r) {
+    double t[2];
+    for (int k = 0; k < 2; ++k) {
+      bool through_mount = (k == 1) != (r % 2 == 1);
+      auto t0 = Clock::now();
+      for (int i = 0; i < o.small_count; ++i) read_whole(through_mount ? mounted : native);
+      t[through_mount] = since(t0);
+    }
+    ratio.samples.push_back(t[1] / t[0]);
+    per.samples.push_back(t[1] * 1000.0 / o.small_count);
+  }
+  return {std::move(ratio), std::move(per)};
+}
+
+// Visits every file below `dir`: readdir, then fstatat of each name, as `find -ls` or
+// `du` would. Returns the files seen.
+uint64_t walk(int dir_fd) {
+  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  DIR* d = ::fdopendir(fd);
+  if (!d) return 0;
+  uint64_t n = 0;
+  while (dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    ++n;
+    if (S_ISDIR(st.st_mode)) {
+      int sub = ::openat(::dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (sub >= 0) n += walk(sub), ::close(sub);
+    }
+  }
+  ::closedir(d);
+  return n;
+}
+
+uint64_t walk(const fs::path& root) {
+  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  uint64_t n = walk(fd);
+  ::close(fd);
+  return n;
+}
+
+// 3. Metadata: stat of many entries, a walk of a large cache; the daemon's footprint.
+std::vector<Row> bench_meta(const Options& o, const fs::path& work) {
+  auto backing = work / "meta-backing";
+  note(fmt::format("meta: creating a cache of {} entries", o.walk_entries));
+  std::vector<fs::path> neffs;
+  for (int i = 0; i < o.walk_entries; ++i) {
+    auto e = make_done_entry(backing, fmt::format("{:020x}+d7517139", i), 64);
+    if (i < o.stat_entries) neffs.push_back(fs::relative(e / "model.neff", backing));
+  }
+  const bool can_drop = drop_caches();
+  const uint64_t files = walk(backing);
+  Mount m(backing, work / "meta-mnt", {});
+  const fs::path mnt = work / "meta-mnt";
+  std::vector<Row> rows;
+  rows.push_back(Row::once(fmt::format("mount time, {} entries", o.walk_entries), "ms", m.mount_seconds() * 1000));
+  const double rss_idle = m.rss_mib();
+  auto stat_all = [&](const fs::path& root) {
+    struct stat st {};
+    for (const auto& p : neffs)
+      if (::stat((root / p).c_str(), &st) != 0) throw std::runtime_error("stat " + (root / p).string());
+  };
+  // Times `op` on the backing directory and on the mount, alternating which goes first,
+  // after dropping the caches when `cold`; gives the ratios and the mount's times.
+  auto compare = [&](Row& ratio, Row* mount_seconds, bool cold, const std::function<void(const fs::path&)>& op) {
+    if (!cold) op(backing), op(mnt);
+    for (int r = 0; r < o.reps; ++r) {
+      double t[2];
+      for (int k = 0; k < 2; ++k) {
+        bool through_mount = (k == 1) != (r % 2 == 1);
+        if (cold) drop_caches();
+        auto t0 = Clock::now();
+        op(through_mount ? mnt : backing);
+        t[through_mount] = since(t0);
+      }
+      ratio.samples.push_back(t[1] / t[0]);
+      if (mount_seconds) mount_seconds->samples.push_back(t[1]);
+    }
+  };
+  for (bool cold : {true, false}) {
+    if (cold && !can_drop) continue;
+    const std::string c = cold ? "cold" : "warm";
+    Row st{fmt::format("stat of {} entries, {}: mount / native time", o.stat_entries, c), "ratio", "<= 2",
+           [](double v) { return v <= 2; }};
+    compare(st, nullptr, cold, stat_all);
+    rows.push_back(std::move(st));
+  }
+  for (bool cold : {true, false}) {
+    if (cold && !can_drop) continue;
+    const std::string c = cold ? "cold" : "warm";
+    Row wk{fmt::format("walk of {} entries, {}: mount / native time", o.walk_entries, c), "ratio", "<= 2",
+           [](double v) { return v <= 2; }};
+    Row wk_mnt{fmt::format("walk of {} entries, {}, mount", o.walk_entries, c), "s"};
+    try {
+      compare(wk, &wk_mnt, cold, [&](const fs::path& root) {
+        if (uint64_t seen = walk(root); seen != files)
+          throw std::runtime_error(fmt::format("saw {} of {} names", seen, files));
+      });
+    } catch (const std::exception& e) {
+      wk.failed = e.what();
+    }
+    rows.push_back(std::move(wk));
+    rows.push_back(std::move(wk_mnt));
+  }
+  (void)walk(mnt);  // every name known to the kernel and the daemon at once
+  rows.push_back(Row::once(fmt::format("daemon memory, idle, {}-entry cache", o.walk_entries), "MiB", rss_idle));
+  rows.push_back(Row::once(fmt::format("daemon memory after a walk of {} entries", o.walk_entries), "MiB", m.rss_mib()));
+  return rows;
+}
+
+// 4. Wake-up: model.done renamed into place -> the waiting open returns.
+std::vector<Row> bench_wakeup(const Options& o, const fs::path& work) {
+  auto backing = work / "wake-backing";
+  const fs::path hlo = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  std::vector<fs::path> entries;
+  for (int i = 0; i < o.wake_entries; ++i) entries.push_back(make_pending_entry(backing, fmt::format("w{}+0", i), hlo));
+  Mount m(backing, work / "wake-mnt", {"NEFFCACHE_FAKE_RATE=0"});
+  int in = ::inotify_init1(IN_CLOEXEC);
+  std::map<int, std::size_t> by_watch;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    by_watch[::inotify_add_watch(in, entries[i].c_str(), IN_MOVED_TO | IN_CREATE)] = i;
+  std::vector<std::atomic<int64_t>> done_at(entries.size());
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    alignas(inotify_event) char buf[64 * 1024];
+    while (!stop) {
+      pollfd p{in, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = ::read(in, buf, sizeof buf);
+      if (n <= 0) return;
+      const auto now = Clock::now().time_since_epoch().count();
+      for (char* p = buf; p < buf + n;) {
+        auto* ev = reinterpret_cast<inotify_event*>(p);
+        if (ev->len > 0 && std::string_view(ev->name) == "model.done") {
+          done_at[by_watch[ev->wd]] = now;
+        }
+        p += sizeof(inotify_event) + ev->len;
+      }
+    }
+  });
+  Row wake{"wake-up: model.done in place -> waiting open returns, median", "ms", "<= 1", [](double v) { return v <= 1; }};
+  Row p99{"wake-up: the same, p99", "ms"};
+  std::vector<double> waits;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    auto path = work / "wake-mnt" / fs::relative(entries[i], backing) / "model.neff";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // waits for the compile
+    const auto returned = Clock::now().time_since_epoch().count();
+    if (fd < 0) throw std::runtime_error("open " + path.string() + ": " + std::strerror(errno));
+    ::close(fd);
+    for (int spin = 0; spin < 1000 && done_at[i] == 0; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    waits.push_back(static_cast<double>(returned - done_at[i]) / 1e6);
+  }
+  stop = true;
+  watcher.join();
+  ::close(in);
+  // One figure per run: the median and p99 over the entries.
+  wake.samples.push_back(median(waits));
+  p99.samples.push_back(percentile(waits, 0.99));
+  return {std::move(wake), std::move(p99)};
+}
+
+// 5. Many readers of one pending entry.
+std::vector<Row> bench_dedup(const Options& o, const fs::path& work) {
+  auto backing = work / "dedup-backing";
+  const fs::path hlo = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  Mount m(backing, work / "dedup-mnt", {fmt::format("NEFFCACHE_FAKE_SECONDS={}", o.dedup_compile_seconds)});
+  Row compiles{fmt::format("dedup: {} readers of one pending entry, compiles", o.dedup_readers), "count", "= 1",
+               [](double v) { return v == 1; }};
+  Row ratio{"dedup: the same, wall time / compile time", "ratio", "<= 1.05", [](double v) { return v <= 1.05; }};
+  for (int r = 0; r < o.reps; ++r) {
+    auto entry = make_pending_entry(backing, fmt::format("d{}+0", r), hlo);
+    auto path = work / "dedup-mnt" / fs::relative(entry, backing) / "model.neff";
+    auto before = m.stats()["compiles"];
+    std::atomic<int> failures{0};
+    auto t0 = Clock::now();
+    std::vector<std::thread> readers;
+    for (int i = 0; i < o.dedup_readers; ++i)
+      readers.emplace_back([&] {
+        try {
+          read_whole(path);
+        } catch (const std::exception&) {
+          ++failures;
+        }
+      });
+    for (auto& t : readers) t.join();
+    const double wall = since(t0);
+    if (failures) throw std::runtime_error(fmt::format("dedup: {} readers failed", failures.load()));
+    auto after = m.stats()["compiles"];
+    compiles.samples.push_back(after["started"].get<double>() - before["started"].get<double>());
+    ratio.samples.push_back(wall / (after["seconds"].get<double>() - before["seconds"].get<double>()));
+  }
+  return {std::move(compiles), std::move(ratio)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
+  app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
+  app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup"}));
+  app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
+  app.add_option("--hit-mib", o.hit_mib, "size of the NEFF of the hit benchmark")->capture_default_str();
+  app.add_option("--small-mib", o.small_mib, "size of the NEFF of the small-hit benchmark")->capture_default_str();
+  app.add_option("--small-count", o.small_count, "small hits per repetition")->capture_default_str();
+  app.add_option("--stat-entries", o.stat_entries, "entries stat'ed")->capture_default_str();
+  app.add_option("--walk-entries", o.walk_entries, "entries of the walked cache")->capture_default_str();
+  app.add_option("--wake-entries", o.wake_entries, "entries compiled for the wake-up figure")->capture_default_str();
+  app.add_option("--dedup-readers", o.dedup_readers, "readers of the one pending entry")->capture_default_str();
+  app.add_option("--dedup-compile-seconds", o.dedup_compile_seconds, "the compile's CPU time")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (o.reps < 1) return fmt::print(stderr, "bench_mount: --reps must be at least 1\n"), 2;
+
+  std::string work = o.dir;
+  if (work.empty()) {
+    work = "/var/tmp/neffcache-bench-XXXXXX";
+    if (!::mkdtemp(work.data())) return fmt::print(stderr, "bench_mount: cannot create {}\n", work), 1;
+  }
+  int status = 0;
+  fmt::print("| benchmark | median | min | max | unit | runs | goal | met |\n|---|---:|---:|---:|---|---:|---|---|\n");
+  using Bench = std::vector<Row> (*)(const Options&, const fs::path&);
+  for (auto [name, run] : std::vector<std::pair<std::string, Bench>>{
+           {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup}, {"dedup", bench_dedup}}) {
+    if (!o.only.empty() && o.only != name) continue;
+    try {
+      print_rows(run(o, work));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bench_mount: {}: {}\n", name, e.what());
+      status = 1;
+    }
+  }
+  if (o.dir.empty()) fs::remove_all(work);
+  return status;
+}
