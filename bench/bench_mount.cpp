@@ -335,7 +335,8 @@ std::vector<Row> bench_meta(const Options& o, const fs::path& work) {
   auto stat_all = [&](const fs::path& root) {
     struct stat st {};
     for (const auto& p : neffs)
-      if (::stat((root / p).c_str(), &st) != 0) throw std::runtime_error("stat " + (root / p).string());
+      if (::stat((root / p).c_str(), &st) != 0)
+        throw std::runtime_error(fmt::format("stat of {}: {}", p.string(), std::strerror(errno)));
   };
   // Times `op` on the backing directory and on the mount, alternating which goes first,
   // after dropping the caches when `cold`; gives the ratios and the mount's times.
@@ -359,7 +360,11 @@ std::vector<Row> bench_meta(const Options& o, const fs::path& work) {
     const std::string c = cold ? "cold" : "warm";
     Row st{fmt::format("stat of {} entries, {}: mount / native time", o.stat_entries, c), "ratio", "<= 2",
            [](double v) { return v <= 2; }};
-    compare(st, nullptr, cold, stat_all);
+    try {
+      compare(st, nullptr, cold, stat_all);
+    } catch (const std::exception& e) {
+      st.failed = e.what();
+    }
     rows.push_back(std::move(st));
   }
   for (bool cold : {true, false}) {
