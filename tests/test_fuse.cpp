@@ -398,8 +398,14 @@ TEST_CASE("SIGTERM answers every waiter, records nothing and unmounts", "[fuse]"
   auto e = m.entry("gopjrt_tuple.hlo.pb", "term+0");
   std::vector<std::unique_ptr<test::Child>> readers;
   for (int i = 0; i < 3; ++i) readers.push_back(reader_process(m.mnt() / e / "model.neff"));
-  for (int i = 0; i < 500 && m.compiles() == 0; ++i) std::this_thread::sleep_for(10ms);
+  // Every reader must be waiting: one that opens after the unmount gets another error.
+  auto waiting = [&] {
+    std::ifstream in(m.mnt() / ".neffcache" / "stats.json");
+    return nlohmann::json::parse(in)["waiters"].get<int>();
+  };
+  for (int i = 0; i < 1000 && (m.compiles() == 0 || waiting() < 3); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(m.compiles() == 1);
+  REQUIRE(waiting() == 3);
   auto start = std::chrono::steady_clock::now();
   CHECK(m.stop(SIGTERM) == 0);
   for (auto& r : readers) CHECK(r->wait() == 5);  // EIO: the compile was stopped
