@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds the benchmarks and runs the whole suite: key derivation (bench_keys), then the
-# mount against direct reads of its backing directory (bench_mount). Prints the machine,
+# Builds the benchmarks and runs the whole suite: key derivation (bench_keys), the batch
+# makespan (bench_makespan), then the mount against direct reads of its backing
+# directory (bench_mount). Prints the machine,
 # the date and the markdown tables that the README's Performance section shows.
 # Arguments are passed to bench_mount (e.g. --reps 3, --only hit, --hit-mib 256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target bench_keys bench_mount >/dev/null
+cmake --build build -j"$(nproc)" --target bench_keys bench_makespan bench_mount >/dev/null
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r), $(df -T /var/tmp | awk 'NR==2 {print $2}') under /var/tmp."
 echo
 build/bench/bench_keys
+echo
+build/bench/bench_makespan
 echo
 build/bench/bench_mount "$@"

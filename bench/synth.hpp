@@ -1,0 +1,79 @@
+// Synthesized HLO modules for the benchmarks: as large, or with as many instructions,
+// as a benchmark needs, where the corpus has no such graph.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+namespace neffcache::bench {
+
+// A module shaped like a real training graph whose weights are constants: one
+// computation of `constants` bf16 constants of `literal_bytes` each, every one added
+// into a running sum, so ids, operands and shapes are all exercised.
+inline std::string synthesize_module(std::size_t total_bytes, std::size_t literal_bytes) {
+  std::mt19937_64 rng(1);
+  std::string weights(literal_bytes, '\0');
+  for (auto& c : weights) c = static_cast<char>(rng());
+  auto message = [](auto&& write) {
+    std::string out;
+    {
+      google::protobuf::io::StringOutputStream s(&out);
+      google::protobuf::io::CodedOutputStream o(&s);
+      write(o);
+    }
+    return out;
+  };
+  auto field = [](google::protobuf::io::CodedOutputStream& o, uint32_t number, const std::string& bytes) {
+    o.WriteTag(number << 3 | 2);
+    o.WriteVarint32(static_cast<uint32_t>(bytes.size()));
+    o.WriteString(bytes);
+  };
+  const std::string shape = message([&](auto& o) {
+    o.WriteTag(2 << 3), o.WriteVarint32(16);  // BF16
+    std::string dims = message([&](auto& d) { d.WriteVarint64(literal_bytes / 2 / 256), d.WriteVarint64(256); });
+    field(o, 3, dims);
+  });
+  std::string computation;
+  google::protobuf::io::StringOutputStream cs(&computation);
+  {
+    google::protobuf::io::CodedOutputStream c(&cs);
+    int64_t id = 1, sum = 0;
+    for (std::size_t made = 0; made < total_bytes; made += literal_bytes) {
+      std::string literal = message([&](auto& o) { field(o, 1, shape), field(o, 13, weights); });
+      int64_t constant = id++;
+      field(c, 2, message([&](auto& o) {
+              field(o, 1, fmt::format("constant.{}", constant));
+              field(o, 2, "constant");
+              field(o, 3, shape);
+              field(o, 8, literal);
+              o.WriteTag(35 << 3), o.WriteVarint64(static_cast<uint64_t>(constant) << 32);
+            }));
+      if (sum != 0) {
+        int64_t add = id++;
+        field(c, 2, message([&](auto& o) {
+                field(o, 1, fmt::format("add.{}", add));
+                field(o, 2, "add");
+                field(o, 3, shape);
+                o.WriteTag(35 << 3), o.WriteVarint64(static_cast<uint64_t>(add) << 32);
+                std::string ops = message([&](auto& p) {
+                  p.WriteVarint64(static_cast<uint64_t>(sum) << 32);
+                  p.WriteVarint64(static_cast<uint64_t>(constant) << 32);
+                });
+                field(o, 36, ops);
+              }));
+        sum = add;
+      } else {
+        sum = constant;
+      }
+    }
+  }
+  return message([&](auto& o) { field(o, 1, "synthetic"), field(o, 3, computation); });
+}
+
+
+}  // namespace neffcache::bench
