@@ -183,13 +183,12 @@ GraphResult load(const Graph& g, const Options& opts, const CompilerTemplate& tm
     int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::close(fd);
-      GraphResult r;
       if (exists(neff) && exists(done)) {
         ::unlink(lock.c_str());  // finished while we looked: read it on the next turn
         continue;
       }
       fmt::print(stderr, "{} Compiling {}\n", k_wrapper_tag, g.entry);
-      r = compile_here(g, tmpl, flags);
+      GraphResult r = compile_here(g, tmpl, flags);
       ::unlink(lock.c_str());
       return result(r);
     }
@@ -289,8 +288,8 @@ int main(int argc, char** argv) {
     keys.push_back(*key);
   }
 
-  const bool extract = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("0") != "0" &&
-                       !process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("").empty();
+  const std::string extract_env = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("");
+  const bool extract = !extract_env.empty() && extract_env != "0";
   std::vector<GraphResult> results(graphs.size());
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   const auto start = SteadyClock::now();

@@ -122,12 +122,7 @@ int run_analyze(const AnalyzeOptions& opts) {
 
   fmt::print("{} graphs, {} instructions, {} distinct opcodes; written to {}\n", result["total"]["graphs"].get<size_t>(),
              instructions, opcodes.size(), file);
-  Histogram top;
-  std::vector<std::pair<uint64_t, std::string>> ranked;
-  for (const auto& [name, n] : opcodes) ranked.emplace_back(n, name);
-  std::stable_sort(ranked.begin(), ranked.end(), [](auto& a, auto& b) { return a.first > b.first; });
-  for (std::size_t i = 0; i < ranked.size() && i < 10; ++i) top.emplace(ranked[i].second, ranked[i].first);
-  if (!top.empty()) print_histogram("most used opcodes", top);
+  if (!opcodes.empty()) print_histogram("most used opcodes", opcodes, 10);
   return result["unreadable"].empty() ? k_exit_ok : k_exit_error;
 }
 

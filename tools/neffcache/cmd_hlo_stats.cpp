@@ -23,10 +23,12 @@ void setup_hlo_stats(CLI::App& app, int& exit_code) {
 }
 
 // Most frequent first; ties in name order, so the output is stable.
-void print_histogram(std::string_view title, const std::map<std::string, uint64_t, std::less<>>& counts) {
+void print_histogram(std::string_view title, const std::map<std::string, uint64_t, std::less<>>& counts,
+                     std::size_t limit) {
   std::vector<std::pair<std::string, uint64_t>> rows(counts.begin(), counts.end());
   std::stable_sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second > b.second; });
   fmt::print("{}:\n", title);
+  rows.resize(std::min(rows.size(), limit));
   for (const auto& [name, n] : rows) fmt::print("  {:>8}  {}\n", n, name);
 }
 
