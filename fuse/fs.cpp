@@ -1,6 +1,11 @@
 // neffcachefs handlers. Design notes:
-// - Inodes are O_PATH descriptors of backing files keyed by (st_dev, st_ino), as in
-//   libfuse's passthrough_hp; lookups never follow symlinks, so nothing outside the
+// - Inodes are backing files keyed by (st_dev, st_ino), as in libfuse's passthrough_hp,
+//   but an inode does not pin a descriptor: it knows its parent and name, and its O_PATH
+//   descriptor is kept open only while it is among the most recently used (half the
+//   descriptor limit). A walk of a large cache makes the kernel remember more names
+//   than a process may open files. Reopening checks (st_dev, st_ino): a name that now
+//   holds another file answers ESTALE, and the kernel looks the name up again.
+// - Lookups never follow symlinks and take one name at a time, so nothing outside the
 //   backing directory is reachable through the mount.
 // - In a pending entry, model.neff and model.done are placeholders: listed, stat-able
 //   (size 0, no caching), and opening one submits the entry's compile and keeps the
@@ -45,22 +50,33 @@ static_assert(sizeof(fuse_ino_t) >= sizeof(void*), "inode numbers carry pointers
 constexpr double k_timeout = 1.0;
 constexpr double k_immutable_timeout = 86400.0;
 
+// An open O_PATH descriptor, closed when its last user lets go of it.
+struct Filesystem::PathFd {
+  int fd;
+  explicit PathFd(int f) : fd(f) {}
+  PathFd(const PathFd&) = delete;
+  PathFd& operator=(const PathFd&) = delete;
+  ~PathFd() { ::close(fd); }
+};
+
 struct Filesystem::Inode {
   enum class Special { none, stats_dir, stats_file };
-  int fd = -1;  // O_PATH descriptor; -1 for placeholders and the stats inodes
   Special special = Special::none;
   dev_t dev = 0;
   ino_t ino = 0;
-  uint64_t nlookup = 0;  // guarded by inodes_mu_
-  bool placeholder = false;
+  bool placeholder = false;  // model.neff or model.done of a pending entry
   // A finished model.neff (seen so by a lookup): its content never changes, because a
   // publish renames a new inode into place, so its pages may stay cached across opens.
   std::atomic<bool> finished_neff{false};
-  fuse_ino_t parent = 0;  // placeholders: the entry folder
-  std::string name;       // placeholders: model.neff or model.done
-  ~Inode() {
-    if (fd >= 0) ::close(fd);
-  }
+  // Guarded by inodes_mu_ (a placeholder's never change): where the inode was last
+  // seen, which is how its descriptor is opened again.
+  Inode* parent = nullptr;
+  std::string name;
+  uint64_t nlookup = 0;  // the kernel's references
+  uint64_t refs = 0;     // ours: inodes whose parent this is, and reopens under way
+  // Guarded by fds_mu_: the descriptor while the inode is in open_lru_.
+  PathRef fd;
+  std::list<Inode*>::iterator lru;
 };
 
 struct Filesystem::Waiter {
@@ -98,9 +114,9 @@ struct DirHandle {
 
 Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   root_ = std::make_unique<Inode>();
-  root_->fd = ::open(opts_.backing.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  root_fd_ = std::make_shared<PathFd>(::open(opts_.backing.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   struct stat st {};
-  ::fstat(root_->fd, &st);
+  ::fstat(root_fd_->fd, &st);
   root_->dev = st.st_dev;
   root_->ino = st.st_ino;
   root_->nlookup = 2;
@@ -108,6 +124,10 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   stats_dir_->special = Inode::Special::stats_dir;
   stats_file_ = std::make_unique<Inode>();
   stats_file_->special = Inode::Special::stats_file;
+  // Half the descriptors for inodes; the rest for open files, compiles and locks.
+  struct rlimit rl {};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  max_open_ = std::max<std::size_t>(64, static_cast<std::size_t>(std::min<rlim_t>(rl.rlim_cur, 1 << 21) / 2));
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
   scheduler_ = std::make_unique<Scheduler>(opts_.scheduler);
@@ -121,6 +141,7 @@ Filesystem::~Filesystem() {
   shutdown();
   // The kernel sends no FORGET for what it still remembers at unmount.
   std::lock_guard lk(inodes_mu_);
+  open_lru_.clear();
   for (auto& [key, in] : inodes_) delete in;
   for (auto& [key, in] : placeholders_) delete in;
   inodes_.clear();
@@ -265,10 +286,125 @@ Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
   return ino == FUSE_ROOT_ID ? *root_ : *reinterpret_cast<Inode*>(ino);
 }
 
-std::string Filesystem::path_of(const Inode& i) const {
+fuse_ino_t Filesystem::id_of(const Inode* i) const {
+  return i == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(i);
+}
+
+std::string Filesystem::path_of(Inode& i) {
+  int err = 0;
+  PathRef fd = path_fd(i, err);
   char buf[PATH_MAX];
-  ssize_t n = ::readlink(proc_path(i.fd).c_str(), buf, sizeof buf - 1);
+  ssize_t n = fd ? ::readlink(proc_path(fd->fd).c_str(), buf, sizeof buf - 1) : -1;
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+Filesystem::PathRef Filesystem::keep_open(Inode& i, PathRef fd) {
+  std::vector<PathRef> closing;  // closed after the lock is let go
+  std::lock_guard lk(fds_mu_);
+  if (i.fd) {  // opened by another request meanwhile
+    open_lru_.splice(open_lru_.begin(), open_lru_, i.lru);
+    closing.push_back(std::move(fd));
+    return i.fd;
+  }
+  i.fd = fd;
+  open_lru_.push_front(&i);
+  i.lru = open_lru_.begin();
+  while (open_lru_.size() > max_open_) {
+    Inode* victim = open_lru_.back();
+    open_lru_.pop_back();
+    closing.push_back(std::move(victim->fd));  // requests using it keep it open
+    victim->fd.reset();
+  }
+  return fd;
+}
+
+Filesystem::PathRef Filesystem::path_fd(Inode& i, int& err) {
+  if (&i == root_.get()) return root_fd_;
+  if (i.placeholder || i.special != Inode::Special::none) {
+    err = ENOENT;
+    return nullptr;
+  }
+  {
+    std::lock_guard lk(fds_mu_);
+    if (i.fd) {
+      open_lru_.splice(open_lru_.begin(), open_lru_, i.lru);
+      return i.fd;
+    }
+  }
+  Inode* parent;
+  std::string name;
+  {
+    std::lock_guard lk(inodes_mu_);
+    parent = i.parent;
+    name = i.name;
+    ++parent->refs;  // a rename meanwhile must not free it under us
+  }
+  PathRef result;
+  if (PathRef dir = path_fd(*parent, err)) {
+    int fd = ::openat(dir->fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_dev == i.dev && st.st_ino == i.ino) {
+      result = keep_open(i, std::make_shared<PathFd>(fd));
+    } else {
+      // Gone or replaced by another process: the kernel looks the name up again.
+      err = fd < 0 && errno != ENOENT && errno != ENOTDIR ? errno : ESTALE;
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    unref(parent, 0, doomed);
+  }
+  destroy(doomed);
+  return result;
+}
+
+void Filesystem::unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed) {
+  while (in && in != root_.get()) {
+    if (nlookup) in->nlookup -= std::min(nlookup, in->nlookup);
+    else --in->refs;
+    if (in->nlookup || in->refs) return;
+    if (in->placeholder) placeholders_.erase({in->parent, in->name});
+    else inodes_.erase({in->dev, in->ino});
+    doomed.push_back(in);
+    in = in->parent;  // held a reference for this one
+    nlookup = 0;
+  }
+}
+
+void Filesystem::set_parent(Inode* in, Inode& parent, const char* name, std::vector<Inode*>& doomed) {
+  if (in->parent == &parent && in->name == name) return;
+  ++parent.refs;
+  Inode* old = std::exchange(in->parent, &parent);
+  in->name = name;
+  if (old) unref(old, 0, doomed);
+}
+
+void Filesystem::destroy(const std::vector<Inode*>& doomed) {
+  if (doomed.empty()) return;
+  std::vector<PathRef> closing;  // closed after the lock is let go
+  {
+    std::lock_guard lk(fds_mu_);
+    for (Inode* in : doomed)
+      if (in->fd) {
+        open_lru_.erase(in->lru);
+        closing.push_back(std::move(in->fd));
+      }
+  }
+  for (Inode* in : doomed) delete in;
+}
+
+void Filesystem::moved(Inode& parent, int parent_fd, const char* name) {
+  struct stat st {};
+  if (::fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto it = inodes_.find({st.st_dev, st.st_ino});
+    if (it != inodes_.end()) set_parent(it->second, parent, name, doomed);
+  }
+  destroy(doomed);
 }
 
 void Filesystem::eio(EioSite site, const std::string& what) {
@@ -321,23 +457,25 @@ bool Filesystem::is_entry_dir(int dir_fd) const {
   return listed && files.has_hlo() && !files.done() && !client_compiling(dir_fd, files);
 }
 
-// The inode of a backing file, counting one more kernel lookup. Takes `path_fd` (an
-// O_PATH descriptor of the file): kept by a new inode, closed if one already exists.
-Filesystem::Inode* Filesystem::intern(int path_fd, const struct stat& st) {
+// The inode of a backing file, counting one more kernel lookup; a name seen last is
+// where it is opened again (hard links, renames by other processes). Takes `path_fd`.
+Filesystem::Inode* Filesystem::intern(Inode& parent, const char* name, int path_fd, const struct stat& st) {
   Inode* in;
+  std::vector<Inode*> doomed;
   {
     std::lock_guard lk(inodes_mu_);
     auto& slot = inodes_[{st.st_dev, st.st_ino}];
     if (!slot) {
       slot = new Inode;
-      slot->fd = std::exchange(path_fd, -1);
       slot->dev = st.st_dev;
       slot->ino = st.st_ino;
     }
     in = slot;
     ++in->nlookup;
+    set_parent(in, parent, name, doomed);
   }
-  if (path_fd >= 0) ::close(path_fd);
+  destroy(doomed);
+  keep_open(*in, std::make_shared<PathFd>(path_fd));
   return in;
 }
 
@@ -349,21 +487,24 @@ int Filesystem::reply_entry(fuse_req_t req, Inode& parent, const char* name) {
 
 int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& e) {
   e = {};
-  int fd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int err = 0;
+  PathRef dir = path_fd(parent, err);
+  if (!dir) return err;
+  int fd = ::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT && is_product_name(name) && is_entry_dir(parent.fd)) {
+    err = errno;
+    if (err == ENOENT && is_product_name(name) && is_entry_dir(dir->fd)) {
       // A placeholder for what a compile will produce.
       Inode* p;
       {
         std::lock_guard lk(inodes_mu_);
-        fuse_ino_t parent_id = &parent == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(&parent);
-        auto& slot = placeholders_[{parent_id, name}];
+        auto& slot = placeholders_[{&parent, name}];
         if (!slot) {
           slot = new Inode;
           slot->placeholder = true;
-          slot->parent = parent_id;
+          slot->parent = &parent;
           slot->name = name;
+          ++parent.refs;
         }
         p = slot;
         ++p->nlookup;
@@ -379,9 +520,9 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
       struct rlimit rl {};
       ::getrlimit(RLIMIT_NOFILE, &rl);
       fmt::print(stderr,
-                 "neffcachefs: out of file descriptors (limit {}): every name the kernel remembers holds one, so "
-                 "lookups fail with EMFILE; raise the limit (LimitNOFILE= in the unit, ulimit -n)\n",
-                 rl.rlim_cur);
+                 "neffcachefs: out of file descriptors (limit {}, of which up to {} for names): lookups fail "
+                 "with EMFILE; raise the limit (LimitNOFILE= in the unit, ulimit -n)\n",
+                 rl.rlim_cur, max_open_);
     }
     return err;
   }
@@ -390,10 +531,10 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
     ::close(fd);
     return err;
   }
-  Inode* in = intern(fd, e.attr);
+  Inode* in = intern(parent, name, fd, e.attr);
   e.ino = reinterpret_cast<fuse_ino_t>(in);
   bool immutable = std::string_view(name) == k_neff_file && S_ISREG(e.attr.st_mode) &&
-                   ::faccessat(parent.fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
+                   ::faccessat(dir->fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
   if (immutable) in->finished_neff = true;
   e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
   return 0;
@@ -432,7 +573,7 @@ void Filesystem::lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     getattr_of(*special, e.attr);
     return (void)fuse_reply_entry(req, &e);  // zero timeouts: the counters move
   }
-  if (p.fd < 0) return (void)fuse_reply_err(req, ENOTDIR);
+  if (p.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
   // The kernel resolves "." and ".." itself; refusing them here keeps the root a wall.
   if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strchr(name, '/'))
     return (void)fuse_reply_err(req, EINVAL);
@@ -442,15 +583,13 @@ void Filesystem::lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void Filesystem::forget(fuse_ino_t ino, uint64_t n) {
   if (ino == FUSE_ROOT_ID) return;
   Inode* in = reinterpret_cast<Inode*>(ino);
-  if (in->special != Inode::Special::none) return;  // owned by the file system
-  std::lock_guard lk(inodes_mu_);
-  if (in->nlookup > n) {
-    in->nlookup -= n;
-    return;
+  if (in->special != Inode::Special::none || n == 0) return;  // stats: owned by the file system
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    unref(in, n, doomed);
   }
-  if (in->placeholder) placeholders_.erase({in->parent, in->name});
-  else inodes_.erase({in->dev, in->ino});
-  delete in;
+  destroy(doomed);
 }
 
 void Filesystem::getattr_of(const Inode& i, struct stat& st) const {
@@ -467,7 +606,7 @@ void Filesystem::getattr_of(const Inode& i, struct stat& st) const {
   }
 }
 
-void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino) {
+void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Inode& i = inode(ino);
   struct stat st {};
   double timeout = k_timeout;
@@ -478,28 +617,41 @@ void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino) {
   if (i.placeholder) {
     timeout = 0;
     // Once produced, the real file's attributes: fstat after open shows the true size.
-    if (::fstatat(inode(i.parent).fd, i.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    int err = 0;
+    PathRef dir = path_fd(*i.parent, err);
+    if (!dir || ::fstatat(dir->fd, i.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       st = {};
       st.st_mode = S_IFREG | 0444;
       st.st_nlink = 1;
     }
     st.st_ino = static_cast<ino_t>(ino & 0x7fffffffffffULL);
-  } else if (::fstatat(i.fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
-    return (void)fuse_reply_err(req, errno);
+  } else if (fi && !i.placeholder) {  // an open file: its own descriptor, even unlinked
+    if (::fstat(static_cast<int>(fi->fh), &st) != 0) return (void)fuse_reply_err(req, errno);
+  } else {
+    int err = 0;
+    PathRef fd = path_fd(i, err);
+    if (!fd) return (void)fuse_reply_err(req, err);
+    if (::fstatat(fd->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return (void)fuse_reply_err(req, errno);
   }
   fuse_reply_attr(req, &st, timeout);
 }
 
 void Filesystem::setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   Inode& i = inode(ino);
-  if (i.fd < 0) return (void)fuse_reply_err(req, EACCES);
-  std::string path = proc_path(i.fd);
+  if (i.placeholder || i.special != Inode::Special::none) return (void)fuse_reply_err(req, EACCES);
+  int err = 0;
+  PathRef fd = path_fd(i, err);
+  if (!fd) return (void)fuse_reply_err(req, err);
+  std::string path = proc_path(fd->fd);
+  // A directory's handle is ours, not a descriptor: it is changed by path.
+  struct stat own {};
+  if (fi && (::fstat(fd->fd, &own) != 0 || !S_ISREG(own.st_mode))) fi = nullptr;
   int rc = 0;
   if (to_set & FUSE_SET_ATTR_MODE) rc = fi ? ::fchmod(static_cast<int>(fi->fh), attr->st_mode) : ::chmod(path.c_str(), attr->st_mode);
   if (rc == 0 && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
     uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1);
     gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
-    rc = ::fchownat(i.fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    rc = ::fchownat(fd->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
   }
   if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE))
     rc = fi ? ::ftruncate(static_cast<int>(fi->fh), attr->st_size) : ::truncate(path.c_str(), attr->st_size);
@@ -513,41 +665,58 @@ void Filesystem::setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int 
     rc = fi ? ::futimens(static_cast<int>(fi->fh), tv) : ::utimensat(AT_FDCWD, path.c_str(), tv, 0);
   }
   if (rc != 0) return (void)fuse_reply_err(req, errno);
-  getattr(req, ino);
+  getattr(req, ino, fi);
 }
 
 void Filesystem::readlink(fuse_req_t req, fuse_ino_t ino) {
   Inode& i = inode(ino);
+  if (i.placeholder || i.special != Inode::Special::none) return (void)fuse_reply_err(req, EINVAL);
+  int err = 0;
+  PathRef fd = path_fd(i, err);
+  if (!fd) return (void)fuse_reply_err(req, err);
   char buf[PATH_MAX + 1];
-  ssize_t n = i.fd < 0 ? -1 : ::readlinkat(i.fd, "", buf, sizeof buf - 1);
-  if (n < 0) return (void)fuse_reply_err(req, i.fd < 0 ? EINVAL : errno);
+  ssize_t n = ::readlinkat(fd->fd, "", buf, sizeof buf - 1);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
   buf[n] = '\0';
   fuse_reply_readlink(req, buf);
 }
 
 void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const char* target) {
   Inode& p = inode(parent);
-  if (p.fd < 0) return (void)fuse_reply_err(req, p.special == Inode::Special::stats_dir ? EACCES : ENOTDIR);
-  int rc = target ? ::symlinkat(target, p.fd, name)
-           : S_ISDIR(mode) ? ::mkdirat(p.fd, name, mode)
-                           : ::mknodat(p.fd, name, mode, 0);
+  if (p.placeholder || p.special != Inode::Special::none)
+    return (void)fuse_reply_err(req, p.placeholder ? ENOTDIR : EACCES);
+  int err = 0;
+  PathRef dir = path_fd(p, err);
+  if (!dir) return (void)fuse_reply_err(req, err);
+  int rc = target ? ::symlinkat(target, dir->fd, name)
+           : S_ISDIR(mode) ? ::mkdirat(dir->fd, name, mode)
+                           : ::mknodat(dir->fd, name, mode, 0);
   if (rc != 0) return (void)fuse_reply_err(req, errno);
   reply_entry(req, p, name);
 }
 
 void Filesystem::unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   Inode& p = inode(parent);
-  if (p.fd < 0) return (void)fuse_reply_err(req, p.special == Inode::Special::stats_dir ? EACCES : ENOTDIR);
-  if (!dir) forget_client_lock(p.fd, name);
-  fuse_reply_err(req, ::unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno);
+  if (p.placeholder || p.special != Inode::Special::none)
+    return (void)fuse_reply_err(req, p.placeholder ? ENOTDIR : EACCES);
+  int err = 0;
+  PathRef pfd = path_fd(p, err);
+  if (!pfd) return (void)fuse_reply_err(req, err);
+  if (!dir) forget_client_lock(pfd->fd, name);
+  fuse_reply_err(req, ::unlinkat(pfd->fd, name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno);
 }
 
 void Filesystem::rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
                         const char* newname, unsigned flags) {
   Inode& p = inode(parent);
   Inode& np = inode(newparent);
-  if (p.fd < 0 || np.fd < 0) return (void)fuse_reply_err(req, EACCES);
-  if (::syscall(SYS_renameat2, p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
+  int err = 0;
+  PathRef pfd = path_fd(p, err), npfd = pfd ? path_fd(np, err) : nullptr;
+  if (!pfd || !npfd) return (void)fuse_reply_err(req, p.special != Inode::Special::none || np.special != Inode::Special::none ? EACCES : err);
+  if (::syscall(SYS_renameat2, pfd->fd, name, npfd->fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
+  // The kernel keeps the moved inodes under their new names: so does this process.
+  moved(np, npfd->fd, newname);
+  if (flags & RENAME_EXCHANGE) moved(p, pfd->fd, name);
   fuse_reply_err(req, 0);
   // An HLO renamed into place is a finished write: start its compile (eager).
   if (opts_.eager && is_hlo_name(newname)) request_compile(path_of(np), Priority::background, nullptr);
@@ -556,8 +725,10 @@ void Filesystem::rename(fuse_req_t req, fuse_ino_t parent, const char* name, fus
 void Filesystem::link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Inode& i = inode(ino);
   Inode& np = inode(newparent);
-  if (i.fd < 0 || np.fd < 0) return (void)fuse_reply_err(req, EPERM);
-  if (::linkat(AT_FDCWD, proc_path(i.fd).c_str(), np.fd, newname, AT_SYMLINK_FOLLOW) != 0)
+  int err = 0;
+  PathRef fd = path_fd(i, err), npfd = fd ? path_fd(np, err) : nullptr;
+  if (!fd || !npfd) return (void)fuse_reply_err(req, i.placeholder || i.special != Inode::Special::none ? EPERM : err);
+  if (::linkat(AT_FDCWD, proc_path(fd->fd).c_str(), npfd->fd, newname, AT_SYMLINK_FOLLOW) != 0)
     return (void)fuse_reply_err(req, errno);
   reply_entry(req, np, newname);
 }
@@ -582,7 +753,10 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return (void)fuse_reply_open(req, fi);
   }
   if (!i.placeholder) {
-    int fd = ::open(proc_path(i.fd).c_str(), fi->flags & ~O_NOFOLLOW);
+    int err = 0;
+    PathRef pfd = path_fd(i, err);
+    if (!pfd) return (void)fuse_reply_err(req, err);
+    int fd = ::open(proc_path(pfd->fd).c_str(), fi->flags & ~O_NOFOLLOW);
     if (fd < 0) return (void)fuse_reply_err(req, errno);
     fi->fh = static_cast<uint64_t>(fd);
     // A finished NEFF never changes: keep its pages across opens.
@@ -593,14 +767,19 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   ++counters_.misses;
   if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
-  Inode& parent = inode(i.parent);
-  int fd = ::openat(parent.fd, i.name.c_str(), O_RDONLY | O_CLOEXEC);
+  Inode& parent = *i.parent;
+  int err = 0;
+  PathRef dir = path_fd(parent, err);
+  if (!dir) return (void)fuse_reply_err(req, err);
+  int fd = ::openat(dir->fd, i.name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {  // produced meanwhile
     fi->fh = static_cast<uint64_t>(fd);
     fi->direct_io = 1;
     return (void)fuse_reply_open(req, fi);
   }
-  std::string entry = path_of(parent);
+  char where[PATH_MAX];
+  ssize_t len = ::readlink(proc_path(dir->fd).c_str(), where, sizeof where - 1);
+  std::string entry(where, static_cast<std::size_t>(std::max<ssize_t>(len, 0)));
   auto files = read_entry_files(entry);
   if (files && files->failed() && !opts_.retry_failed) {
     eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)", entry));
@@ -609,10 +788,10 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto w = std::make_shared<Waiter>();
   w->req = req;
   w->ino = ino;
-  w->parent = i.parent;
+  w->parent = id_of(i.parent);
   w->name = i.name;
   w->entry = entry;
-  w->parent_fd = ::dup(parent.fd);
+  w->parent_fd = ::dup(dir->fd);
   w->fi = *fi;
   ++counters_.waiters;
   fuse_req_interrupt_func(req, on_interrupt, w.get());
@@ -689,21 +868,24 @@ void Filesystem::prepare_loop() {
 
 void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   Inode& p = inode(parent);
-  if (p.fd < 0) return (void)fuse_reply_err(req, EACCES);
-  bool existed = ::faccessat(p.fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-  int fd = ::openat(p.fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+  if (p.placeholder || p.special != Inode::Special::none) return (void)fuse_reply_err(req, EACCES);
+  int err = 0;
+  PathRef dir = path_fd(p, err);
+  if (!dir) return (void)fuse_reply_err(req, err);
+  bool existed = ::faccessat(dir->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  int fd = ::openat(dir->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   // A lock file a client creates through the mount is owned by that client.
-  if (!existed) track_client_lock(req, p.fd, name);
+  if (!existed) track_client_lock(req, dir->fd, name);
   fuse_entry_param e{};
-  int pfd = ::openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int pfd = ::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (pfd < 0 || ::fstat(pfd, &e.attr) != 0) {
     int err = errno;
     ::close(fd);
     if (pfd >= 0) ::close(pfd);
     return (void)fuse_reply_err(req, err);
   }
-  e.ino = reinterpret_cast<fuse_ino_t>(intern(pfd, e.attr));
+  e.ino = reinterpret_cast<fuse_ino_t>(intern(p, name, pfd, e.attr));
   e.attr_timeout = e.entry_timeout = k_timeout;
   fi->fh = static_cast<uint64_t>(fd);
   if (fuse_reply_create(req, &e, fi) != 0) ::close(fd);
@@ -770,8 +952,11 @@ void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->fh = reinterpret_cast<uint64_t>(h);
     return (void)fuse_reply_open(req, fi);
   }
-  if (i.fd < 0) return (void)fuse_reply_err(req, ENOTDIR);
-  int fd = ::openat(i.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (i.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  int err = 0;
+  PathRef dir = path_fd(i, err);
+  if (!dir) return (void)fuse_reply_err(req, err);
+  int fd = ::openat(dir->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   DIR* d = ::fdopendir(fd);
   if (!d) return (void)(::close(fd), fuse_reply_err(req, errno));
@@ -784,7 +969,7 @@ void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ::closedir(d);
   // A pending entry lists what opening it will produce.
   if (files.has_hlo() && !files.done() && !(files.has(EntryFile::log) && !opts_.retry_failed) &&
-      !client_compiling(i.fd, files)) {
+      !client_compiling(dir->fd, files)) {
     if (!files.has(EntryFile::neff)) h->ents.push_back({std::string(k_neff_file), 0, DT_REG});
     if (!files.has(EntryFile::done)) h->ents.push_back({std::string(k_done_file), 0, DT_REG});
   }
@@ -803,7 +988,7 @@ void Filesystem::readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     // With plus, each name is looked up as the kernel would (one more reference to its
     // inode). Inode 0 means "no attributes, look it up yourself": for . and .., names
     // that went away meanwhile, and the mount-only folder.
-    bool looked_up = plus && dir.fd >= 0 && ent.name != "." && ent.name != ".." &&
+    bool looked_up = plus && dir.special == Inode::Special::none && ent.name != "." && ent.name != ".." &&
                      lookup_entry(dir, ent.name.c_str(), e) == 0;
     if (!looked_up) {
       e = {};
@@ -830,41 +1015,47 @@ void Filesystem::releasedir(fuse_req_t req, fuse_file_info* fi) {
 
 void Filesystem::statfs(fuse_req_t req, fuse_ino_t ino) {
   struct statvfs st {};
-  Inode& i = inode(ino);
-  if (::fstatvfs(i.fd < 0 ? root_->fd : i.fd, &st) != 0) return (void)fuse_reply_err(req, errno);
+  int err = 0;
+  PathRef fd = path_fd(inode(ino), err);
+  if (::fstatvfs(fd ? fd->fd : root_fd_->fd, &st) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_statfs(req, &st);
 }
 
 void Filesystem::getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  Inode& i = inode(ino);
-  if (i.fd < 0) return (void)fuse_reply_err(req, ENODATA);
+  int err = 0;
+  PathRef fd = path_fd(inode(ino), err);
+  if (!fd) return (void)fuse_reply_err(req, err == ENOENT ? ENODATA : err);
   std::vector<char> buf(size);
-  ssize_t n = ::getxattr(proc_path(i.fd).c_str(), name, size ? buf.data() : nullptr, size);
+  ssize_t n = ::getxattr(proc_path(fd->fd).c_str(), name, size ? buf.data() : nullptr, size);
   if (n < 0) return (void)fuse_reply_err(req, errno);
   if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
   fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 
 void Filesystem::listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  Inode& i = inode(ino);
-  if (i.fd < 0) return (void)(size ? fuse_reply_buf(req, nullptr, 0) : fuse_reply_xattr(req, 0));
+  int err = 0;
+  PathRef fd = path_fd(inode(ino), err);
+  if (!fd && err != ENOENT) return (void)fuse_reply_err(req, err);
+  if (!fd) return (void)(size ? fuse_reply_buf(req, nullptr, 0) : fuse_reply_xattr(req, 0));
   std::vector<char> buf(size);
-  ssize_t n = ::listxattr(proc_path(i.fd).c_str(), size ? buf.data() : nullptr, size);
+  ssize_t n = ::listxattr(proc_path(fd->fd).c_str(), size ? buf.data() : nullptr, size);
   if (n < 0) return (void)fuse_reply_err(req, errno);
   if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
   fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 
 void Filesystem::setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
-  Inode& i = inode(ino);
-  if (i.fd < 0) return (void)fuse_reply_err(req, EACCES);
-  fuse_reply_err(req, ::setxattr(proc_path(i.fd).c_str(), name, value, size, flags) == 0 ? 0 : errno);
+  int err = 0;
+  PathRef fd = path_fd(inode(ino), err);
+  if (!fd) return (void)fuse_reply_err(req, err == ENOENT ? EACCES : err);
+  fuse_reply_err(req, ::setxattr(proc_path(fd->fd).c_str(), name, value, size, flags) == 0 ? 0 : errno);
 }
 
 void Filesystem::removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  Inode& i = inode(ino);
-  if (i.fd < 0) return (void)fuse_reply_err(req, ENODATA);
-  fuse_reply_err(req, ::removexattr(proc_path(i.fd).c_str(), name) == 0 ? 0 : errno);
+  int err = 0;
+  PathRef fd = path_fd(inode(ino), err);
+  if (!fd) return (void)fuse_reply_err(req, err == ENOENT ? ENODATA : err);
+  fuse_reply_err(req, ::removexattr(proc_path(fd->fd).c_str(), name) == 0 ? 0 : errno);
 }
 
 // Locks: a client's POSIX lock becomes an OFD lock, and its flock a flock, on this
@@ -941,7 +1132,7 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       for (size_t k = 0; k < count; ++k) self(r).forget(f[k].ino, f[k].nlookup);
       fuse_reply_none(r);
     };
-    o.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info*) { self(r).getattr(r, i); };
+    o.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).getattr(r, i, fi); };
     o.setattr = [](fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info* fi) { self(r).setattr(r, i, a, s, fi); };
     o.readlink = [](fuse_req_t r, fuse_ino_t i) { self(r).readlink(r, i); };
     o.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t) { self(r).mknod_like(r, p, n, m, nullptr); };

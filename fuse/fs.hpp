@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,12 +74,14 @@ class Filesystem {
 
   struct Inode;
   struct Waiter;
+  struct PathFd;
+  using PathRef = std::shared_ptr<const PathFd>;
 
   // Handlers (public so the C trampolines can reach them).
   void init(fuse_conn_info* conn);
   void lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
   void forget(fuse_ino_t ino, uint64_t n);
-  void getattr(fuse_req_t req, fuse_ino_t ino);
+  void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
   void readlink(fuse_req_t req, fuse_ino_t ino);
   void mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const char* link_target);
@@ -110,13 +113,26 @@ class Filesystem {
 
  private:
   Inode& inode(fuse_ino_t ino);
-  Inode* intern(int path_fd, const struct stat& st);
+  fuse_ino_t id_of(const Inode* i) const;
+  // The inode of `name` in `parent` (one more kernel reference), keeping `path_fd`.
+  Inode* intern(Inode& parent, const char* name, int path_fd, const struct stat& st);
+  // The inode's O_PATH descriptor, opened again from its parent if it was let go.
+  // Null with `err` set when the inode is gone or replaced (ESTALE) or cannot be opened.
+  PathRef path_fd(Inode& i, int& err);
+  PathRef keep_open(Inode& i, PathRef fd);
+  // Under inodes_mu_: drops `nlookup` kernel references, or one of ours when it is 0;
+  // inodes no longer referenced are unlisted and appended to `doomed`.
+  void unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed);
+  void set_parent(Inode* in, Inode& parent, const char* name, std::vector<Inode*>& doomed);
+  void destroy(const std::vector<Inode*>& doomed);
+  // After a rename through the mount: the inode now at `name` in `parent` is known there.
+  void moved(Inode& parent, int parent_fd, const char* name);
   void getattr_of(const Inode& i, struct stat& st) const;
   int reply_entry(fuse_req_t req, Inode& parent, const char* name);
   // Looks `name` up in `parent` (one more kernel reference on success); 0 or an errno.
   int lookup_entry(Inode& parent, const char* name, fuse_entry_param& e);
   bool is_entry_dir(int dir_fd) const;
-  std::string path_of(const Inode& i) const;
+  std::string path_of(Inode& i);
   void eio(EioSite site, const std::string& what);
   void request_compile(const std::string& entry_dir, neffcache::Priority prio,
                        std::shared_ptr<Waiter> waiter);
@@ -129,6 +145,7 @@ class Filesystem {
   Options opts_;
   fuse_session* session_ = nullptr;
   std::unique_ptr<Inode> root_, stats_dir_, stats_file_;
+  PathRef root_fd_;
   struct Counters {
     std::atomic<uint64_t> hits{0};         // opens of a finished model.neff
     std::atomic<uint64_t> misses{0};       // opens that needed a compile (or joined one)
@@ -138,7 +155,12 @@ class Filesystem {
   } counters_;
   std::mutex inodes_mu_;  // guards the inode maps below; never held across I/O
   std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
-  std::map<std::pair<fuse_ino_t, std::string>, Inode*> placeholders_;
+  std::map<std::pair<Inode*, std::string>, Inode*> placeholders_;
+  // Backing descriptors stay open for the most recently used inodes only, so that the
+  // kernel may remember far more names than this process may open files.
+  std::mutex fds_mu_;  // guards open_lru_ and each Inode's fd; never held across I/O
+  std::list<Inode*> open_lru_;  // most recent first
+  std::size_t max_open_ = 0;
   std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
   std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
   std::unique_ptr<neffcache::Scheduler> scheduler_;

@@ -133,9 +133,10 @@ int main(int argc, char** argv) {
                  knob, seconds, wait_bounded ? "--wait-timeout" : "--compile-timeout", longest_wait);
   }
 
-  // Every name the kernel remembers pins a descriptor here (four per entry once a
-  // cache is walked): as many as the system allows. Root may raise the hard limit up to
-  // fs.nr_open; otherwise the soft limit goes up to the hard one.
+  // Half the descriptors keep the most recently used names open (the rest are opened
+  // again when needed), so more of them means fewer reopens during a walk: as many as
+  // the system allows. Root may raise the hard limit up to fs.nr_open; otherwise the
+  // soft limit goes up to the hard one.
   struct rlimit rl {};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
     rlim_t nr_open = 0;

@@ -40,12 +40,14 @@ bool mounted(const fs::path& dir) {
 // A daemon mounted for the scope of a test; always unmounted (lazily) at the end.
 class Mount {
  public:
+  // `launcher` comes before everything (prlimit and the like).
   explicit Mount(std::vector<std::string> env = {}, std::vector<std::string> extra = {},
-                 std::optional<fs::path> shared_backing = std::nullopt)
+                 std::optional<fs::path> shared_backing = std::nullopt, std::vector<std::string> launcher = {})
       : backing_(shared_backing.value_or(dir_ / "backing")) {
     fs::create_directories(mnt());
-    std::vector<std::string> argv{"env", "TMPDIR=" + (dir_ / "work").string(),
-                                  "NEFFCACHE_FAKE_LOG=" + compile_log().string(), "NEFFCACHE_FAKE_RATE=0"};
+    std::vector<std::string> argv = launcher;
+    argv.insert(argv.end(), {"env", "TMPDIR=" + (dir_ / "work").string(),
+                             "NEFFCACHE_FAKE_LOG=" + compile_log().string(), "NEFFCACHE_FAKE_RATE=0"});
     fs::create_directories(dir_ / "work");
     fs::create_directories(backing());
     argv.insert(argv.end(), env.begin(), env.end());
@@ -521,6 +523,57 @@ TEST_CASE("listings answer with attributes (readdirplus) and every reference is 
     std::this_thread::sleep_for(100ms);
   }
   CHECK(daemon_fds() == base);
+}
+
+TEST_CASE("far more names than the daemon may open files: each one answers, renamed or replaced", "[fuse]") {
+  // 300 descriptors: the daemon keeps 150 names open; the kernel will remember 6,000.
+  Mount m({}, {}, std::nullopt, {"prlimit", "--nofile=300:300", "--"});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "pending+0");
+  const int dirs = 50, files = 120;
+  for (int d = 0; d < dirs; ++d) {
+    fs::create_directories(m.backing() / "tree" / fmt::format("d{:02}", d));
+    for (int f = 0; f < files; ++f)
+      write_plain(m.backing() / "tree" / fmt::format("d{:02}/f{:03}", d, f), fmt::format("{}/{}", d, f));
+  }
+  auto contents = [&](const fs::path& p) { return read_all(p).second; };
+  // A walk: every name once, with attributes, as `find` or `du` does it.
+  int seen = 0;
+  for (const auto& f : fs::recursive_directory_iterator(m.mnt() / "tree")) seen += f.is_regular_file();
+  CHECK(seen == dirs * files);
+  // Every name again, the early ones long since let go: stat and read agree with the backing.
+  int same = 0;
+  for (int d = 0; d < dirs; ++d)
+    for (int f = 0; f < files; ++f) {
+      auto rel = fmt::format("tree/d{:02}/f{:03}", d, f);
+      struct stat a {}, b {};
+      REQUIRE(::stat((m.mnt() / rel).c_str(), &a) == 0);
+      REQUIRE(::stat((m.backing() / rel).c_str(), &b) == 0);
+      same += a.st_size == b.st_size && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+              contents(m.mnt() / rel) == fmt::format("{}/{}", d, f);
+    }
+  CHECK(same == dirs * files);
+  // A folder renamed through the mount: the files below it, reopened, come from its new place.
+  int held = ::open((m.mnt() / "tree/d00/f000").c_str(), O_RDONLY);
+  REQUIRE(held >= 0);
+  REQUIRE(::rename((m.mnt() / "tree/d00").c_str(), (m.mnt() / "tree/moved").c_str()) == 0);
+  for (int f = 0; f < files; ++f) CHECK(contents(m.mnt() / fmt::format("tree/d01/f{:03}", f)) == fmt::format("1/{}", f));
+  struct stat st {};
+  CHECK(::fstat(held, &st) == 0);  // by the open file, whatever its name
+  CHECK(contents(m.mnt() / "tree/moved/f005") == "0/5");
+  ::close(held);
+  // Replaced behind the daemon's back (a publish renames a new file over the old one):
+  // the kernel is told the old one is stale and looks the name up again.
+  write_plain(m.backing() / "tree/new", "replaced");
+  fs::rename(m.backing() / "tree/new", m.backing() / "tree/d02/f000");
+  for (int f = 0; f < files; ++f) contents(m.mnt() / fmt::format("tree/d03/f{:03}", f));  // let d02/f000 go
+  REQUIRE(::stat((m.mnt() / "tree/d02/f000").c_str(), &st) == 0);
+  CHECK(st.st_size == 8);
+  CHECK(contents(m.mnt() / "tree/d02/f000") == "replaced");
+  // Compiling on open still works with the limit.
+  auto [err, neff] = read_all(m.mnt() / e / "model.neff");
+  CHECK(err == 0);
+  CHECK(m.compiles() == 1);
+  CHECK(neff == test::slurp(m.backing() / e / "model.neff"));
 }
 
 TEST_CASE("a kernel request timeout shorter than a compile is warned about at start", "[fuse]") {
