@@ -44,9 +44,12 @@ namespace neffcachefs {
 using namespace neffcache;
 static_assert(sizeof(fuse_ino_t) >= sizeof(void*), "inode numbers carry pointers");
 
-// How long the kernel may cache names and attributes. A finished NEFF never changes,
-// so its entry and attributes may be cached for a day; everything else briefly, since
-// other processes change the backing directory too; placeholders not at all.
+// How long the kernel may cache names and attributes. The files of a done entry never
+// change (a publish renames new inodes into place), so their names and attributes may be
+// cached for a day; everything else briefly, since other processes change the backing
+// directory too; placeholders not at all. Should a done entry be removed or repaired
+// behind the daemon's back, opening a cached name finds its file unlinked and answers
+// ESTALE, so the kernel looks it up again.
 constexpr double k_timeout = 1.0;
 constexpr double k_immutable_timeout = 86400.0;
 
@@ -65,8 +68,9 @@ struct Filesystem::Inode {
   dev_t dev = 0;
   ino_t ino = 0;
   bool placeholder = false;  // model.neff or model.done of a pending entry
-  // A finished model.neff (seen so by a lookup): its content never changes, because a
-  // publish renames a new inode into place, so its pages may stay cached across opens.
+  // A file of a done entry (seen so by a lookup): its content never changes, so its
+  // pages may stay cached across opens. finished_neff: its model.neff (opens are hits).
+  std::atomic<bool> finished{false};
   std::atomic<bool> finished_neff{false};
   // Guarded by inodes_mu_ (a placeholder's never change): where the inode was last
   // seen, which is how its descriptor is opened again.
@@ -77,6 +81,8 @@ struct Filesystem::Inode {
   // Guarded by fds_mu_: the descriptor while the inode is in open_lru_.
   PathRef fd;
   std::list<Inode*>::iterator lru;
+  // Guarded by listings_mu_: a folder's listing while the kernel reads it.
+  std::shared_ptr<const Listing> listing;
 };
 
 struct Filesystem::Waiter {
@@ -101,14 +107,14 @@ bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_h
 
 bool is_product_name(std::string_view n) { return n == k_neff_file || n == k_done_file; }
 
-struct DirHandle {
-  struct Ent {
-    std::string name;
-    ino_t ino;
-    unsigned char type;
-  };
-  std::vector<Ent> ents;
-};
+// ENOENT in a folder that was removed behind the daemon's back while the kernel still
+// knows it (a done entry's name is kept for a day): ESTALE, so the kernel looks the
+// folder up again and a system call that walks a path tries once more.
+int gone_or(int err, int dir_fd) {
+  struct stat st {};
+  return err == ENOENT && ::fstat(dir_fd, &st) == 0 && st.st_nlink == 0 ? ESTALE : err;
+}
+
 
 }  // namespace
 
@@ -492,7 +498,7 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
   if (!dir) return err;
   int fd = ::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    err = errno;
+    err = gone_or(errno, dir->fd);
     if (err == ENOENT && is_product_name(name) && is_entry_dir(dir->fd)) {
       // A placeholder for what a compile will produce.
       Inode* p;
@@ -531,11 +537,17 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
     ::close(fd);
     return err;
   }
+  // A done entry and its files: their names never change while the entry exists.
+  const std::string done(k_done_file);
+  bool immutable = S_ISREG(e.attr.st_mode)   ? ::faccessat(dir->fd, done.c_str(), F_OK, 0) == 0
+                   : S_ISDIR(e.attr.st_mode) ? ::faccessat(fd, done.c_str(), F_OK, 0) == 0
+                                             : false;
   Inode* in = intern(parent, name, fd, e.attr);
   e.ino = reinterpret_cast<fuse_ino_t>(in);
-  bool immutable = std::string_view(name) == k_neff_file && S_ISREG(e.attr.st_mode) &&
-                   ::faccessat(dir->fd, std::string(k_done_file).c_str(), F_OK, 0) == 0;
-  if (immutable) in->finished_neff = true;
+  if (immutable) {
+    in->finished = true;
+    if (std::string_view(name) == k_neff_file) in->finished_neff = true;
+  }
   e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
   return 0;
 }
@@ -552,6 +564,10 @@ void Filesystem::init(fuse_conn_info* conn) {
   // Locks are forwarded to the backing files (see setlk and flock).
   if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
+  // Cached pages and listings are checked against mtime whenever attributes are fetched.
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  no_opendir_ = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
+  if (no_opendir_) conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;  // no ".." lookups from NFS re-export
   conn->max_write = 1 << 20;
   conn->max_readahead = 1 << 20;
@@ -632,6 +648,7 @@ void Filesystem::getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     PathRef fd = path_fd(i, err);
     if (!fd) return (void)fuse_reply_err(req, err);
     if (::fstatat(fd->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return (void)fuse_reply_err(req, errno);
+    if (i.finished) timeout = k_immutable_timeout;
   }
   fuse_reply_attr(req, &st, timeout);
 }
@@ -691,7 +708,7 @@ void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name,
   int rc = target ? ::symlinkat(target, dir->fd, name)
            : S_ISDIR(mode) ? ::mkdirat(dir->fd, name, mode)
                            : ::mknodat(dir->fd, name, mode, 0);
-  if (rc != 0) return (void)fuse_reply_err(req, errno);
+  if (rc != 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
   reply_entry(req, p, name);
 }
 
@@ -756,13 +773,17 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     int err = 0;
     PathRef pfd = path_fd(i, err);
     if (!pfd) return (void)fuse_reply_err(req, err);
+    // Unlinked behind the daemon's back while the kernel still knows the name (a done
+    // entry removed or repaired): the kernel looks the name up again.
+    struct stat st {};
+    if (::fstat(pfd->fd, &st) == 0 && st.st_nlink == 0 && !S_ISDIR(st.st_mode)) return (void)fuse_reply_err(req, ESTALE);
     int fd = ::open(proc_path(pfd->fd).c_str(), fi->flags & ~O_NOFOLLOW);
     if (fd < 0) return (void)fuse_reply_err(req, errno);
     fi->fh = static_cast<uint64_t>(fd);
-    // A finished NEFF never changes: keep its pages across opens.
-    bool neff = (fi->flags & O_ACCMODE) == O_RDONLY && i.finished_neff;
-    fi->keep_cache = neff;
-    if (neff) ++counters_.hits;
+    // A done entry's files never change: keep their pages across opens.
+    bool reading = (fi->flags & O_ACCMODE) == O_RDONLY;
+    fi->keep_cache = reading && i.finished;
+    if (reading && i.finished_neff) ++counters_.hits;
     return (void)fuse_reply_open(req, fi);
   }
   ++counters_.misses;
@@ -874,7 +895,7 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   if (!dir) return (void)fuse_reply_err(req, err);
   bool existed = ::faccessat(dir->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   int fd = ::openat(dir->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  if (fd < 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) track_client_lock(req, dir->fd, name);
   fuse_entry_param e{};
@@ -945,45 +966,64 @@ void Filesystem::fsync(fuse_req_t req, int datasync, fuse_file_info* fi) {
   fuse_reply_err(req, (datasync ? ::fdatasync(fd) : ::fsync(fd)) == 0 ? 0 : errno);
 }
 
+// Folders are opened by the kernel alone when it can (no OPENDIR/RELEASEDIR requests:
+// two round trips per folder of a walk). A listing is read at offset 0 and kept until
+// its end is read; the kernel caches it and drops it when the folder's mtime changes,
+// which every change of an entry's state does.
 void Filesystem::opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Inode& i = inode(ino);
-  if (i.special == Inode::Special::stats_dir) {
-    auto h = new DirHandle{{{".", 1, DT_DIR}, {"..", 1, DT_DIR}, {k_stats_file, 2, DT_REG}}};
-    fi->fh = reinterpret_cast<uint64_t>(h);
-    return (void)fuse_reply_open(req, fi);
-  }
-  if (i.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
-  int err = 0;
+  if (no_opendir_) return (void)fuse_reply_err(req, ENOSYS);
+  if (inode(ino).placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  fi->fh = 0;
+  fi->cache_readdir = 1;
+  fi->keep_cache = 1;
+  fuse_reply_open(req, fi);
+}
+
+std::shared_ptr<const Filesystem::Listing> Filesystem::list(Inode& i, int& err) {
+  if (i.special == Inode::Special::stats_dir)
+    return std::make_shared<Listing>(Listing{{{".", 1, DT_DIR}, {"..", 1, DT_DIR}, {k_stats_file, 2, DT_REG}}});
   PathRef dir = path_fd(i, err);
-  if (!dir) return (void)fuse_reply_err(req, err);
+  if (!dir) return nullptr;
+  struct stat st {};
+  if (::fstat(dir->fd, &st) == 0 && st.st_nlink == 0) return err = ESTALE, nullptr;  // removed meanwhile
   int fd = ::openat(dir->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  if (fd < 0) return err = errno, nullptr;
   DIR* d = ::fdopendir(fd);
-  if (!d) return (void)(::close(fd), fuse_reply_err(req, errno));
-  auto h = std::make_unique<DirHandle>();
+  if (!d) return err = errno, ::close(fd), nullptr;
+  auto h = std::make_shared<Listing>();
   EntryFiles files;
   while (dirent* e = ::readdir(d)) {
-    h->ents.push_back({e->d_name, e->d_ino, e->d_type});
+    h->push_back({e->d_name, e->d_ino, e->d_type});
     files.note(e->d_name);
   }
   ::closedir(d);
   // A pending entry lists what opening it will produce.
   if (files.has_hlo() && !files.done() && !(files.has(EntryFile::log) && !opts_.retry_failed) &&
       !client_compiling(dir->fd, files)) {
-    if (!files.has(EntryFile::neff)) h->ents.push_back({std::string(k_neff_file), 0, DT_REG});
-    if (!files.has(EntryFile::done)) h->ents.push_back({std::string(k_done_file), 0, DT_REG});
+    if (!files.has(EntryFile::neff)) h->push_back({std::string(k_neff_file), 0, DT_REG});
+    if (!files.has(EntryFile::done)) h->push_back({std::string(k_done_file), 0, DT_REG});
   }
-  fi->fh = reinterpret_cast<uint64_t>(h.release());
-  fuse_reply_open(req, fi);
+  return h;
 }
 
-void Filesystem::readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
-  auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+void Filesystem::readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
   Inode& dir = inode(ino);
+  if (dir.placeholder) return (void)fuse_reply_err(req, ENOTDIR);
+  std::shared_ptr<const Listing> h;
+  if (off > 0) {
+    std::lock_guard lk(listings_mu_);
+    h = dir.listing;
+  }
+  if (!h) {
+    int err = 0;
+    if (!(h = list(dir, err))) return (void)fuse_reply_err(req, err);
+    std::lock_guard lk(listings_mu_);
+    dir.listing = h;
+  }
   std::vector<char> buf(size);
   std::size_t used = 0;
-  for (auto i = static_cast<std::size_t>(off); i < h->ents.size(); ++i) {
-    const auto& ent = h->ents[i];
+  for (auto i = static_cast<std::size_t>(off); i < h->size(); ++i) {
+    const auto& ent = (*h)[i];
     fuse_entry_param e{};
     // With plus, each name is looked up as the kernel would (one more reference to its
     // inode). Inode 0 means "no attributes, look it up yourself": for . and .., names
@@ -1005,12 +1045,11 @@ void Filesystem::readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     used += n;
   }
+  if (used == 0) {  // the end: let the listing go
+    std::lock_guard lk(listings_mu_);
+    if (dir.listing == h) dir.listing.reset();
+  }
   fuse_reply_buf(req, buf.data(), used);
-}
-
-void Filesystem::releasedir(fuse_req_t req, fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
-  fuse_reply_err(req, 0);
 }
 
 void Filesystem::statfs(fuse_req_t req, fuse_ino_t ino) {
@@ -1159,13 +1198,13 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       self(r).fsync(r, d, fi);
     };
     o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).opendir(r, i, fi); };
-    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
-      self(r).readdir(r, i, s, off, fi, false);
+    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info*) {
+      self(r).readdir(r, i, s, off, false);
     };
-    o.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
-      self(r).readdir(r, i, s, off, fi, true);
+    o.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info*) {
+      self(r).readdir(r, i, s, off, true);
     };
-    o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { self(r).releasedir(r, fi); };
+    o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info*) { fuse_reply_err(r, 0); };
     o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(r, 0); };
     o.statfs = [](fuse_req_t r, fuse_ino_t i) { self(r).statfs(r, i); };
     o.getlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l) {

@@ -76,6 +76,12 @@ class Filesystem {
   struct Waiter;
   struct PathFd;
   using PathRef = std::shared_ptr<const PathFd>;
+  struct DirEnt {
+    std::string name;
+    ino_t ino;
+    unsigned char type;
+  };
+  using Listing = std::vector<DirEnt>;
 
   // Handlers (public so the C trampolines can reach them).
   void init(fuse_conn_info* conn);
@@ -97,8 +103,7 @@ class Filesystem {
   void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void fsync(fuse_req_t req, int datasync, fuse_file_info* fi);
   void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
-  void releasedir(fuse_req_t req, fuse_file_info* fi);
+  void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus);
   void statfs(fuse_req_t req, fuse_ino_t ino);
   void getlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock);
   void setlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock, bool sleep);
@@ -125,6 +130,8 @@ class Filesystem {
   void unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed);
   void set_parent(Inode* in, Inode& parent, const char* name, std::vector<Inode*>& doomed);
   void destroy(const std::vector<Inode*>& doomed);
+  // A folder's names as the mount shows them (placeholders included); null with `err`.
+  std::shared_ptr<const Listing> list(Inode& dir, int& err);
   // After a rename through the mount: the inode now at `name` in `parent` is known there.
   void moved(Inode& parent, int parent_fd, const char* name);
   void getattr_of(const Inode& i, struct stat& st) const;
@@ -161,6 +168,8 @@ class Filesystem {
   std::mutex fds_mu_;  // guards open_lru_ and each Inode's fd; never held across I/O
   std::list<Inode*> open_lru_;  // most recent first
   std::size_t max_open_ = 0;
+  std::mutex listings_mu_;
+  bool no_opendir_ = false;  // set once in init, before any request
   std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
   std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
   std::unique_ptr<neffcache::Scheduler> scheduler_;

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -574,6 +575,39 @@ TEST_CASE("far more names than the daemon may open files: each one answers, rena
   CHECK(err == 0);
   CHECK(m.compiles() == 1);
   CHECK(neff == test::slurp(m.backing() / e / "model.neff"));
+}
+
+TEST_CASE("a done entry removed or repaired behind the daemon's back is seen anew through the mount", "[fuse]") {
+  // The kernel keeps a done entry's names for a day; what it remembers must not outlive the files.
+  Mount m;
+  auto e = m.entry("rocm08_normal_9.hlo_proto.pb", "gone+0");
+  auto graph_of = [&](const fs::path& p) {
+    auto neff = fake::parse_fake_neff(read_all(p).second);
+    return neff ? neff->graph : std::string("not a whole NEFF");
+  };
+  CHECK(graph_of(m.mnt() / e / "model.neff") == canonical_of("rocm08_normal_9.hlo_proto.pb"));
+  REQUIRE(fs::exists(m.mnt() / e / "model.done"));
+  // Removed and written again as a pending entry of another graph, as after `neffcache
+  // clean` and a new trial run.
+  fs::remove_all(m.backing() / e);
+  fs::create_directories(m.backing() / e);
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", m.backing() / e / "model.hlo_module.pb");
+  CHECK(graph_of(m.mnt() / e / "model.neff") == canonical_of("gopjrt_tuple.hlo.pb"));
+  CHECK(m.compiles() == 2);
+  // A client can create files in it (its lock) and list it.
+  int fd = ::open((m.mnt() / e / "extra").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  CHECK(fd >= 0);
+  if (fd >= 0) ::close(fd);
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(m.mnt() / e))
+    if (!f.path().filename().string().starts_with(".neffcache")) names.insert(f.path().filename().string());
+  CHECK(names == std::set<std::string>{"model.hlo_module.pb", "model.neff", "model.done", "extra"});
+  // Repaired (model.neff and model.done removed, as `neffcache verify --repair` does): the
+  // next open compiles again instead of serving the removed file.
+  fs::remove(m.backing() / e / "model.done");
+  fs::remove(m.backing() / e / "model.neff");
+  CHECK(graph_of(m.mnt() / e / "model.neff") == canonical_of("gopjrt_tuple.hlo.pb"));
+  CHECK(m.compiles() == 3);
 }
 
 TEST_CASE("a kernel request timeout shorter than a compile is warned about at start", "[fuse]") {
