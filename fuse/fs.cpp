@@ -763,9 +763,9 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (i.special != Inode::Special::none) {
     if (i.special == Inode::Special::stats_dir) return (void)fuse_reply_err(req, EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
-    // No state per open: each read renders the counters (under 1 KiB, so one read by
-    // cat and the like), and nothing on the heap outlives a request.
-    fi->fh = 0;
+    // The counters as they were at the open: a reader that takes them in several reads
+    // gets one document, not pieces of two (a counter that gains a digit shifts them).
+    fi->fh = reinterpret_cast<uint64_t>(new std::string(stats_json()));
     fi->direct_io = 1;
     return (void)fuse_reply_open(req, fi);
   }
@@ -914,7 +914,7 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
 
 void Filesystem::read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   if (is_stats_file(ino)) {
-    const std::string text = stats_json();
+    const std::string& text = *reinterpret_cast<const std::string*>(fi->fh);
     auto at = std::min(text.size(), static_cast<std::size_t>(off));
     return (void)fuse_reply_buf(req, text.data() + at, std::min(size, text.size() - at));
   }
@@ -947,7 +947,7 @@ void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
 }
 
 void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (is_stats_file(ino)) return (void)fuse_reply_err(req, 0);
+  if (is_stats_file(ino)) return (void)(delete reinterpret_cast<std::string*>(fi->fh), fuse_reply_err(req, 0));
   std::string path;
   if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder)
     path = path_of(inode(ino));

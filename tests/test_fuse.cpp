@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <set>
@@ -458,6 +459,22 @@ TEST_CASE("counters are readable while mounted and are not in the backing store"
   CHECK(::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_WRONLY) < 0);
   CHECK(errno == EACCES);
   CHECK(::mkdir((m.mnt() / ".neffcache" / "x").c_str(), 0755) < 0);
+}
+
+TEST_CASE("stats.json read in pieces while counters move is the document of its open", "[fuse]") {
+  Mount m;
+  auto e = m.entry("gopjrt_x_squared.hlo.pb", "pieces+0");
+  REQUIRE(read_all(m.mnt() / e / "model.neff").first == 0);  // a miss
+  int fd = ::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  char buf[7];
+  std::string text(buf, static_cast<std::size_t>(std::max<ssize_t>(0, ::read(fd, buf, sizeof buf))));
+  for (int i = 0; i < 12; ++i) REQUIRE(read_all(m.mnt() / e / "model.neff").first == 0);  // hits: 0 -> 12
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  REQUIRE(nlohmann::json::accept(text));
+  CHECK(nlohmann::json::parse(text)["hits"] == 0);  // as at the open, not pieces of a later text
+  CHECK(nlohmann::json::parse(read_all(m.mnt() / ".neffcache" / "stats.json").second)["hits"] == 12);
 }
 
 TEST_CASE("a wait past --wait-timeout fails with EIO while the compile goes on", "[fuse]") {
