@@ -1,4 +1,8 @@
 // fake-neuronx-cc, the stand-in compiler every compile test relies on.
+#include <sys/resource.h>
+
+#include <chrono>
+
 #include <catch2/catch_test_macros.hpp>
 
 #include <neffcache/hlo.hpp>
@@ -92,4 +96,19 @@ TEST_CASE("fake-neuronx-cc injects failures on request", "[fake]") {
   compile(in, out, {"NEFFCACHE_FAKE_LOG=" + log});
   std::string lines = test::slurp(log);
   CHECK(std::count(lines.begin(), lines.end(), '\n') == 2);
+}
+
+TEST_CASE("NEFFCACHE_FAKE_IDLE spends the compile time asleep, not on the CPU", "[fake]") {
+  test::TempDir dir;
+  struct rusage before {}, after {};
+  ::getrusage(RUSAGE_CHILDREN, &before);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = compile(test::k_corpus / "gopjrt_tuple.hlo.pb", dir / "m.neff", {"NEFFCACHE_FAKE_SECONDS=0.6", "NEFFCACHE_FAKE_IDLE=1"});
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::getrusage(RUSAGE_CHILDREN, &after);
+  auto cpu = [](const struct rusage& u) { return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6; };
+  REQUIRE(r.exit_code == 0);
+  CHECK(fake::parse_fake_neff(test::slurp(dir / "m.neff")).has_value());
+  CHECK(wall >= 0.6);                       // the time passed...
+  CHECK(cpu(after) - cpu(before) < 0.3);    // ...without being burnt (it would be 0.6 s)
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -106,13 +107,24 @@ double cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-// Spends `seconds` of CPU, printing up to ten progress dots as the real compiler does.
-void burn(double seconds) {
-  double start = cpu_seconds();
+double wall_seconds() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Spends `seconds` of CPU (or, `idle`, of wall time asleep: a compiler running on other
+// cores, so that more compiles than this machine has cores can run side by side),
+// printing up to ten progress dots as the real compiler does.
+void burn(double seconds, bool idle) {
+  auto clock = idle ? wall_seconds : cpu_seconds;
+  double start = clock();
   volatile uint64_t x = 0x9E3779B97F4A7C15ull;
   int dots = 0;
-  for (double spent = 0; spent < seconds; spent = cpu_seconds() - start) {
-    for (int k = 0; k < 100000; ++k) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  for (double spent = 0; spent < seconds; spent = clock() - start) {
+    if (idle) ::usleep(static_cast<useconds_t>(std::min(seconds - spent, 0.01) * 1e6));
+    else
+      for (int k = 0; k < 100000; ++k) x = x * 6364136223846793005ull + 1442695040888963407ull;
     int due = static_cast<int>(spent / seconds * 10);
     for (; dots < due; ++dots) fmt::print(".");
     std::fflush(stdout);
@@ -179,7 +191,7 @@ int main(int argc, char** argv) {
   if (auto s = env("NEFFCACHE_FAKE_SECONDS")) seconds = std::stod(*s);
   fmt::print("Compiling {} ({} instructions)\n", args.input, hlo->stats.instructions);
   std::fflush(stdout);
-  burn(seconds);
+  burn(seconds, env("NEFFCACHE_FAKE_IDLE") == "1");
 
   if (targeted) {
     if (auto once = env("NEFFCACHE_FAKE_SIGNAL_ONCE")) {
