@@ -9,6 +9,9 @@
 //           --walk-entries entries; daemon memory and mount time with that cache
 //   wakeup  from model.done being renamed into place to the waiting open returning
 //   dedup   --dedup-readers readers of one pending entry: compiles, wall / compile time
+//   overlap a trial run extracting --overlap-graphs graphs over time, then compiling them:
+//           neuron_parallel_compile and the mount against collect-then-compile
+//   waiting daemon memory and threads while --waiting-readers opens wait for compiles
 //
 // `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches).
 #include <dirent.h>
@@ -38,6 +41,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "synth.hpp"
 
 extern char** environ;
 
@@ -197,6 +202,17 @@ class Mount {
       if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
     return 0;
   }
+  int fds() const {
+    std::error_code ec;
+    auto it = fs::directory_iterator(fmt::format("/proc/{}/fd", pid_), ec);
+    return static_cast<int>(std::distance(it, fs::directory_iterator()));
+  }
+  int threads() const {
+    std::ifstream in(fmt::format("/proc/{}/status", pid_));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return 0;
+  }
   nlohmann::json stats() const {
     std::ifstream in(mnt_ / ".neffcache" / "stats.json");
     return nlohmann::json::parse(in);
@@ -217,6 +233,8 @@ struct Options {
   uint64_t hit_mib = 1024, small_mib = 10;
   int small_count = 1000, stat_entries = 10000, walk_entries = 100000, wake_entries = 100, dedup_readers = 64;
   double dedup_compile_seconds = 1.0;
+  int overlap_graphs = 16, waiting_readers = 1000;
+  double overlap_compile_seconds = 0.5;
   std::string only, dir;
 };
 
@@ -474,13 +492,138 @@ std::vector<Row> bench_dedup(const Options& o, const fs::path& work) {
   return {std::move(compiles), std::move(ratio)};
 }
 
+// Runs a shell command line; throws if it fails.
+void shell(const std::string& line) {
+  if (int rc = std::system(line.c_str()); rc != 0)
+    throw std::runtime_error(fmt::format("failed ({}): {}", rc, line));
+}
+
+std::string fake_template() {
+  return std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+}
+
+// Entries with model.done below a cache root.
+int done_entries(const fs::path& root) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& c : fs::directory_iterator(root, ec))
+    for (const auto& e : fs::directory_iterator(c.path(), ec)) n += fs::exists(e.path() / "model.done");
+  return n;
+}
+
+// 6. Overlap: a trial run that extracts graphs over time, then their compiles. The
+// original flow collects everything, then compiles; ours compiles while the trial run
+// goes on (neuron_parallel_compile) or as each graph is written (the mount, eager).
+// The compiler sleeps (NEFFCACHE_FAKE_IDLE), as one on other cores would, and extraction
+// takes as long as compiling everything on two workers.
+std::vector<Row> bench_overlap(const Options& o, const fs::path& work) {
+  const int n = o.overlap_graphs, jobs = 2;
+  const double compile = o.overlap_compile_seconds, interval = compile / jobs;
+  const fs::path graphs = work / "overlap-graphs";
+  fs::create_directories(graphs);
+  for (int k = 0; k < n; ++k)  // distinct graphs (their sizes differ)
+    touch(graphs / fmt::format("g{:02}.hlo.pb", k), neffcache::bench::synthesize_module(4096 * (k + 1), 512));
+  const std::string fake_env = fmt::format("NEFFCACHE_FAKE_IDLE=1 NEFFCACHE_FAKE_SECONDS={}", compile);
+  const std::string tmpl = fake_template();
+  auto env = [&](const fs::path& cache) {
+    return fmt::format("env -C '{}' -u NEURON_CC_FLAGS -u NEURON_EXTRACT_GRAPHS_ONLY NEURON_COMPILE_CACHE_URL='{}' {}",
+                       work.string(), cache.string(), fake_env);
+  };
+  const std::string trial = fmt::format("{} --poll 0.02 --extract-interval {} --compiler '{}' '{}'", NEFFCACHE_CLIENT_SIM,
+                                        interval, tmpl, graphs.string());
+  const std::string npc = fmt::format("{} --num_parallel {} --compiler '{}'", NEFFCACHE_NPC, jobs, tmpl);
+  const std::string quiet = " >/dev/null 2>&1";
+  auto finished = [&](const fs::path& cache, const char* flow) {
+    if (int done = done_entries(cache); done != n)
+      throw std::runtime_error(fmt::format("overlap: {}: {} of {} entries done", flow, done, n));
+  };
+  Row two_phase{fmt::format("overlap: {} graphs, extraction = compile time ({} s each, {} workers): collect, then compile",
+                            n, compile, jobs), "s"};
+  Row npc_row{"overlap: the same, neuron_parallel_compile (compiles during the trial run)", "s"};
+  Row mount_row{"overlap: the same, trial run through the mount (eager compiles)", "s"};
+  Row npc_ratio{"overlap: neuron_parallel_compile / collect-then-compile", "ratio", "<= 0.7", [](double v) { return v <= 0.7; }};
+  Row mount_ratio{"overlap: mount / collect-then-compile", "ratio", "<= 0.7", [](double v) { return v <= 0.7; }};
+  for (int r = 0; r < o.reps; ++r) {
+    const fs::path a = work / fmt::format("overlap-a{}", r), b = work / fmt::format("overlap-b{}", r),
+                   c = work / fmt::format("overlap-c{}", r);
+    auto t0 = Clock::now();
+    shell(env(a) + " " + npc + " --command collect " + trial + quiet);
+    shell(env(a) + " " + npc + " --command compile" + quiet);
+    const double t_two = since(t0);
+    finished(a, "collect, then compile");
+    t0 = Clock::now();
+    shell(env(b) + " " + npc + " " + trial + quiet);
+    const double t_npc = since(t0);
+    finished(b, "neuron_parallel_compile");
+    {
+      Mount m(c, work / "overlap-mnt", {"NEFFCACHE_FAKE_IDLE=1", fmt::format("NEFFCACHE_FAKE_SECONDS={}", compile)});
+      t0 = Clock::now();
+      shell(env(work / "overlap-mnt") + " NEURON_EXTRACT_GRAPHS_ONLY=1 " + trial + quiet);
+      while (done_entries(c) < n && since(t0) < 600) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const double t_mount = since(t0);
+    finished(c, "mount");
+    two_phase.samples.push_back(t_two);
+    npc_row.samples.push_back(t_npc);
+    mount_row.samples.push_back(t_mount);
+    npc_ratio.samples.push_back(t_npc / t_two);
+    mount_ratio.samples.push_back(t_mount / t_two);
+  }
+  return {std::move(npc_ratio), std::move(mount_ratio), std::move(two_phase), std::move(npc_row), std::move(mount_row)};
+}
+
+// 7. Footprint while many readers wait: --waiting-readers threads open model.neff of 10
+// pending entries whose compiles take long enough for all of them to be waiting.
+std::vector<Row> bench_waiting(const Options& o, const fs::path& work) {
+  const int entries = 10;
+  auto backing = work / "waiting-backing";
+  const fs::path hlo = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  std::vector<fs::path> paths;
+  for (int k = 0; k < entries; ++k)
+    paths.push_back(work / "waiting-mnt" /
+                    fs::relative(make_pending_entry(backing, fmt::format("w{}+0", k), hlo), backing) / "model.neff");
+  Mount m(backing, work / "waiting-mnt", {"NEFFCACHE_FAKE_IDLE=1", "NEFFCACHE_FAKE_SECONDS=3"});
+  const double idle = m.rss_mib();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < o.waiting_readers; ++i)
+    readers.emplace_back([&, i] {
+      try {
+        read_whole(paths[static_cast<std::size_t>(i % entries)]);
+      } catch (const std::exception&) {
+        ++failures;
+      }
+    });
+  int waiting = 0, threads = 0, fds = 0;
+  double rss = 0;
+  std::string error;
+  try {
+    for (auto t0 = Clock::now(); waiting < o.waiting_readers && since(t0) < 30;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      waiting = m.stats()["waiters"].get<int>();
+    }
+    rss = m.rss_mib(), threads = m.threads(), fds = m.fds();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  for (auto& t : readers) t.join();
+  if (!error.empty()) throw std::runtime_error("waiting: " + error);
+  if (failures) throw std::runtime_error(fmt::format("waiting: {} readers failed", failures.load()));
+  if (waiting < o.waiting_readers)
+    throw std::runtime_error(fmt::format("waiting: only {} of {} readers were waiting at once", waiting, o.waiting_readers));
+  return {Row::once(fmt::format("daemon memory, idle, {} pending entries", entries), "MiB", idle),
+          Row::once(fmt::format("daemon memory with {} readers waiting on them", waiting), "MiB", rss),
+          Row::once(fmt::format("daemon threads with {} readers waiting", waiting), "count", threads),
+          Row::once(fmt::format("daemon descriptors with {} readers waiting", waiting), "count", fds)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
-  app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup"}));
+  app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting"}));
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
   app.add_option("--hit-mib", o.hit_mib, "size of the NEFF of the hit benchmark")->capture_default_str();
   app.add_option("--small-mib", o.small_mib, "size of the NEFF of the small-hit benchmark")->capture_default_str();
@@ -490,6 +633,11 @@ int main(int argc, char** argv) {
   app.add_option("--wake-entries", o.wake_entries, "entries compiled for the wake-up figure")->capture_default_str();
   app.add_option("--dedup-readers", o.dedup_readers, "readers of the one pending entry")->capture_default_str();
   app.add_option("--dedup-compile-seconds", o.dedup_compile_seconds, "the compile's CPU time")->capture_default_str();
+  app.add_option("--overlap-graphs", o.overlap_graphs, "graphs of the overlap workload")->capture_default_str();
+  app.add_option("--overlap-compile-seconds", o.overlap_compile_seconds, "each graph's compile time there")
+      ->capture_default_str();
+  app.add_option("--waiting-readers", o.waiting_readers, "readers waiting at once for the footprint figure")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.reps < 1) return fmt::print(stderr, "bench_mount: --reps must be at least 1\n"), 2;
 
@@ -502,7 +650,8 @@ int main(int argc, char** argv) {
   fmt::print("| benchmark | median | min | max | unit | runs | goal | met |\n|---|---:|---:|---:|---|---:|---|---|\n");
   using Bench = std::vector<Row> (*)(const Options&, const fs::path&);
   for (auto [name, run] : std::vector<std::pair<std::string, Bench>>{
-           {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup}, {"dedup", bench_dedup}}) {
+           {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup},
+           {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting}}) {
     if (!o.only.empty() && o.only != name) continue;
     try {
       print_rows(run(o, work));
