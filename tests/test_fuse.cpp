@@ -627,6 +627,69 @@ TEST_CASE("a done entry removed or repaired behind the daemon's back is seen ane
   CHECK(m.compiles() == 3);
 }
 
+TEST_CASE("corrupt, empty and non-HLO graphs fail cleanly, each on its own", "[fuse]") {
+  Mount m;
+  const std::string real = test::slurp(test::k_corpus / "rocm08_normal_9.hlo_proto.pb");
+  const std::map<std::string, std::string> bad{
+      {"empty+0", ""}, {"text+0", "hello, not a graph\n"}, {"cut+0", real.substr(0, real.size() / 2)},
+      {"noise+0", std::string(4096, '\xa5')}};
+  for (const auto& [name, bytes] : bad) {
+    fs::create_directories(m.backing() / "neuronxcc-2.21.0" / ("MODULE_" + name));
+    write_plain(m.backing() / "neuronxcc-2.21.0" / ("MODULE_" + name) / "model.hlo_module.pb", bytes);
+  }
+  auto good = m.entry("gopjrt_tuple.hlo.pb", "good+0");
+  for (const auto& [name, bytes] : bad) {
+    INFO(name);
+    const fs::path entry = fs::path("neuronxcc-2.21.0") / ("MODULE_" + name);
+    CHECK(read_all(m.mnt() / entry / "model.neff").first == EIO);
+    CHECK(test::slurp(m.backing() / entry / "model.log").size() > 0);  // the compiler's reason
+    CHECK_FALSE(fs::exists(m.backing() / entry / "model.neff"));       // nothing partial
+    CHECK_FALSE(fs::exists(m.backing() / entry / "model.done"));
+    CHECK(test::slurp(m.backing() / entry / "model.hlo_module.pb") == bytes);  // the input untouched
+  }
+  const int compiles = m.compiles();
+  CHECK(compiles == static_cast<int>(bad.size()));
+  for (const auto& [name, bytes] : bad)  // recorded: no second compile
+    CHECK(read_all(m.mnt() / "neuronxcc-2.21.0" / ("MODULE_" + name) / "model.neff").first == EIO);
+  CHECK(m.compiles() == compiles);
+  auto [err, neff] = read_all(m.mnt() / good / "model.neff");  // the good one is not disturbed
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(neff).has_value());
+}
+
+TEST_CASE("nothing outside the backing directory is reached through the mount", "[fuse]") {
+  Mount m;
+  test::TempDir outside;
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", outside / "model.hlo_module.pb");
+  const fs::path top = m.backing() / "neuronxcc-2.21.0";
+  fs::create_directories(top);
+  fs::create_directory_symlink(outside.path(), top / "MODULE_abs+0");            // absolute
+  fs::create_directory_symlink("../../../" + outside.path().filename().string(), top / "MODULE_rel+0");  // climbing
+  fs::create_symlink("/etc/passwd", top / "passwd");
+  for (const char* name : {"MODULE_abs+0", "MODULE_rel+0", "passwd"}) {
+    INFO(name);
+    struct stat st {};
+    REQUIRE(::lstat((m.mnt() / "neuronxcc-2.21.0" / name).c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));  // shown as the link it is, never followed by the daemon
+  }
+  // Opening through an entry folder that is a link: the kernel follows it outside the
+  // mount, so the daemon is never asked and nothing is compiled or written there.
+  CHECK(read_all(m.mnt() / "neuronxcc-2.21.0/MODULE_abs+0/model.neff").first == ENOENT);
+  CHECK(read_all(m.mnt() / "neuronxcc-2.21.0/MODULE_rel+0/model.neff").first == ENOENT);
+  CHECK(m.compiles() == 0);
+  // Nor does a batch compile of the backing directory follow it.
+  auto r = test::run({NEFFCACHE_TOOL, "compile", "--cache", m.backing().string(), "--compiler",
+                      k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(outside / "model.neff"));
+  CHECK_FALSE(fs::exists(outside / "model.log"));
+  // Renames out of the mount cross a file system: refused.
+  write_plain(m.mnt() / "leaving", "x");
+  CHECK(::rename((m.mnt() / "leaving").c_str(), (outside / "left").c_str()) != 0);
+  CHECK(errno == EXDEV);
+  CHECK(fs::exists(m.backing() / "leaving"));
+}
+
 TEST_CASE("a kernel request timeout shorter than a compile is warned about at start", "[fuse]") {
   const std::string knob = "/proc/sys/fs/fuse/default_request_timeout";
   auto old = neffcache::detail::read_file(knob);
