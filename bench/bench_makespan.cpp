@@ -126,7 +126,7 @@ Run path_order(const std::vector<std::string>& entries, int jobs) {
 
 int main(int argc, char** argv) {
   int reps = 3, jobs = 8;
-  double scale = 0.01, rate = 5000;
+  double scale = 0.02, rate = 5000;
   CLI::App app{"bench_makespan: the 34-graph Llama-3-70B pre-compile, scaled down: our order against path order"};
   app.add_option("--reps", reps, "repetitions")->capture_default_str();
   app.add_option("--jobs", jobs, "compiles at once")->capture_default_str();
