@@ -919,7 +919,10 @@ void Filesystem::read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
   if (is_stats_file(ino)) {
     const std::string& text = *reinterpret_cast<const std::string*>(fi->fh);
     auto at = std::min(text.size(), static_cast<std::size_t>(off));
-    return (void)fuse_reply_buf(req, text.data() + at, std::min(size, text.size() - at));
+    // A copy this thread owns: the reply wakes the client, whose close may free the
+    // snapshot on another thread before the write of the reply has returned here.
+    const std::string piece = text.substr(at, size);
+    return (void)fuse_reply_buf(req, piece.data(), piece.size());
   }
   counters_.read_bytes += size;
   // Answered with the backing descriptor itself: libfuse splices file -> pipe ->
