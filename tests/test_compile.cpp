@@ -125,6 +125,22 @@ TEST_CASE("a compile publishes a whole NEFF, done marker and metadata", "[compil
   }
 }
 
+TEST_CASE("a compile removes the half-written copies a dead publisher left", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  auto entry = make_entry(root.path(), "rocm08_normal_9.hlo_proto.pb", std::vector<std::string>{"-O2"});
+  const test::fs::path dir(entry);
+  test::spit(dir / ".neffcache-neff-0123456789abcdef", "half a NEFF");
+  test::spit(dir / ".neffcache-log-0123456789abcdef", "half a log");
+  test::spit(dir / ".neffcache-lock-someone", "a lock being created by another process");
+  auto r = compile_entry(entry, fake_settings(work));
+  INFO(r.message);
+  REQUIRE(r.outcome == CompileOutcome::success);
+  CHECK_FALSE(test::fs::exists(dir / ".neffcache-neff-0123456789abcdef"));
+  CHECK_FALSE(test::fs::exists(dir / ".neffcache-log-0123456789abcdef"));
+  CHECK(test::fs::exists(dir / ".neffcache-lock-someone"));
+}
+
 TEST_CASE("without compile_flags.json the caller's flags are used; legacy HLO names work", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");

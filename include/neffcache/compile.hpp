@@ -289,6 +289,20 @@ inline Result<std::string> publish(const std::string& entry_dir, const std::stri
 
 }  // namespace detail
 
+// Removes the half-written copies of a NEFF or a log that a publisher left in
+// `entry_dir` when it died mid-copy. Only the entry's lock holder writes them, so the
+// caller must hold the lock; other private files (a lock being created) stay.
+inline void remove_publish_leftovers(const std::string& entry_dir) {
+  const std::string neff = fmt::format("{}-neff-", k_private_prefix), log = fmt::format("{}-log-", k_private_prefix);
+  std::vector<std::string> doomed;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(entry_dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.starts_with(neff) || name.starts_with(log)) doomed.push_back(f.path().string());
+  }
+  for (const auto& path : doomed) ::unlink(path.c_str());
+}
+
 // Compiles one entry folder if it needs it. Never throws and never blocks on another
 // holder: a held lock is CompileOutcome::busy. See CompileOutcome for what each result
 // leaves behind; no outcome leaves a partial model.neff or a lock file.
@@ -320,6 +334,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   files = read_entry_files(entry_dir);
   if (!files) return transient(files.error().message);
   if (auto o = settled(*files)) return r.outcome = *o, r;
+  remove_publish_leftovers(entry_dir);
   const std::string hlo_path = fmt::format("{}/{}", entry_dir, *files->hlo_name());
   const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
   const std::string key = detail::entry_name(entry_dir);
