@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <catch2/catch_test_macros.hpp>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <neffcache/compile.hpp>
@@ -434,6 +435,52 @@ TEST_CASE("kill -9 of the daemon mid-compile, lazy unmount, restart: compiled an
   Mount second({"NEFFCACHE_FAKE_RATE=0"}, {}, shared.path());
   CHECK(reader_process(second.mnt() / e / "model.neff")->wait() == 0);  // whole, checked
   CHECK(fake::parse_fake_neff(test::slurp(shared.path() / e / "model.neff")).has_value());
+}
+
+TEST_CASE("kill -9 of the daemon at random moments, 100 cycles: no partial NEFF, every entry ends whole", "[fuse][load]") {
+  test::TempDir shared;
+  std::mt19937 rng(20261122);
+  const std::vector<std::string> graphs{"rocm08_normal_9.hlo_proto.pb", "gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb"};
+  std::vector<std::string> entries;
+  int whole = 0, cut_off = 0;
+  for (int cycle = 0; cycle < 100; ++cycle) {
+    // Compiles of 20 to 110 ms and NEFFs of 1 MiB, killed 0 to 150 ms after the open:
+    // before, during and after the compile, the publish and the answer.
+    Mount m({fmt::format("NEFFCACHE_FAKE_SECONDS={}", 0.02 + static_cast<double>(rng() % 10) / 100),
+             "NEFFCACHE_FAKE_NEFF_BYTES=1048576"},
+            {}, shared.path());
+    entries.push_back(m.entry(graphs[static_cast<std::size_t>(cycle) % graphs.size()], fmt::format("kill{}+0", cycle)));
+    auto reader = reader_process(m.mnt() / entries.back() / "model.neff");
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 150));
+    m.stop(SIGKILL);
+    const int rc = reader->wait();
+    INFO("cycle " << cycle << ": the reader exited with " << rc);
+    CHECK((rc == 0 || rc == 3));  // whole, or the connection was cut; never partial (2)
+    (rc == 0 ? whole : cut_off) += 1;
+  }  // each mount is lazily unmounted
+  CHECK(whole > 0);
+  CHECK(cut_off > 0);
+  // A last daemon serves every entry whole, with its own graph.
+  Mount last({"NEFFCACHE_FAKE_RATE=0"}, {}, shared.path());
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    INFO(entries[k]);
+    auto [err, bytes] = read_all(last.mnt() / entries[k] / "model.neff");
+    REQUIRE(err == 0);
+    auto neff = fake::parse_fake_neff(bytes);
+    REQUIRE(neff.has_value());
+    CHECK(neff->graph == canonical_of(graphs[k % graphs.size()]));
+  }
+  // And no half-written copy is left behind: the next compile of an entry removes what a
+  // killed publisher left. (A kill between publish and unlock still leaves a stale lock
+  // file in a done entry; the reliability issue tracks it.)
+  std::vector<std::string> leftovers;
+  for (const auto& f : fs::recursive_directory_iterator(shared.path())) {
+    auto name = f.path().filename().string();
+    if (name.starts_with(".neffcache-neff-") || name.starts_with(".neffcache-log-"))
+      leftovers.push_back(fs::relative(f.path(), shared.path()).string());
+  }
+  INFO(fmt::format("{}", fmt::join(leftovers, ", ")));
+  CHECK(leftovers.empty());
 }
 
 TEST_CASE("counters are readable while mounted and are not in the backing store", "[fuse]") {
