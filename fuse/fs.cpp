@@ -103,6 +103,13 @@ Filesystem& self(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_use
 
 std::string proc_path(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
 
+// The path of the file an open descriptor names; empty if it cannot be read.
+std::string path_of_fd(int fd) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(proc_path(fd).c_str(), buf, sizeof buf);
+  return n > 0 && n < static_cast<ssize_t>(sizeof buf) ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }
 
 bool is_product_name(std::string_view n) { return n == k_neff_file || n == k_done_file; }
@@ -203,10 +210,8 @@ void Filesystem::track_client_lock(fuse_req_t req, int dir_fd, const char* name)
     if (lock_fd >= 0) ::close(lock_fd);
     return;
   }
-  std::string dir = fmt::format("/proc/self/fd/{}", dir_fd);
-  char buf[PATH_MAX];
-  ssize_t len = ::readlink(dir.c_str(), buf, sizeof buf - 1);
-  std::string path = len > 0 ? fmt::format("{}/{}", std::string_view(buf, static_cast<std::size_t>(len)), name) : "";
+  std::string dir = path_of_fd(dir_fd);
+  std::string path = dir.empty() ? "" : fmt::format("{}/{}", dir, name);
   {
     std::lock_guard lk(client_locks_mu_);
     // pidfd < 0: the creator is already gone; the reaper removes the file at once.
@@ -299,9 +304,7 @@ fuse_ino_t Filesystem::id_of(const Inode* i) const {
 std::string Filesystem::path_of(Inode& i) {
   int err = 0;
   PathRef fd = path_fd(i, err);
-  char buf[PATH_MAX];
-  ssize_t n = fd ? ::readlink(proc_path(fd->fd).c_str(), buf, sizeof buf - 1) : -1;
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  return fd ? path_of_fd(fd->fd) : std::string();
 }
 
 Filesystem::PathRef Filesystem::keep_open(Inode& i, PathRef fd) {
@@ -801,9 +804,7 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->direct_io = 1;
     return (void)fuse_reply_open(req, fi);
   }
-  char where[PATH_MAX];
-  ssize_t len = ::readlink(proc_path(dir->fd).c_str(), where, sizeof where - 1);
-  std::string entry(where, static_cast<std::size_t>(std::max<ssize_t>(len, 0)));
+  std::string entry = path_of_fd(dir->fd);
   auto files = read_entry_files(entry);
   if (files && files->failed() && !opts_.retry_failed) {
     eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)", entry));
