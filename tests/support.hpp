@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -121,6 +122,21 @@ class ScopedEnv {
 };
 
 // Lines in a file (0 for a missing file): compiles counted through NEFFCACHE_FAKE_LOG.
+// Whether no live process (zombies aside) is in the process group `pgid`.
+inline bool no_process_in_group(pid_t pgid) {
+  for (const auto& p : fs::directory_iterator("/proc")) {
+    auto stat = neffcache::detail::read_file((p.path() / "stat").string());
+    if (!stat) continue;
+    auto close = stat->rfind(')');  // the name before it may hold anything
+    int ppid = 0, pgrp = 0;
+    char state = 0;
+    if (close == std::string::npos || std::sscanf(stat->c_str() + close + 2, "%c %d %d", &state, &ppid, &pgrp) != 3)
+      continue;
+    if (pgrp == pgid && state != 'Z') return false;
+  }
+  return true;
+}
+
 inline int count_lines(const fs::path& p) {
   auto r = neffcache::detail::read_file(p.string());
   return r ? static_cast<int>(std::count(r->begin(), r->end(), '\n')) : 0;

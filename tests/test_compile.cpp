@@ -60,22 +60,6 @@ std::vector<std::string> stray_files(const std::string& entry) {
   return out;
 }
 
-bool no_process_in_group(pid_t pgid) {
-  for (const auto& p : test::fs::directory_iterator("/proc")) {
-    auto stat = detail::read_file((p.path() / "stat").string());
-    if (!stat) continue;
-    auto close = stat->rfind(')');
-    int pid = 0, ppid = 0, pgrp = 0;
-    char state = 0;
-    if (close == std::string::npos ||
-        std::sscanf(stat->c_str() + close + 2, "%c %d %d", &state, &ppid, &pgrp) != 3)
-      continue;
-    (void)pid;
-    if (pgrp == pgid && state != 'Z') return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("compiler templates are checked and expanded", "[compile]") {
@@ -228,8 +212,37 @@ TEST_CASE("a hung compiler is timed out and its whole process group is gone", "[
   CHECK(r.outcome == CompileOutcome::transient);
   CHECK(r.message.find("timed out") != std::string::npos);
   pid_t compiler = std::stoi(test::slurp(work / "compiles.log"));
-  CHECK(no_process_in_group(compiler));
+  CHECK(test::no_process_in_group(compiler));
   CHECK(state_of(entry) == EntryState::pending);
+}
+
+TEST_CASE("a compiler holds the lock it inherits until it exits, even when its parent lets go", "[compile]") {
+  test::TempDir dir;
+  const auto file = dir / "model.hlo_module.pb.lock";
+  test::touch(file);
+  auto locked_by_someone = [&] {
+    detail::UniqueFd probe(::open(file.c_str(), O_RDWR | O_CLOEXEC));
+    return detail::kernel_lock_held_elsewhere(probe.get());
+  };
+  int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(detail::set_ofd_lock(fd, F_WRLCK));
+  bool held_after_close = false;
+  RunSpec spec;
+  spec.argv = {"sleep", "0.5"};
+  spec.inherit_fd = fd;
+  spec.tick_interval = 50ms;
+  int ticks = 0;
+  spec.tick = [&] {
+    if (++ticks == 1) ::close(fd);  // our description is gone; the child's remains
+    else held_after_close = held_after_close || locked_by_someone();
+    return true;
+  };
+  PosixRunner runner;
+  auto r = runner.run(spec);
+  REQUIRE(r.has_value());
+  CHECK(r->end == RunEnd::exited);
+  CHECK(held_after_close);
+  CHECK_FALSE(locked_by_someone());  // and gone with the child
 }
 
 TEST_CASE("an entry locked by someone else is busy and nothing runs", "[compile]") {

@@ -437,6 +437,32 @@ TEST_CASE("kill -9 of the daemon mid-compile, lazy unmount, restart: compiled an
   CHECK(fake::parse_fake_neff(test::slurp(shared.path() / e / "model.neff")).has_value());
 }
 
+TEST_CASE("a compiler and its children die with a killed daemon; the next daemon compiles alone", "[fuse]") {
+  test::TempDir shared;
+  std::string e;
+  {
+    // The compiler hangs, and so does a child it starts in its process group.
+    Mount first({"NEFFCACHE_FAKE_HANG=1"}, {}, shared.path());
+    e = first.entry("gopjrt_tuple.hlo.pb", "orphan+0");
+    auto reader = reader_process(first.mnt() / e / "model.neff");
+    for (int i = 0; i < 500 && first.compiles() == 0; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(first.compiles() == 1);
+    const pid_t group = std::stoi(test::slurp(first.compile_log()));  // the group's leader
+    CHECK_FALSE(test::no_process_in_group(group));
+    CHECK(first.stop(SIGKILL) == -SIGKILL);
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; ++i) std::this_thread::sleep_for(10ms), gone = test::no_process_in_group(group);
+    CHECK(gone);
+    reader->wait();
+  }
+  auto lock = inspect_lock((shared.path() / e / "model.hlo_module.pb.lock").string());
+  REQUIRE(lock.has_value());
+  CHECK(lock->state == LockState::stale);  // its owner and the compiler are gone
+  Mount second({}, {}, shared.path());
+  CHECK(reader_process(second.mnt() / e / "model.neff")->wait() == 0);
+  CHECK(test::count_lines(second.compile_log()) == 1);
+}
+
 TEST_CASE("kill -9 of the daemon at random moments, 100 cycles: no partial NEFF, every entry ends whole", "[fuse][load]") {
   test::TempDir shared;
   std::mt19937 rng(20261122);

@@ -394,6 +394,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     spec.log_fd = log.get();
     spec.timeout = s.timeout;
     spec.kill_grace = s.kill_grace;
+    // Should we die, the entry stays locked until the compiler is gone too.
+    spec.inherit_fd = lock->descriptor();
     // Ticks often enough to notice a cancel quickly; heartbeats when one is due.
     spec.tick_interval = std::min<milliseconds>(s.lock.heartbeat_interval(), milliseconds(250));
     std::string stop_reason;

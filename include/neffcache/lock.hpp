@@ -276,6 +276,9 @@ class [[nodiscard]] EntryLock {
   }
 
   bool held() const { return static_cast<bool>(fd_); }
+  // The open lock file. A child that inherits it holds the kernel lock as long as it
+  // lives (RunSpec::inherit_fd).
+  int descriptor() const { return fd_.get(); }
   const std::string& path() const { return path_; }
   // Set when the lock was taken over from a stale holder: what it was and why.
   const std::optional<LockInfo>& previous() const { return previous_; }

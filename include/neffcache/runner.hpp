@@ -1,12 +1,14 @@
 // Running a compiler: its own process group, output into a log, a deadline enforced on
-// the whole group (TERM, then KILL), peak memory recorded. Behind an interface so that
-// schedulers can be tested with a fake runner.
+// the whole group (TERM, then KILL), peak memory recorded, and no process of the group
+// outliving the thread that started it (a killed daemon leaves no compiler behind).
+// Behind an interface so that schedulers can be tested with a fake runner.
 #pragma once
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -34,6 +36,9 @@ struct RunSpec {
   // like a timeout does (RunEnd::cancelled).
   std::function<bool()> tick;
   std::chrono::milliseconds tick_interval{1000};
+  // Kept open in the child at the same number (not owned). For the entry lock: its
+  // kernel lock then lasts as long as the compiler does, even past our own death.
+  int inherit_fd = -1;
 };
 
 enum class RunEnd { exited, signaled, timed_out, cancelled };
@@ -54,6 +59,42 @@ class ProcessRunner {
   virtual Result<RunResult> run(const RunSpec& spec) = 0;
 };
 
+namespace detail {
+
+// Starts a guard of the process group `group`: a forked copy of this process that waits
+// for the calling thread to die and then kills the group. Compilers run in a group of
+// their own, which no signal to us reaches, so without it a daemon killed by SIGKILL (or
+// a tool by Ctrl-C) would leave its compilers running beside the compiles of whoever
+// takes the entries over. The guard closes every descriptor and only waits. Returns its
+// pid, or -1 when fork() failed (the compile then runs unguarded).
+inline pid_t start_group_guard(pid_t group) {
+  const pid_t parent = ::getpid();
+  sigset_t all, usr1;
+  sigfillset(&all);
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  // Blocked across fork(), so that no handler of ours ever runs in the guard.
+  sigset_t old;
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t guard = ::fork();
+  if (guard != 0) {
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return guard;
+  }
+  // The guard: async-signal-safe calls only from here on.
+  ::close_range(0, ~0U, 0);
+  ::prctl(PR_SET_NAME, "neffcache-guard");
+  // SIGUSR1 when the thread that forked us ends. The thread that runs a compiler lives
+  // until it has reaped it, and it kills this guard itself afterwards.
+  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  // Our parent died before the prctl, or a stray SIGUSR1 came: getppid() tells.
+  while (::getppid() == parent) ::sigwaitinfo(&usr1, nullptr);
+  ::kill(-group, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace detail
+
 class PosixRunner final : public ProcessRunner {
  public:
   Result<RunResult> run(const RunSpec& spec) override {
@@ -65,6 +106,8 @@ class PosixRunner final : public ProcessRunner {
       posix_spawn_file_actions_adddup2(&fa, spec.log_fd, 1);
       posix_spawn_file_actions_adddup2(&fa, spec.log_fd, 2);
     }
+    // dup2 onto itself clears FD_CLOEXEC (glibc 2.29 and later).
+    if (spec.inherit_fd >= 0) posix_spawn_file_actions_adddup2(&fa, spec.inherit_fd, spec.inherit_fd);
     if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
@@ -86,6 +129,7 @@ class PosixRunner final : public ProcessRunner {
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     if (err != 0) return sys_error("start compiler", spec.argv.empty() ? "" : spec.argv[0], err);
+    const pid_t guard = detail::start_group_guard(pid);
 
     detail::UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
     RunResult out;
@@ -119,6 +163,12 @@ class PosixRunner final : public ProcessRunner {
       else ::usleep(static_cast<useconds_t>(std::min(ms, 20) * 1000));
     }
     ::kill(-pid, SIGKILL);  // no orphans: whatever the compiler left in its group
+    // The guard goes before the compiler is reaped: until then the group's id cannot be
+    // another group's, so the guard can never kill strangers.
+    if (guard > 0) {
+      ::kill(guard, SIGKILL);
+      detail::retry_eintr([&] { return static_cast<int>(::waitpid(guard, nullptr, 0)); });
+    }
     int status = 0;
     struct rusage ru {};
     detail::retry_eintr([&] { return static_cast<int>(::wait4(pid, &status, 0, &ru)); });
