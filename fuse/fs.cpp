@@ -38,6 +38,7 @@
 
 #include <neffcache/layout.hpp>
 #include <neffcache/lock.hpp>
+#include <neffcache/maintenance.hpp>
 
 namespace neffcachefs {
 
@@ -113,6 +114,19 @@ std::string path_of_fd(int fd) {
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }
 
 bool is_product_name(std::string_view n) { return n == k_neff_file || n == k_done_file; }
+
+// Removes an entry's lock once its owner is gone, as `neffcache clear-locks` would; live
+// locks stay. A compile takes a stale lock over anyway, but no compile comes for an
+// entry whose publisher was killed after model.neff was in place (done, or whole and
+// awaiting model.done), and its lock would stay for good.
+void remove_stale_lock(int entry_fd) {
+  for (std::string_view hlo : {k_hlo_module_file, k_hlo_legacy_file}) {
+    const std::string lock = fmt::format("{}{}", hlo, k_lock_suffix);
+    if (::faccessat(entry_fd, lock.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (auto dir = path_of_fd(entry_fd); !dir.empty()) (void)clear_stale_lock(EntryPaths::plain(dir));
+    return;
+  }
+}
 
 // ENOENT in a folder that was removed behind the daemon's back while the kernel still
 // knows it (a done entry's name is kept for a day): ESTALE, so the kernel looks the
@@ -545,6 +559,7 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
   bool immutable = S_ISREG(e.attr.st_mode)   ? ::faccessat(dir->fd, done.c_str(), F_OK, 0) == 0
                    : S_ISDIR(e.attr.st_mode) ? ::faccessat(fd, done.c_str(), F_OK, 0) == 0
                                              : false;
+  if (S_ISDIR(e.attr.st_mode) && std::string_view(name).starts_with(k_module_dir_prefix)) remove_stale_lock(fd);
   Inode* in = intern(parent, name, fd, e.attr);
   e.ino = reinterpret_cast<fuse_ino_t>(in);
   if (immutable) {

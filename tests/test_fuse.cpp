@@ -496,13 +496,13 @@ TEST_CASE("kill -9 of the daemon at random moments, 100 cycles: no partial NEFF,
     REQUIRE(neff.has_value());
     CHECK(neff->graph == canonical_of(graphs[k % graphs.size()]));
   }
-  // And no half-written copy is left behind: the next compile of an entry removes what a
-  // killed publisher left. (A kill between publish and unlock still leaves a stale lock
-  // file in a done entry; the reliability issue tracks it.)
+  // And nothing is left behind: the next compile of an entry removes the half-written
+  // copies of a killed publisher, and the lock of a publisher killed after its NEFF was
+  // in place goes when the entry is looked up.
   std::vector<std::string> leftovers;
   for (const auto& f : fs::recursive_directory_iterator(shared.path())) {
     auto name = f.path().filename().string();
-    if (name.starts_with(".neffcache-neff-") || name.starts_with(".neffcache-log-"))
+    if (name.starts_with(".neffcache-neff-") || name.starts_with(".neffcache-log-") || name.ends_with(".lock"))
       leftovers.push_back(fs::relative(f.path(), shared.path()).string());
   }
   INFO(fmt::format("{}", fmt::join(leftovers, ", ")));
@@ -864,6 +864,36 @@ TEST_CASE("a lock file created through the mount is owned by its creator, stale 
   for (int i = 0; i < 100 && fs::exists(lock_in_backing); ++i) std::this_thread::sleep_for(10ms);
   CHECK_FALSE(fs::exists(lock_in_backing));  // gone within a second
   CHECK(read_all(m.mnt() / e / "model.neff").first == 0);
+}
+
+TEST_CASE("an entry's lock whose owner is gone is removed when the entry is looked up; a live one stays", "[fuse]") {
+  test::TempDir shared;
+  std::string dead, live;
+  {
+    Mount m({}, {}, shared.path());
+    dead = m.entry("gopjrt_tuple.hlo.pb", "deadlock+0");
+    live = m.entry("gopjrt_x_squared.hlo.pb", "livelock+0");
+    REQUIRE(read_all(m.mnt() / dead / "model.neff").first == 0);
+    REQUIRE(read_all(m.mnt() / live / "model.neff").first == 0);
+  }
+  // What a publisher killed between model.done and its unlock leaves: a lock whose owner,
+  // a process of this machine, is gone.
+  test::Child gone({"true"});
+  auto owner = detail::current_process();
+  owner.pid = gone.pid();
+  gone.wait();
+  test::spit(shared / dead / "model.hlo_module.pb.lock", detail::lock_record(LockOwner{owner, "0123456789abcdef"}));
+  auto held = EntryLock::try_acquire((shared / live / "model.hlo_module.pb.lock").string());
+  REQUIRE(held.has_value());
+
+  Mount m({}, {}, shared.path());
+  struct stat st {};
+  REQUIRE(::stat((m.mnt() / dead).c_str(), &st) == 0);
+  REQUIRE(::stat((m.mnt() / live).c_str(), &st) == 0);
+  CHECK_FALSE(fs::exists(shared / dead / "model.hlo_module.pb.lock"));
+  CHECK(fs::exists(shared / live / "model.hlo_module.pb.lock"));
+  CHECK(read_all(m.mnt() / dead / "model.neff").first == 0);
+  CHECK(m.compiles() == 0);
 }
 
 TEST_CASE("a client that removes its own lock file leaves nothing tracked", "[fuse]") {
