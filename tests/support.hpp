@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +80,21 @@ class TempDir {
 
  private:
   fs::path path_;
+};
+
+// A fresh tmpfs of `size` (as mount takes it: "2m"), for full-disk tests; lazily
+// unmounted and removed at scope end. Needs root, as the CI machines give.
+class Tmpfs {
+ public:
+  explicit Tmpfs(const std::string& size) {
+    REQUIRE(::mount("tmpfs", dir_.path().c_str(), "tmpfs", MS_NOSUID | MS_NODEV, ("size=" + size).c_str()) == 0);
+  }
+  ~Tmpfs() { ::umount2(dir_.path().c_str(), MNT_DETACH); }
+  const fs::path& path() const { return dir_.path(); }
+  fs::path operator/(const std::string& name) const { return dir_ / name; }
+
+ private:
+  TempDir dir_;
 };
 
 struct ToolRun {

@@ -186,6 +186,32 @@ TEST_CASE("a compiler killed by a signal is transient: nothing recorded, nothing
   CHECK(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file)).find("transient") != std::string::npos);
 }
 
+TEST_CASE("a compiler that fails for want of disk space is transient and compiles once space is back", "[compile]") {
+  test::TempDir root, work;
+  test::Tmpfs small("1m");  // the compiler's work folder, too small for its 4 MiB NEFF
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv bytes("NEFFCACHE_FAKE_NEFF_BYTES", "4194304");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto s = fake_settings(work);
+  s.workdir_root = small.path().string();
+  auto r = compile_entry(entry, s);
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.message == "compiler exited with status 1 and printed 'No space left on device'");
+  CHECK(state_of(entry) == EntryState::pending);  // no model.log: nothing is poisoned
+  CHECK(stray_files(entry).empty());
+  s.workdir_root = work.path().string();
+  CHECK(compile_entry(entry, s).outcome == CompileOutcome::success);
+}
+
+TEST_CASE("what a compiler prints tells a full disk or host memory from a bad graph", "[compile]") {
+  CHECK(detail::resource_exhaustion("OSError: [Errno 28] No space left on device: '/tmp/x'") == "No space left on device");
+  CHECK(detail::resource_exhaustion("numpy.core._exceptions.MemoryError: Unable to allocate") == "MemoryError");
+  CHECK(detail::resource_exhaustion("terminate called after throwing an instance of 'std::bad_alloc'") ==
+        "std::bad_alloc");
+  CHECK_FALSE(detail::resource_exhaustion("ERROR: Unsupported operator: custom-call"));
+  CHECK_FALSE(detail::resource_exhaustion("Estimated peak HBM usage exceeds the device memory"));
+}
+
 TEST_CASE("transient failures are retried up to max_retries", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");

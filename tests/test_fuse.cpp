@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <map>
@@ -507,6 +508,24 @@ TEST_CASE("kill -9 of the daemon at random moments, 100 cycles: no partial NEFF,
   }
   INFO(fmt::format("{}", fmt::join(leftovers, ", ")));
   CHECK(leftovers.empty());
+}
+
+TEST_CASE("a full backing disk at publish: EIO, nothing partial or recorded; once space is freed the next open compiles", "[fuse]") {
+  test::Tmpfs disk("8m");
+  Mount m({"NEFFCACHE_FAKE_NEFF_BYTES=3145728"}, {}, disk.path());
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "full+0");
+  write_plain(disk / "filler", std::string(7 << 20, 'x'));  // leaves less than the NEFF's 3 MiB
+  CHECK(read_all(m.mnt() / e / "model.neff").first == EIO);
+  std::vector<std::string> left;
+  for (const auto& f : fs::directory_iterator(disk / e)) left.push_back(f.path().filename().string());
+  std::sort(left.begin(), left.end());
+  // The HLO and the compile's own log; no NEFF, no temp copy, no failure record.
+  CHECK(left == std::vector<std::string>{".neffcache-compile.log", "model.hlo_module.pb"});
+  fs::remove(disk / "filler");
+  auto [err, bytes] = read_all(m.mnt() / e / "model.neff");
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(bytes).has_value());
+  CHECK(m.compiles() == 2);
 }
 
 TEST_CASE("counters are readable while mounted and are not in the backing store", "[fuse]") {

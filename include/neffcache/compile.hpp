@@ -256,6 +256,28 @@ inline void fsync_dir(const std::string& dir) {
   if (fd) ::fsync(fd.get());
 }
 
+// What a compiler prints when the machine, not the graph, made it fail: a full disk or
+// quota, or no memory left on the host (errno texts, Python's and C++'s allocation
+// errors). Such a failure is transient: recorded, it would poison an entry that compiles
+// once space or memory is back. The compiler's own device-memory errors do not match.
+inline std::optional<std::string_view> resource_exhaustion(std::string_view output) {
+  for (std::string_view mark :
+       {"No space left on device", "Disk quota exceeded", "Cannot allocate memory", "MemoryError", "std::bad_alloc"})
+    if (output.find(mark) != std::string_view::npos) return mark;
+  return std::nullopt;
+}
+
+// The last `max` bytes of what was written to `fd` from offset `from` on.
+inline std::string read_tail(int fd, off_t from, std::size_t max) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= from) return {};
+  off_t at = std::max<off_t>(from, st.st_size - static_cast<off_t>(max));
+  std::string out(static_cast<std::size_t>(st.st_size - at), '\0');
+  ssize_t n = retry_eintr([&] { return ::pread(fd, out.data(), out.size(), at); });
+  out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return out;
+}
+
 inline void log_line(int fd, std::string_view line) {
   (void)write_all(fd, fmt::format("neffcache: {}\n", line), "log");
 }
@@ -340,7 +362,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   const std::string key = detail::entry_name(entry_dir);
 
   detail::UniqueFd log(detail::retry_eintr(
-      [&] { return ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }));
+      [&] { return ::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }));
   if (!log) return transient(sys_error("create", log_path).message);
   // A deterministic failure moves the log into place as model.log, fully written.
   auto record_failure = [&](std::string why) {
@@ -412,6 +434,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     for (const auto& a : spec.argv) command += (command.empty() ? "" : " ") + a;
     detail::log_line(log.get(), fmt::format("attempt {} in {}: {}", attempt + 1, workdir, command));
 
+    const off_t output_from = ::lseek(log.get(), 0, SEEK_END);
     auto run = runner.run(spec);
     ++r.attempts;
     if (!run) return transient(run.error().message);  // e.g. compiler not on PATH
@@ -424,7 +447,11 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
         // 128+9: a shell or launcher reporting that its child was SIGKILLed, which on
         // these machines is nearly always the out-of-memory killer.
         if (run->exit_code == 128 + SIGKILL) why = "compiler reported SIGKILL (exit 137): out of memory?";
-        else if (run->exit_code != 0) return record_failure(fmt::format("compiler exited with status {}", run->exit_code));
+        else if (run->exit_code != 0) {
+          auto exhausted = detail::resource_exhaustion(detail::read_tail(log.get(), output_from, 64 << 10));
+          if (!exhausted) return record_failure(fmt::format("compiler exited with status {}", run->exit_code));
+          why = fmt::format("compiler exited with status {} and printed '{}'", run->exit_code, *exhausted);
+        }
         else if (!std::filesystem::exists(v.neff)) return record_failure("compiler exited 0 but wrote no NEFF");
         break;
       case RunEnd::signaled:

@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   auto sha = detail::Digest::sha256();
   auto emit = [&](std::string_view piece) {
     sha.update(piece);
-    if (!detail::write_all(fd, piece, args.output)) die(1, fmt::format("cannot write {}", args.output));
+    if (auto w = detail::write_all(fd, piece, args.output); !w) die(1, w.error().message);
   };
   emit(body);
   std::mt19937_64 rng(std::hash<std::string>{}(hlo->canonical_sha256));
@@ -245,8 +245,8 @@ int main(int argc, char** argv) {
     left -= n;
   }
   std::string trailer = fmt::format("{}{}\n", fake::k_trailer, sha.hex());
-  if (!detail::write_all(fd, trailer, args.output) || ::close(fd) != 0)
-    die(1, fmt::format("cannot write {}", args.output));
+  if (auto w = detail::write_all(fd, trailer, args.output); !w) die(1, w.error().message);
+  if (::close(fd) != 0) die(1, fmt::format("cannot write {}: {}", args.output, std::strerror(errno)));
   fmt::print("Compiler status PASS\n");
   return 0;
 }
