@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: in a normal build, under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and the concurrency tests under
-# ThreadSanitizer. Exit status: 0 only if all pass.
+# ThreadSanitizer; then each fuzz target for a bounded time. Exit status: 0 only if all
+# pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -28,3 +29,6 @@ cmake --build build-asan -j"$jobs"
 # (200 instrumented processes) runs in the first stage only; so it does under TSan.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$jobs" -E '^install_consumer$|^200 readers')
+
+echo "== fuzz each parser of untrusted input for ${NEFFCACHE_FUZZ_SECONDS:-30} s"
+bash scripts/fuzz.sh "${NEFFCACHE_FUZZ_SECONDS:-30}"
