@@ -128,6 +128,29 @@ void remove_stale_lock(int entry_fd) {
   }
 }
 
+// Whether thread `tid` is ending by a signal: exiting (PF_EXITING in the flags of
+// /proc/TID/stat, field 9) with a signal as its exit code (field 52). The kernel sends
+// the FLUSH of each file a process had open in the context of its exiting thread, so
+// this tells a client killed in the middle of a write from one that closed the file.
+bool killed_while_exiting(pid_t tid) {
+  constexpr unsigned long k_pf_exiting = 0x4;
+  if (tid <= 0) return false;
+  auto stat = detail::read_file(fmt::format("/proc/{}/stat", tid));
+  if (!stat) return false;
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return false;
+  std::vector<std::string_view> fields;  // fields[0] is field 3
+  std::string_view rest = std::string_view(*stat).substr(close + 2);
+  for (std::size_t at = 0; at < rest.size();) {
+    auto end = std::min(rest.find(' ', at), rest.size());
+    fields.push_back(rest.substr(at, end - at));
+    at = end + 1;
+  }
+  if (fields.size() < 50) return false;  // exit_code is shown to whoever may trace the process
+  auto number = [](std::string_view f) { return std::strtoul(std::string(f).c_str(), nullptr, 10); };
+  return (number(fields[9 - 3]) & k_pf_exiting) && (number(fields[52 - 3]) & 0x7f) != 0;
+}
+
 // ENOENT in a folder that was removed behind the daemon's back while the kernel still
 // knows it (a done entry's name is kept for a day): ESTALE, so the kernel looks the
 // folder up again and a system call that walks a path tries once more.
@@ -963,6 +986,12 @@ void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
   unlock.l_type = F_UNLCK;
   unlock.l_whence = SEEK_SET;
   ::fcntl(static_cast<int>(fi->fh), F_OFD_SETLK, &unlock);
+  // A client killed with the file open (FLUSH carries no open flags; release looks at
+  // written files only, and forgets the mark of every file).
+  if (killed_while_exiting(fuse_req_ctx(req)->pid)) {
+    std::lock_guard lk(cut_writes_mu_);
+    cut_writes_.insert(fi->fh);
+  }
   // close() of a duplicate reports delayed write errors (NFS) without ending the open.
   int dup = ::dup(static_cast<int>(fi->fh));
   fuse_reply_err(req, dup >= 0 && ::close(dup) == 0 ? 0 : errno);
@@ -971,11 +1000,18 @@ void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
 void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (is_stats_file(ino)) return (void)(delete reinterpret_cast<std::string*>(fi->fh), fuse_reply_err(req, 0));
   std::string path;
-  if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder)
+  bool cut = false;
+  {
+    std::lock_guard lk(cut_writes_mu_);
+    cut = cut_writes_.erase(fi->fh) > 0;
+  }
+  if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder && !cut)
     path = path_of(inode(ino));
   ::close(static_cast<int>(fi->fh));
   fuse_reply_err(req, 0);
   // A client finished writing an HLO into an entry: compile it now, in the background.
+  // (Not if the writer was killed: the file may be cut short, and its compile could record
+  // a failure, or publish the NEFF of half a graph, under the whole graph's key.)
   if (!path.empty()) {
     std::filesystem::path p(path);
     if (is_hlo_name(p.filename().string()) && p.parent_path().filename().string().starts_with(k_module_dir_prefix))

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -206,6 +207,10 @@ class Filesystem {
   LockWaiters lock_waiters_;
   std::mutex client_locks_mu_;
   std::vector<ClientLock> client_locks_;
+  // Open files (by fh) whose writer was killed while it had them open: their release
+  // starts no eager compile of a write that may be cut short.
+  std::mutex cut_writes_mu_;
+  std::set<uint64_t> cut_writes_;
   int reap_wake_fd_ = -1;  // eventfd: the set changed, or stop
   std::atomic<bool> reap_stop_{false};
   std::thread reap_thread_;
