@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +15,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,37 +61,55 @@ class ProcessRunner {
 
 namespace detail {
 
-// Starts a guard of the process group `group`: a forked copy of this process that waits
-// for the calling thread to die and then kills the group. Compilers run in a group of
-// their own, which no signal to us reaches, so without it a daemon killed by SIGKILL (or
-// a tool by Ctrl-C) would leave its compilers running beside the compiles of whoever
-// takes the entries over. The guard closes every descriptor and only waits. Returns its
-// pid, or -1 when fork() failed (the compile then runs unguarded).
-inline pid_t start_group_guard(pid_t group) {
-  const pid_t parent = ::getpid();
-  sigset_t all, usr1;
-  sigfillset(&all);
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  // Blocked across fork(), so that no handler of ours ever runs in the guard.
-  sigset_t old;
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t guard = ::fork();
-  if (guard != 0) {
-    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    return guard;
+// A guard of a compiler's process group: a shell that waits on a pipe whose write end
+// only this process holds (close-on-exec), and kills the group when the pipe ends. The
+// runner ends it when it is done with the compiler; the kernel ends it when this process
+// dies, however it dies. Compilers run in a group of their own, which no signal to us
+// reaches, so without a guard a daemon killed by SIGKILL (or a tool by Ctrl-C) would
+// leave its compilers running beside the compiles of whoever takes the entries over.
+// (Not a fork of this process: libfuse answers reads by vmsplice of a header that it
+// completes afterwards, and a fork in between turns that page copy-on-write under it.)
+class GroupGuard {
+ public:
+  explicit GroupGuard(pid_t group) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    UniqueFd read_end(fds[0]);
+    write_end_ = UniqueFd(fds[1]);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_adddup2(&fa, read_end.get(), 3);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    const std::string pgid = std::to_string(group);
+    const char* argv[] = {"sh", "-c", "trap '' HUP INT TERM; read -r _ <&3; kill -s KILL -- -\"$1\"",
+                          "neffcache-guard", pgid.c_str(), nullptr};
+    if (::posix_spawn(&pid_, "/bin/sh", &fa, &attr, const_cast<char**>(argv), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
   }
-  // The guard: async-signal-safe calls only from here on.
-  ::close_range(0, ~0U, 0);
-  ::prctl(PR_SET_NAME, "neffcache-guard");
-  // SIGUSR1 when the thread that forked us ends. The thread that runs a compiler lives
-  // until it has reaped it, and it kills this guard itself afterwards.
-  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
-  // Our parent died before the prctl, or a stray SIGUSR1 came: getppid() tells.
-  while (::getppid() == parent) ::sigwaitinfo(&usr1, nullptr);
-  ::kill(-group, SIGKILL);
-  ::_exit(0);
-}
+  // Kills the group (if anything of it is left) and reaps the guard. Call it before the
+  // group's leader is reaped: until then the group's id cannot be another group's.
+  ~GroupGuard() {
+    write_end_.reset();
+    if (pid_ > 0) retry_eintr([&] { return static_cast<int>(::waitpid(pid_, nullptr, 0)); });
+  }
+  GroupGuard(const GroupGuard&) = delete;
+  GroupGuard& operator=(const GroupGuard&) = delete;
+
+ private:
+  UniqueFd write_end_;
+  pid_t pid_ = -1;
+};
 
 }  // namespace detail
 
@@ -129,7 +147,7 @@ class PosixRunner final : public ProcessRunner {
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     if (err != 0) return sys_error("start compiler", spec.argv.empty() ? "" : spec.argv[0], err);
-    const pid_t guard = detail::start_group_guard(pid);
+    std::optional<detail::GroupGuard> guard(std::in_place, pid);
 
     detail::UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
     RunResult out;
@@ -163,12 +181,7 @@ class PosixRunner final : public ProcessRunner {
       else ::usleep(static_cast<useconds_t>(std::min(ms, 20) * 1000));
     }
     ::kill(-pid, SIGKILL);  // no orphans: whatever the compiler left in its group
-    // The guard goes before the compiler is reaped: until then the group's id cannot be
-    // another group's, so the guard can never kill strangers.
-    if (guard > 0) {
-      ::kill(guard, SIGKILL);
-      detail::retry_eintr([&] { return static_cast<int>(::waitpid(guard, nullptr, 0)); });
-    }
+    guard.reset();          // before the compiler is reaped (see GroupGuard)
     int status = 0;
     struct rusage ru {};
     detail::retry_eintr([&] { return static_cast<int>(::wait4(pid, &status, 0, &ru)); });
