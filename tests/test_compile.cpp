@@ -212,6 +212,17 @@ TEST_CASE("what a compiler prints tells a full disk or host memory from a bad gr
   CHECK_FALSE(detail::resource_exhaustion("Estimated peak HBM usage exceeds the device memory"));
 }
 
+TEST_CASE("a launcher reporting its compiler SIGKILLed (exit 137, the OOM killer) is transient", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "137");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.message.find("exit 137") != std::string::npos);
+  CHECK(state_of(entry) == EntryState::pending);
+}
+
 TEST_CASE("transient failures are retried up to max_retries", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
