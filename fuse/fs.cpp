@@ -134,21 +134,10 @@ void remove_stale_lock(int entry_fd) {
 // this tells a client killed in the middle of a write from one that closed the file.
 bool killed_while_exiting(pid_t tid) {
   constexpr unsigned long k_pf_exiting = 0x4;
-  if (tid <= 0) return false;
-  auto stat = detail::read_file(fmt::format("/proc/{}/stat", tid));
-  if (!stat) return false;
-  auto close = stat->rfind(')');
-  if (close == std::string::npos) return false;
-  std::vector<std::string_view> fields;  // fields[0] is field 3
-  std::string_view rest = std::string_view(*stat).substr(close + 2);
-  for (std::size_t at = 0; at < rest.size();) {
-    auto end = std::min(rest.find(' ', at), rest.size());
-    fields.push_back(rest.substr(at, end - at));
-    at = end + 1;
-  }
-  if (fields.size() < 50) return false;  // exit_code is shown to whoever may trace the process
-  auto number = [](std::string_view f) { return std::strtoul(std::string(f).c_str(), nullptr, 10); };
-  return (number(fields[9 - 3]) & k_pf_exiting) && (number(fields[52 - 3]) & 0x7f) != 0;
+  auto fields = tid > 0 ? detail::proc_stat_fields(tid) : std::nullopt;
+  if (!fields || fields->size() < 52 - 2) return false;  // exit_code is shown to whoever may trace it
+  auto number = [&](int field) { return std::strtoul((*fields)[static_cast<std::size_t>(field - 3)].c_str(), nullptr, 10); };
+  return (number(9) & k_pf_exiting) && (number(52) & 0x7f) != 0;
 }
 
 // ENOENT in a folder that was removed behind the daemon's back while the kernel still
@@ -336,6 +325,11 @@ Filesystem::Inode& Filesystem::inode(fuse_ino_t ino) {
 
 fuse_ino_t Filesystem::id_of(const Inode* i) const {
   return i == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(i);
+}
+
+std::string Filesystem::name_of(Inode& i) {
+  std::lock_guard lk(inodes_mu_);  // a rename may change it
+  return i.name;
 }
 
 std::string Filesystem::path_of(Inode& i) {
@@ -979,16 +973,16 @@ void Filesystem::write(fuse_req_t req, const char* data, size_t size, off_t off,
   fuse_reply_write(req, static_cast<size_t>(n));
 }
 
-void Filesystem::flush(fuse_req_t req, fuse_file_info* fi) {
+void Filesystem::flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // Every close() by the client: POSIX drops the closer's locks on the file. The kernel
   // keeps no record of locks it forwards, so they are dropped here.
   struct flock unlock {};
   unlock.l_type = F_UNLCK;
   unlock.l_whence = SEEK_SET;
   ::fcntl(static_cast<int>(fi->fh), F_OFD_SETLK, &unlock);
-  // A client killed with the file open (FLUSH carries no open flags; release looks at
+  // A client killed with an HLO open (FLUSH carries no open flags; release looks at
   // written files only, and forgets the mark of every file).
-  if (killed_while_exiting(fuse_req_ctx(req)->pid)) {
+  if (opts_.eager && is_hlo_name(name_of(inode(ino))) && killed_while_exiting(fuse_req_ctx(req)->pid)) {
     std::lock_guard lk(cut_writes_mu_);
     cut_writes_.insert(fi->fh);
   }
@@ -1248,7 +1242,7 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     // stats.json has no backing descriptor: nothing to flush, sync or lock.
     o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
-      self(r).flush(r, fi);
+      self(r).flush(r, i, fi);
     };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { self(r).release(r, i, fi); };
     o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) {

@@ -100,7 +100,7 @@ class Filesystem {
   void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
   void read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
   void write(fuse_req_t req, const char* buf, size_t size, off_t off, fuse_file_info* fi);
-  void flush(fuse_req_t req, fuse_file_info* fi);
+  void flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void fsync(fuse_req_t req, int datasync, fuse_file_info* fi);
   void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
@@ -141,6 +141,7 @@ class Filesystem {
   int lookup_entry(Inode& parent, const char* name, fuse_entry_param& e);
   bool is_entry_dir(int dir_fd) const;
   std::string path_of(Inode& i);
+  std::string name_of(Inode& i);
   void eio(EioSite site, const std::string& what);
   void request_compile(const std::string& entry_dir, neffcache::Priority prio,
                        std::shared_ptr<Waiter> waiter);

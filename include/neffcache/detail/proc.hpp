@@ -8,6 +8,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,22 +24,30 @@ struct ProcessIdentity {
   uint64_t start_time = 0;  // field 22 of /proc/<pid>/stat, in clock ticks since boot
 };
 
-// Start time of `pid`, or nothing when no such process exists (or it is a zombie
-// being reaped). Field 2 (comm) may hold spaces and parentheses, so fields are counted
-// from the last ')'.
-inline std::optional<uint64_t> process_start_time(int64_t pid) {
+// The fields of /proc/<pid>/stat from field 3 (the state) on: fields[0] is field 3.
+// Nothing when no such process exists. Field 2 (comm) may hold spaces and parentheses,
+// so fields are counted from the last ')'.
+inline std::optional<std::vector<std::string>> proc_stat_fields(int64_t pid) {
   auto stat = read_file(fmt::format("/proc/{}/stat", pid));
   if (!stat) return std::nullopt;
   auto close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::size_t at = close + 2;  // field 3
-  for (int field = 3; field < 22; ++field) {
-    at = stat->find(' ', at);
-    if (at == std::string::npos) return std::nullopt;
-    ++at;
+  if (close == std::string::npos || close + 2 > stat->size()) return std::nullopt;
+  std::vector<std::string> fields;
+  std::string_view rest = std::string_view(*stat).substr(close + 2);
+  for (std::size_t at = 0; at < rest.size();) {
+    auto end = std::min(rest.find_first_of(" \n", at), rest.size());
+    fields.emplace_back(rest.substr(at, end - at));
+    at = end + 1;
   }
-  if ((*stat)[close + 2] == 'Z') return std::nullopt;  // exited, not yet reaped
-  return std::strtoull(stat->c_str() + at, nullptr, 10);
+  return fields;
+}
+
+// Start time of `pid`, or nothing when no such process exists (or it is a zombie
+// being reaped).
+inline std::optional<uint64_t> process_start_time(int64_t pid) {
+  auto fields = proc_stat_fields(pid);
+  if (!fields || fields->size() < 22 - 2 || (*fields)[0] == "Z") return std::nullopt;  // Z: exited, not reaped
+  return std::strtoull((*fields)[22 - 3].c_str(), nullptr, 10);
 }
 
 // This process. Host and boot id are read once; pid and start time every call, so a
