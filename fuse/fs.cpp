@@ -800,7 +800,12 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EACCES);
     // The counters as they were at the open: a reader that takes them in several reads
     // gets one document, not pieces of two (a counter that gains a digit shifts them).
-    fi->fh = reinterpret_cast<uint64_t>(new std::string(stats_json()));
+    std::string text = stats_json();
+    {
+      std::lock_guard lk(snapshots_mu_);
+      fi->fh = ++next_snapshot_;
+      snapshots_.emplace(fi->fh, std::move(text));
+    }
     fi->direct_io = 1;
     return (void)fuse_reply_open(req, fi);
   }
@@ -950,11 +955,14 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
 
 void Filesystem::read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   if (is_stats_file(ino)) {
-    const std::string& text = *reinterpret_cast<const std::string*>(fi->fh);
-    auto at = std::min(text.size(), static_cast<std::size_t>(off));
     // A copy this thread owns: the reply wakes the client, whose close may free the
     // snapshot on another thread before the write of the reply has returned here.
-    const std::string piece = text.substr(at, size);
+    std::string piece;
+    {
+      std::lock_guard lk(snapshots_mu_);
+      const std::string& text = snapshots_.at(fi->fh);
+      piece = text.substr(std::min(text.size(), static_cast<std::size_t>(off)), size);
+    }
     return (void)fuse_reply_buf(req, piece.data(), piece.size());
   }
   counters_.read_bytes += size;
@@ -992,7 +1000,12 @@ void Filesystem::flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (is_stats_file(ino)) return (void)(delete reinterpret_cast<std::string*>(fi->fh), fuse_reply_err(req, 0));
+  if (is_stats_file(ino)) {
+    std::unique_lock lk(snapshots_mu_);
+    snapshots_.erase(fi->fh);
+    lk.unlock();
+    return (void)fuse_reply_err(req, 0);
+  }
   std::string path;
   bool cut = false;
   {

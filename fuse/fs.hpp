@@ -212,6 +212,11 @@ class Filesystem {
   // starts no eager compile of a write that may be cut short.
   std::mutex cut_writes_mu_;
   std::set<uint64_t> cut_writes_;
+  // Snapshots of stats.json, one per open (by fh). Owned here, not by the handle: a
+  // daemon stopped before the kernel sent an open's RELEASE frees them all the same.
+  std::mutex snapshots_mu_;
+  std::map<uint64_t, std::string> snapshots_;
+  uint64_t next_snapshot_ = 0;
   int reap_wake_fd_ = -1;  // eventfd: the set changed, or stop
   std::atomic<bool> reap_stop_{false};
   std::thread reap_thread_;

@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   struct stat st {};
   if (::stat(opts.backing.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::access(opts.backing.c_str(), R_OK | W_OK | X_OK) != 0)
     return fail(fmt::format("backing directory {} is missing or not readable and writable", backing));
+  // Absolute: libfuse moves the daemon to / before the loop, and unmounts by this path.
+  mountpoint = std::filesystem::absolute(mountpoint, ec).lexically_normal().string();
+  if (mountpoint.size() > 1 && mountpoint.back() == '/') mountpoint.pop_back();
   if (::stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return fail(fmt::format("mount point {} is missing or not a directory", mountpoint));
   if (is_mounted(mountpoint)) return fail(fmt::format("mount point {} is busy: something is mounted there", mountpoint));
