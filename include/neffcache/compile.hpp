@@ -30,6 +30,7 @@
 
 #include <neffcache/clock.hpp>
 #include <neffcache/detail/fs.hpp>
+#include <neffcache/detail/sys.hpp>
 #include <neffcache/detail/proc.hpp>
 #include <neffcache/flags.hpp>
 #include <neffcache/layout.hpp>
@@ -208,19 +209,19 @@ inline std::string entry_name(const std::string& entry_dir) {
 // Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
 // bytes copied; on failure `to` is removed.
 inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode) {
-  UniqueFd in(retry_eintr([&] { return ::open(from.c_str(), O_RDONLY | O_CLOEXEC); }));
+  UniqueFd in(sys::open(from.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) return sys_error("open", from);
-  UniqueFd out(retry_eintr([&] { return ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode); }));
+  UniqueFd out(sys::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!out) return sys_error("create", to);
   auto fail = [&](Error e) -> Result<uint64_t> {
-    ::unlink(to.c_str());
+    sys::unlink(to.c_str());
     return e;
   };
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   std::vector<char> buf(1 << 20);
   for (;;) {
-    ssize_t n = retry_eintr([&] { return ::read(in.get(), buf.data(), buf.size()); });
+    ssize_t n = sys::read(in.get(), buf.data(), buf.size());
     if (n < 0) return XXH3_freeState(st), fail(sys_error("read", from));
     if (n == 0) break;
     XXH3_64bits_update(st, buf.data(), static_cast<std::size_t>(n));
@@ -229,19 +230,19 @@ inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::str
   }
   uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  if (::fsync(out.get()) != 0) return fail(sys_error("fsync", to));
+  if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", to));
   return h;
 }
 
 // The xxh3 of a file's bytes, as publish() records it.
 inline Result<uint64_t> file_xxh3(const std::string& path) {
-  UniqueFd in(retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  UniqueFd in(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) return sys_error("open", path);
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   std::vector<char> buf(1 << 20);
   for (;;) {
-    ssize_t n = retry_eintr([&] { return ::read(in.get(), buf.data(), buf.size()); });
+    ssize_t n = sys::read(in.get(), buf.data(), buf.size());
     if (n < 0) return XXH3_freeState(st), sys_error("read", path);
     if (n == 0) break;
     XXH3_64bits_update(st, buf.data(), static_cast<std::size_t>(n));
@@ -252,8 +253,8 @@ inline Result<uint64_t> file_xxh3(const std::string& path) {
 }
 
 inline void fsync_dir(const std::string& dir) {
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd) ::fsync(fd.get());
+  UniqueFd fd(sys::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd) sys::fsync(fd.get());
 }
 
 // What a compiler prints when the machine, not the graph, made it fail: a full disk or
@@ -273,7 +274,7 @@ inline std::string read_tail(int fd, off_t from, std::size_t max) {
   if (::fstat(fd, &st) != 0 || st.st_size <= from) return {};
   off_t at = std::max<off_t>(from, st.st_size - static_cast<off_t>(max));
   std::string out(static_cast<std::size_t>(st.st_size - at), '\0');
-  ssize_t n = retry_eintr([&] { return ::pread(fd, out.data(), out.size(), at); });
+  ssize_t n = sys::pread(fd, out.data(), out.size(), at);
   out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
   return out;
 }
@@ -293,18 +294,25 @@ inline Result<std::string> publish(const std::string& entry_dir, const std::stri
   auto hash = copy_file_hashed(neff, tmp, 0666 & ~mask & ~S_IWOTH);
   if (!hash) return hash.error();
   const std::string path = fmt::format("{}/{}", entry_dir, k_neff_file);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
+  if (sys::rename(tmp.c_str(), path.c_str()) != 0) {
     Error e = sys_error("publish", path);
-    ::unlink(tmp.c_str());
+    sys::unlink(tmp.c_str());
     return e;
   }
+  // model.neff is in place: a failure from here on takes it away again, so that no
+  // model.neff stands without its model.done (the next attempt publishes anew).
+  auto undo = [&](Error e) {
+    sys::unlink(meta_path.c_str());
+    sys::unlink(path.c_str());
+    return e;
+  };
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return sys_error("stat", path);
+  if (::stat(path.c_str(), &st) != 0) return undo(sys_error("stat", path));
   meta["size"] = st.st_size;
   meta["xxh3"] = fmt::format("{:016x}", *hash);
-  if (auto m = write_file_atomic(fmt::format("{}/{}", entry_dir, k_meta_file), meta.dump(2) + "\n"); !m)
-    return m.error();
-  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d) return d.error();
+  if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n"); !m) return undo(m.error());
+  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d) return undo(d.error());
   fsync_dir(entry_dir);
   return path;
 }
@@ -322,7 +330,7 @@ inline void remove_publish_leftovers(const std::string& entry_dir) {
     const std::string name = f.path().filename().string();
     if (name.starts_with(neff) || name.starts_with(log)) doomed.push_back(f.path().string());
   }
-  for (const auto& path : doomed) ::unlink(path.c_str());
+  for (const auto& path : doomed) sys::unlink(path.c_str());
 }
 
 // Compiles one entry folder if it needs it. Never throws and never blocks on another
@@ -361,15 +369,14 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
   const std::string key = detail::entry_name(entry_dir);
 
-  detail::UniqueFd log(detail::retry_eintr(
-      [&] { return ::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }));
+  detail::UniqueFd log(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!log) return transient(sys_error("create", log_path).message);
   // A deterministic failure moves the log into place as model.log, fully written.
   auto record_failure = [&](std::string why) {
     detail::log_line(log.get(), why);
     log.reset();
-    ::unlink(fmt::format("{}/{}", entry_dir, k_neff_file).c_str());
-    if (::rename(log_path.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0)
+    sys::unlink(fmt::format("{}/{}", entry_dir, k_neff_file).c_str());
+    if (sys::rename(log_path.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0)
       return transient(sys_error("record failure in", entry_dir).message);
     detail::fsync_dir(entry_dir);
     r.outcome = CompileOutcome::failed;
@@ -380,6 +387,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   std::vector<std::string> flags = s.default_flags;
   if (files->has(EntryFile::flags)) {
     auto from_entry = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
+    // Bad contents are the entry's fault; a failed read is not, and may pass.
+    if (!from_entry && from_entry.error().code == Errc::io) return transient(from_entry.error().message);
     if (!from_entry) return record_failure(from_entry.error().message);
     flags = std::move(*from_entry);
   }
@@ -387,7 +396,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   if (!parsed) return record_failure(parsed.error().message);
   flags = std::move(parsed->compiler_flags);
   // A retried failure: the old record goes only once we really compile again.
-  ::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+  sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
 
   std::string root = s.workdir_root;
   if (root.empty()) root = detail::getenv_or("TMPDIR", "/tmp");
@@ -397,7 +406,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
 
   for (int attempt = 0; attempt <= s.max_retries; ++attempt) {
     std::string tmpl = fmt::format("{}/neffcache-{}-XXXXXX", root, key.substr(0, 64));
-    if (!::mkdtemp(tmpl.data())) return transient(sys_error("create work directory in", root).message);
+    if (!sys::mkdtemp(tmpl.data())) return transient(sys_error("create work directory in", root).message);
     const std::string workdir = tmpl;
     struct Cleanup {
       std::string dir;
@@ -515,7 +524,7 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   if (files->done()) return fail(CompileOutcome::already_done, "");
   if (source->done()) {
     nlohmann::ordered_json meta{{"copied_from", detail::entry_name(source_dir)}};
-    ::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+    sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
     auto p = detail::publish(entry_dir, fmt::format("{}/{}", source_dir, k_neff_file), std::move(meta));
     if (!p) return fail(CompileOutcome::transient, p.error().message);
     return fail(CompileOutcome::success, "");
@@ -524,8 +533,8 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
     const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, detail::random_hex64());
     auto c = detail::copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644);
     if (!c) return fail(CompileOutcome::transient, c.error().message);
-    if (::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
-      ::unlink(tmp.c_str());
+    if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
+      sys::unlink(tmp.c_str());
       return fail(CompileOutcome::transient, sys_error("record failure in", entry_dir).message);
     }
     return fail(CompileOutcome::failed, fmt::format("same graph as {}, which failed", detail::entry_name(source_dir)));

@@ -17,6 +17,7 @@
 #include <neffcache/flags.hpp>
 #include <neffcache/hlo.hpp>
 #include <neffcache/layout.hpp>
+#include <neffcache/detail/sys.hpp>
 #include <neffcache/result.hpp>
 
 namespace neffcache {
@@ -40,7 +41,7 @@ inline Result<EntryKey> entry_key(std::string_view hlo_bytes, const std::vector<
 inline Result<std::string> make_entry_folder(const std::string& root, const EntryKey& key) {
   const std::string entry = fmt::format("{}/{}", root, key.relative_path());
   for (const auto& dir : {root, fmt::format("{}/{}", root, key.compiler_dir()), entry})
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", dir);
+    if (sys::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", dir);
   return entry;
 }
 

@@ -27,6 +27,7 @@
 
 #include <neffcache/clock.hpp>
 #include <neffcache/detail/fs.hpp>
+#include <neffcache/detail/sys.hpp>
 #include <neffcache/detail/proc.hpp>
 #include <neffcache/layout.hpp>
 #include <neffcache/result.hpp>
@@ -93,7 +94,7 @@ inline std::string read_fd(int fd) {
   std::string out;
   char buf[4096];
   for (off_t off = 0;;) {
-    ssize_t n = retry_eintr([&] { return ::pread(fd, buf, sizeof buf, off); });
+    ssize_t n = sys::pread(fd, buf, sizeof buf, off);
     if (n <= 0 || out.size() > (1 << 16)) break;
     out.append(buf, static_cast<std::size_t>(n));
     off += n;
@@ -159,8 +160,7 @@ inline bool same_file(const struct stat& a, const struct stat& b) {
 // Reads a lock without taking it: `name` relative to the folder `dir_fd` (AT_FDCWD
 // for a plain path). A missing file is LockState::absent.
 inline Result<LockInfo> inspect_lock_at(int dir_fd, const std::string& name, const LockOptions& opts = {}) {
-  detail::UniqueFd fd(detail::retry_eintr(
-      [&] { return ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW); }));
+  detail::UniqueFd fd(sys::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd) {
     if (errno == ENOENT) return LockInfo{};
     return sys_error("open lock", name);
@@ -170,7 +170,7 @@ inline Result<LockInfo> inspect_lock_at(int dir_fd, const std::string& name, con
   return detail::judge_lock(detail::kernel_lock_held_elsewhere(fd.get()),
                             detail::parse_lock_record(detail::read_fd(fd.get())),
                             detail::heartbeat_age(st, *opts.clock),
-                            opts, opts.identity.value_or(detail::current_process()));
+                            opts, opts.identity ? *opts.identity : detail::current_process());
 }
 
 inline Result<LockInfo> inspect_lock(const std::string& path, const LockOptions& opts = {}) {
@@ -205,14 +205,14 @@ class [[nodiscard]] EntryLock {
   // Takes the lock now or fails with Errc::busy (message: who holds it and why that
   // counts as live). A stale lock is taken over; previous() then says from whom.
   static Result<EntryLock> try_acquire(const std::string& path, const LockOptions& opts = {}) {
-    const auto self = opts.identity.value_or(detail::current_process());
+    const detail::ProcessIdentity self = opts.identity ? *opts.identity : detail::current_process();
     const LockOwner me{self, detail::random_hex64()};
     // Bounded: each round either decides or saw the file change under it.
     for (int round = 0; round < 16; ++round) {
       if (auto created = create(path, me); !created) return created.error();
       else if (created->fd) return EntryLock(std::move(created->fd), path, std::nullopt);
 
-      detail::UniqueFd fd(detail::retry_eintr([&] { return ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW); }));
+      detail::UniqueFd fd(sys::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
       if (!fd) {
         if (errno == ENOENT) continue;  // released meanwhile: try to create again
         return sys_error("open lock", path);
@@ -231,8 +231,8 @@ class [[nodiscard]] EntryLock {
       if (info.state == LockState::live) return busy(path, info);
       // Stale: take it over in place, keeping the file (and so its name) present.
       std::string record = detail::lock_record(me);
-      if (::ftruncate(fd.get(), 0) != 0 ||
-          detail::retry_eintr([&] { return ::pwrite(fd.get(), record.data(), record.size(), 0); }) !=
+      if (sys::ftruncate(fd.get(), 0) != 0 ||
+          sys::pwrite(fd.get(), record.data(), record.size(), 0) !=
               static_cast<ssize_t>(record.size()) ||
           ::futimens(fd.get(), nullptr) != 0)
         return sys_error("take over lock", path);
@@ -270,8 +270,13 @@ class [[nodiscard]] EntryLock {
   void release() {
     if (!fd_) return;
     struct stat held {}, named {};
-    if (::fstat(fd_.get(), &held) == 0 && ::lstat(path_.c_str(), &named) == 0 && detail::same_file(held, named))
-      ::unlink(path_.c_str());
+    if (::fstat(fd_.get(), &held) == 0 && ::lstat(path_.c_str(), &named) == 0 && detail::same_file(held, named) &&
+        sys::unlink(path_.c_str()) != 0) {
+      // Left in place (EIO, say): dated back to 1970, it is stale to every judge once the
+      // kernel lock goes below, instead of live for stale_after while we live.
+      const struct timespec epoch[2] = {{0, 0}, {0, 0}};
+      ::futimens(fd_.get(), epoch);
+    }
     fd_.reset();
   }
 
@@ -298,15 +303,14 @@ class [[nodiscard]] EntryLock {
     auto slash = path.rfind('/');
     std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
     std::string tmp = fmt::format("{}/{}-lock-{}", dir, k_private_prefix, me.instance);
-    detail::UniqueFd fd(detail::retry_eintr(
-        [&] { return ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644); }));
+    detail::UniqueFd fd(sys::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (!fd) return sys_error("create lock", tmp);
     std::string record = detail::lock_record(me);
     bool ok = detail::set_ofd_lock(fd.get(), F_WRLCK) && detail::write_all(fd.get(), record, tmp);
     int err = errno;
-    bool linked = ok && ::link(tmp.c_str(), path.c_str()) == 0;
+    bool linked = ok && sys::link(tmp.c_str(), path.c_str()) == 0;
     if (ok && !linked) err = errno;
-    ::unlink(tmp.c_str());
+    sys::unlink(tmp.c_str());
     if (!ok) return sys_error("create lock", tmp, err);
     if (!linked) {
       if (err == EEXIST) return Created{};

@@ -18,6 +18,7 @@
 #include <neffcache/compile.hpp>
 #include <neffcache/layout.hpp>
 #include <neffcache/lock.hpp>
+#include <neffcache/detail/sys.hpp>
 #include <neffcache/result.hpp>
 
 namespace neffcache {
@@ -39,7 +40,7 @@ namespace detail {
 inline Result<void> unlink_all(const std::string& dir, const std::vector<std::string>& names) {
   for (const auto& n : names) {
     std::string path = fmt::format("{}/{}", dir, n);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error("remove", path);
+    if (sys::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error("remove", path);
   }
   return {};
 }

@@ -1,4 +1,4 @@
-// Small file helpers over POSIX calls. EINTR is retried here, once for all callers.
+// Small file helpers over the system-call seam (sys.hpp), which retries EINTR.
 #pragma once
 
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include <neffcache/detail/sys.hpp>
 #include <neffcache/result.hpp>
 
 namespace neffcache::detail {
@@ -70,7 +71,7 @@ auto retry_eintr(F f) {
 
 // Reads a whole regular file. Missing file: Errc::not_found.
 inline Result<std::string> read_file(const std::string& path) {
-  UniqueFd fd(retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  UniqueFd fd(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return sys_error("open", path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return sys_error("stat", path);
@@ -79,7 +80,7 @@ inline Result<std::string> read_file(const std::string& path) {
   out.reserve(static_cast<std::size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+    ssize_t n = sys::read(fd.get(), buf, sizeof buf);
     if (n < 0) return sys_error("read", path);
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
@@ -89,7 +90,7 @@ inline Result<std::string> read_file(const std::string& path) {
 
 inline Result<void> write_all(int fd, std::string_view bytes, const std::string& what) {
   while (!bytes.empty()) {
-    ssize_t n = retry_eintr([&] { return ::write(fd, bytes.data(), bytes.size()); });
+    ssize_t n = sys::write(fd, bytes.data(), bytes.size());
     if (n < 0) return sys_error("write", what);
     bytes.remove_prefix(static_cast<std::size_t>(n));
   }
@@ -103,17 +104,16 @@ inline Result<void> write_file_atomic(const std::string& path, std::string_view 
                                       mode_t mode = 0644) {
   std::random_device rd;
   std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
-  UniqueFd fd(retry_eintr(
-      [&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode); }));
+  UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!fd) return sys_error("create", tmp);
   auto fail = [&](Error e) {
-    ::unlink(tmp.c_str());
+    sys::unlink(tmp.c_str());
     return e;
   };
   if (auto r = write_all(fd.get(), bytes, tmp); !r) return fail(r.error());
-  if (::fsync(fd.get()) != 0) return fail(sys_error("fsync", tmp));
+  if (sys::fsync(fd.get()) != 0) return fail(sys_error("fsync", tmp));
   fd.reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error("rename", path));
+  if (sys::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error("rename", path));
   return {};
 }
 
