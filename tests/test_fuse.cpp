@@ -433,6 +433,77 @@ TEST_CASE("two daemons on one backing directory, readers on both: one compile", 
   CHECK(a.compiles() == 1);
 }
 
+TEST_CASE("two daemons and neffcache compile on one backing directory, one daemon killed mid-compile: "
+          "every entry compiled once, taken over, never twice at once", "[fuse]") {
+  test::TempDir shared, exclusive, logs;
+  // Each compile holds an flock named after its entry while it runs: a second one at once
+  // would record a clash (fake-neuronx-cc, NEFFCACHE_FAKE_EXCLUSIVE_DIR).
+  const std::vector<std::string> env{"NEFFCACHE_FAKE_SECONDS=1", "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + exclusive.path().string()};
+  auto with = [&](std::vector<std::string> v, const fs::path& log) {
+    v.push_back("NEFFCACHE_FAKE_LOG=" + log.string());
+    return v;
+  };
+  Mount a(with(env, logs / "a"), {}, shared.path());
+  Mount b(with(env, logs / "b"), {}, shared.path());
+  const std::vector<std::string> graphs{"rocm08_normal_9.hlo_proto.pb", "gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb",
+                                        "spu_credit_fraud_predict.hlo.pb", "rocm_normal_11.hlo_proto.pb", "rocm08_dot_5.hlo_proto.pb"};
+  std::vector<std::string> entries;
+  for (std::size_t i = 0; i < graphs.size(); ++i) entries.push_back(a.entry(graphs[i], fmt::format("dual{}", i)));
+  std::vector<std::unique_ptr<test::Child>> on_a, on_b;
+  for (const auto& e : entries) {
+    on_a.push_back(reader_process(a.mnt() / e / "model.neff"));
+    on_b.push_back(reader_process(b.mnt() / e / "model.neff"));
+  }
+  std::vector<std::string> argv{"env", "TMPDIR=" + logs.path().string(), "NEFFCACHE_FAKE_RATE=0"};
+  for (const auto& v : with(env, logs / "tool")) argv.push_back(v);
+  for (std::string v : {test::k_tool, std::string("compile"), std::string("--cache"), shared.path().string(), std::string("-j"),
+                        std::string("2"), std::string("--compiler"), k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"})
+    argv.push_back(v);
+  test::Child tool(argv);
+  auto log = [&](const char* who) { return fs::exists(logs / who) ? test::slurp(logs / who) : std::string(); };
+
+  // Kill daemon a while a compile of its own runs.
+  pid_t running = 0;
+  for (int i = 0; i < 1000 && running == 0; ++i) {
+    std::istringstream lines(log("a"));
+    for (std::string line; std::getline(lines, line);)
+      if (pid_t pid = std::stoi(line); ::kill(pid, 0) == 0) running = pid;
+    if (running == 0) std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(running != 0);
+  const std::string killed_line = [&] {
+    std::istringstream lines(log("a"));
+    for (std::string line; std::getline(lines, line);)
+      if (std::stoi(line) == running) return line;
+    return std::string();
+  }();
+  CHECK(a.stop(SIGKILL) == -SIGKILL);
+  for (auto& r : on_a) r->wait();  // whole, or cut off with the daemon
+  for (auto& r : on_b) CHECK(r->wait() == 0);
+  CHECK(tool.wait() == 0);
+
+  CHECK_FALSE(fs::exists(exclusive / "clashes"));
+  const std::string all = log("a") + log("b") + log("tool");
+  const std::string by_a = log("a");
+  auto count = [](const std::string& text, const std::string& key) {
+    int n = 0;
+    for (auto at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) ++n;
+    return n;
+  };
+  for (const auto& e : entries) {
+    const std::string key = "model." + fs::path(e).filename().string() + ".";
+    INFO(e);
+    CHECK(fake::parse_fake_neff(test::slurp(shared.path() / e / "model.neff")).has_value());
+    CHECK(fs::exists(shared.path() / e / "model.done"));
+    CHECK_FALSE(fs::exists(shared.path() / e / "model.hlo_module.pb.lock"));
+    // Once; twice when daemon a's compile died with it and someone took the entry over.
+    const int total = count(all, key);
+    if (killed_line.find(key) != std::string::npos) CHECK(total == 2);
+    else if (count(by_a, key) > 0) CHECK(total <= 2);  // a's other compile: it finished, or died too
+    else CHECK(total == 1);
+  }
+}
+
 TEST_CASE("a waiting reader that is killed exits within a second", "[fuse]") {
   Mount m({"NEFFCACHE_FAKE_SECONDS=20"});
   auto e = m.entry("gopjrt_tuple.hlo.pb", "slow+0");

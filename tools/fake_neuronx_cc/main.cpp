@@ -4,6 +4,7 @@
 // that names the graph (see fake_neff.hpp). Environment variables inject failures.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
@@ -159,6 +161,20 @@ int main(int argc, char** argv) {
     if (fd >= 0) {
       (void)!::write(fd, line.data(), line.size());
       ::close(fd);
+    }
+  }
+
+  if (auto dir = env("NEFFCACHE_FAKE_EXCLUSIVE_DIR")) {
+    // Two compiles of one entry at once are what tests must never see. Each compile holds
+    // an flock on a file named after its input (the entry's key) while it runs; the kernel
+    // drops it however the compile ends. One that finds it taken records the clash.
+    const std::string name = std::filesystem::path(args.input).filename().string();
+    int fd = ::open(fmt::format("{}/{}", *dir, name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      std::string line = fmt::format("{} {}\n", ::getpid(), name);
+      int clashes = ::open(fmt::format("{}/clashes", *dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (clashes >= 0) (void)!::write(clashes, line.data(), line.size()), ::close(clashes);
+      die(1, fmt::format("{} is being compiled by another process", name));
     }
   }
 
