@@ -40,6 +40,14 @@ std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
+// Appends `line` to `path` atomically (O_APPEND, one write), for tests that read it.
+void append_line(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  (void)!::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
 [[noreturn]] void die(int code, std::string_view message) {
   fmt::print(stderr, "ERROR: {}\n", message);
   std::exit(code);
@@ -155,13 +163,7 @@ int main(int argc, char** argv) {
   Args args = parse_args(argc, argv);
 
   if (auto log = env("NEFFCACHE_FAKE_LOG")) {
-    // One line per compile, appended atomically (O_APPEND, one write): tests count them.
-    std::string line = fmt::format("{} {}\n", ::getpid(), args.input);
-    int fd = ::open(log->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      (void)!::write(fd, line.data(), line.size());
-      ::close(fd);
-    }
+    append_line(*log, fmt::format("{} {}\n", ::getpid(), args.input));  // one per compile: tests count them
   }
 
   if (auto dir = env("NEFFCACHE_FAKE_EXCLUSIVE_DIR")) {
@@ -171,9 +173,7 @@ int main(int argc, char** argv) {
     const std::string name = std::filesystem::path(args.input).filename().string();
     int fd = ::open(fmt::format("{}/{}", *dir, name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      std::string line = fmt::format("{} {}\n", ::getpid(), name);
-      int clashes = ::open(fmt::format("{}/clashes", *dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (clashes >= 0) (void)!::write(clashes, line.data(), line.size()), ::close(clashes);
+      append_line(fmt::format("{}/clashes", *dir), fmt::format("{} {}\n", ::getpid(), name));
       die(1, fmt::format("{} is being compiled by another process", name));
     }
   }
