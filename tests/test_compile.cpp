@@ -211,6 +211,28 @@ TEST_CASE("a corrupt HLO fails its compile with the reason in model.log", "[comp
   CHECK(test::slurp(entry / "model.log").find("not a readable HLO module") != std::string::npos);
 }
 
+TEST_CASE("an HLO that is a FIFO, a device or a folder is refused unread: recorded, and nothing blocks", "[compile]") {
+  test::TempDir root, work;
+  const std::vector<std::string> kinds{"fifo", "device", "folder"};
+  for (const auto& kind : kinds) {
+    INFO(kind);
+    auto entry = root / "neuronxcc-1" / ("MODULE_" + kind + "+0");
+    test::fs::create_directories(entry);
+    const auto hlo = entry / "model.hlo_module.pb";
+    // A FIFO with no writer blocks a plain open for ever; /dev/zero never ends.
+    if (kind == "fifo") REQUIRE(::mkfifo(hlo.c_str(), 0644) == 0);
+    if (kind == "device") test::fs::create_symlink("/dev/zero", hlo);
+    if (kind == "folder") test::fs::create_directory(hlo);
+    auto analyzed = analyze_hlo_file(hlo.string());  // what a scheduler reads for the job's key
+    REQUIRE_FALSE(analyzed.has_value());
+    CHECK(analyzed.error().message.find("not a regular file") != std::string::npos);
+    auto r = compile_entry(entry.string(), fake_settings(work));
+    CHECK(r.outcome == CompileOutcome::failed);
+    CHECK(test::slurp(entry / "model.log").find("not a regular file") != std::string::npos);
+    CHECK_FALSE(test::fs::exists(entry / "model.neff"));
+  }
+}
+
 TEST_CASE("a compiler killed by a signal is transient: nothing recorded, nothing partial", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");

@@ -887,6 +887,21 @@ TEST_CASE("corrupt, empty and non-HLO graphs fail cleanly, each on its own", "[f
   CHECK(fake::parse_fake_neff(neff).has_value());
 }
 
+TEST_CASE("a FIFO as the HLO fails its entry at once and stalls nothing else", "[fuse]") {
+  Mount m;
+  const fs::path fifo = fs::path("neuronxcc-2.21.0") / "MODULE_fifo+0";
+  fs::create_directories(m.backing() / fifo);
+  // Opened as a plain file, a FIFO without a writer blocks for ever: before, the one
+  // thread that prepares compiles did, and every later open waited behind it.
+  REQUIRE(::mkfifo((m.backing() / fifo / "model.hlo_module.pb").c_str(), 0644) == 0);
+  auto good = m.entry("gopjrt_tuple.hlo.pb", "good+0");
+  auto reader = reader_process(m.mnt() / fifo / "model.neff");
+  CHECK(read_all(m.mnt() / good / "model.neff").first == 0);
+  CHECK(reader->wait() == 5);  // EIO
+  CHECK(test::slurp(m.backing() / fifo / "model.log").find("not a regular file") != std::string::npos);
+  CHECK(m.compiles() == 1);  // the good one; the FIFO was never handed to a compiler
+}
+
 TEST_CASE("nothing outside the backing directory is reached through the mount", "[fuse]") {
   Mount m;
   test::TempDir outside;

@@ -209,8 +209,9 @@ inline std::string entry_name(const std::string& entry_dir) {
 // Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
 // bytes copied; on failure `to` is removed.
 inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode) {
-  UniqueFd in(sys::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in) return sys_error("open", from);
+  auto opened = open_regular(from);
+  if (!opened) return opened.error();
+  UniqueFd in = std::move(*opened);
   UniqueFd out(sys::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!out) return sys_error("create", to);
   auto fail = [&](Error e) -> Result<uint64_t> {
@@ -236,8 +237,9 @@ inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::str
 
 // The xxh3 of a file's bytes, as publish() records it.
 inline Result<uint64_t> file_xxh3(const std::string& path) {
-  UniqueFd in(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in) return sys_error("open", path);
+  auto opened = open_regular(path);
+  if (!opened) return opened.error();
+  UniqueFd in = std::move(*opened);
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   std::vector<char> buf(1 << 20);
@@ -417,7 +419,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     } cleanup{workdir};
     CompilerTemplate::Values v{fmt::format("{}/model.{}{}", workdir, key, hlo_suffix),
                                fmt::format("{}/model.{}.neff", workdir, key), workdir, key, flags};
-    if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c) return transient(c.error().message);
+    if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c)
+      return c.error().code == Errc::invalid_argument ? record_failure(c.error().message) : transient(c.error().message);
 
     RunSpec spec;
     spec.argv = s.compiler.expand(v);

@@ -69,18 +69,28 @@ auto retry_eintr(F f) {
   return r;
 }
 
-// Reads a whole regular file. Missing file: Errc::not_found.
-inline Result<std::string> read_file(const std::string& path) {
-  UniqueFd fd(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+// Opens a regular file for reading. Anything else is Errc::invalid_argument and is not
+// read: a FIFO would block the open or the read forever, a device never end.
+inline Result<UniqueFd> open_regular(const std::string& path, struct stat* out = nullptr) {
+  UniqueFd fd(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd) return sys_error("open", path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return sys_error("stat", path);
-  if (S_ISDIR(st.st_mode)) return sys_error("read", path, EISDIR);
+  if (out) *out = st;
+  if (!S_ISREG(st.st_mode)) return Error{Errc::invalid_argument, fmt::format("{}: not a regular file", path)};
+  return fd;
+}
+
+// Reads a whole regular file. Missing file: Errc::not_found.
+inline Result<std::string> read_file(const std::string& path) {
+  struct stat st {};
+  auto fd = open_regular(path, &st);
+  if (!fd) return fd.error();
   std::string out;
   out.reserve(static_cast<std::size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = sys::read(fd.get(), buf, sizeof buf);
+    ssize_t n = sys::read(fd->get(), buf, sizeof buf);
     if (n < 0) return sys_error("read", path);
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
