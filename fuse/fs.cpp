@@ -921,11 +921,26 @@ void Filesystem::prepare_loop() {
     lk.unlock();
     JobSpec spec = prepare_job(item.entry_dir, opts_.default_flags);
     auto w = item.waiter;
-    scheduler_->submit(spec, item.prio, [this, w](const CompileResult& r) {
+    scheduler_->submit(spec, item.prio, [this, w, entry = spec.entry_dir](const CompileResult& r) {
       if (w) answer(w, &r, 0);
+      answer_queued(entry, r);
     });
     lk.lock();
   }
+}
+
+void Filesystem::answer_queued(const std::string& entry_dir, const CompileResult& r) {
+  if (r.outcome == CompileOutcome::transient || r.outcome == CompileOutcome::busy) return;  // they ask again
+  std::vector<std::shared_ptr<Waiter>> ready;
+  {
+    std::lock_guard lk(prep_mu_);
+    std::erase_if(prep_queue_, [&](PrepareItem& item) {
+      if (!item.waiter || item.entry_dir != entry_dir) return false;
+      ready.push_back(std::move(item.waiter));
+      return true;
+    });
+  }
+  for (auto& w : ready) answer(w, &r, 0);
 }
 
 void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {

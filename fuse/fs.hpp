@@ -146,6 +146,9 @@ class Filesystem {
   void request_compile(const std::string& entry_dir, neffcache::Priority prio,
                        std::shared_ptr<Waiter> waiter);
   void prepare_loop();
+  // Answers the waiters still queued for preparing `entry_dir` with its result, if it is
+  // one they would get again: opens that came during a compile wait no longer than it.
+  void answer_queued(const std::string& entry_dir, const neffcache::CompileResult& r);
   void track_client_lock(fuse_req_t req, int dir_fd, const char* name);
   void forget_client_lock(int dir_fd, const char* name);
   void reap_loop();

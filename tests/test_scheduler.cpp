@@ -222,6 +222,39 @@ TEST_CASE("waited-on requests go first, then the largest graphs", "[scheduler]")
                                                    name(big), name(medium), name(small)});
 }
 
+TEST_CASE("an entry already done or failed is answered at submit, not behind the queue", "[scheduler]") {
+  test::TempDir root, work;
+  RecordingRunner runner;
+  runner.hold_first();
+  Scheduler sched(recording_options(work, runner, 1));
+  auto first = sched.submit(prepare_job(make_entry(root.path(), "gopjrt_jax_xp1.hlo.pb")), Priority::background);
+  runner.wait_first_started();  // the only worker is busy until the gate opens
+  auto queued = sched.submit(prepare_job(make_entry(root.path(), "gopjrt_x_squared.hlo.pb")), Priority::waiting);
+  auto done = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  test::spit(test::fs::path(done) / "model.neff", "neff");
+  test::spit(test::fs::path(done) / "model.done", "");
+  auto failed = make_entry(root.path(), "spu_tf_jit_comp.hlo.pb");
+  test::spit(test::fs::path(failed) / "model.log", "it failed");
+  int called = 0;
+  auto d = sched.submit(prepare_job(done), Priority::waiting, [&](const CompileResult&) { ++called; });
+  auto f = sched.submit(prepare_job(failed), Priority::waiting, [&](const CompileResult&) { ++called; });
+  REQUIRE(d.wait_for(0s) == std::future_status::ready);
+  REQUIRE(f.wait_for(0s) == std::future_status::ready);
+  CHECK(called == 2);
+  CHECK(d.get().outcome == CompileOutcome::already_done);
+  CHECK(f.get().outcome == CompileOutcome::failed_cached);
+  auto p = sched.progress();
+  CHECK(p.running == 1);
+  CHECK(p.queued == 1);
+  CHECK(p.total == 4);
+  CHECK(p.done == 1);
+  CHECK(p.failed == 1);
+  runner.open();
+  CHECK(first.get().outcome == CompileOutcome::success);
+  CHECK(queued.get().outcome == CompileOutcome::success);
+  CHECK(runner.order().size() == 2);
+}
+
 TEST_CASE("an entry locked elsewhere waits as locked and is re-checked on the clock", "[scheduler]") {
   test::TempDir root, work;
   RecordingRunner runner;

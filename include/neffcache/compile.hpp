@@ -335,6 +335,14 @@ inline void remove_publish_leftovers(const std::string& entry_dir) {
   for (const auto& path : doomed) sys::unlink(path.c_str());
 }
 
+// What an entry's files already say of it: done, a recorded failure (unless failures are
+// retried), or nothing yet.
+inline std::optional<CompileOutcome> settled_outcome(const EntryFiles& f, bool retry_failed) {
+  if (f.done()) return CompileOutcome::already_done;
+  if (f.failed() && !retry_failed) return CompileOutcome::failed_cached;
+  return std::nullopt;
+}
+
 // Compiles one entry folder if it needs it. Never throws and never blocks on another
 // holder: a held lock is CompileOutcome::busy. See CompileOutcome for what each result
 // leaves behind; no outcome leaves a partial model.neff or a lock file.
@@ -348,12 +356,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   };
   auto files = read_entry_files(entry_dir);
   if (!files) return transient(files.error().message);
-  auto settled = [&](const EntryFiles& f) -> std::optional<CompileOutcome> {
-    if (f.done()) return CompileOutcome::already_done;
-    if (f.failed() && !s.retry_failed) return CompileOutcome::failed_cached;
-    return std::nullopt;
-  };
-  if (auto o = settled(*files)) return r.outcome = *o, r;
+  if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
   if (!files->has_hlo()) return transient(fmt::format("{}: no HLO file to compile", entry_dir));
 
   auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
@@ -365,7 +368,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   // Re-check under the lock: whoever held it before may have finished the entry.
   files = read_entry_files(entry_dir);
   if (!files) return transient(files.error().message);
-  if (auto o = settled(*files)) return r.outcome = *o, r;
+  if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
   remove_publish_leftovers(entry_dir);
   const std::string hlo_path = fmt::format("{}/{}", entry_dir, *files->hlo_name());
   const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
