@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch_test_macros.hpp>
@@ -231,6 +232,103 @@ TEST_CASE("an HLO that is a FIFO, a device or a folder is refused unread: record
     CHECK(test::slurp(entry / "model.log").find("not a regular file") != std::string::npos);
     CHECK_FALSE(test::fs::exists(entry / "model.neff"));
   }
+}
+
+TEST_CASE("users are found by name or number; unknown ones are errors", "[compile]") {
+  auto by_name = find_user("nobody");
+  REQUIRE(by_name.has_value());
+  auto by_number = find_user(std::to_string(by_name->uid));
+  REQUIRE(by_number.has_value());
+  CHECK(by_number->name == "nobody");
+  CHECK(by_number->gid == by_name->gid);
+  for (const char* unknown : {"no-such-user-here", "99999999999999999999", ""}) {
+    INFO(unknown);
+    auto u = find_user(unknown);
+    REQUIRE_FALSE(u.has_value());
+    CHECK(u.error().message.find("unknown user") != std::string::npos);
+  }
+}
+
+TEST_CASE("a work folder is removed without following the links in it", "[compile]") {
+  test::TempDir dir, outside;
+  test::spit(outside / "keep", "not ours");
+  const auto work = dir / "work";
+  test::fs::create_directories(work / "a" / "b");
+  test::spit(work / "a" / "b" / "file", "x");
+  test::fs::create_directory_symlink(outside.path(), work / "a" / "link");  // to a folder
+  test::fs::create_symlink(outside / "keep", work / "file-link");           // to a file
+  REQUIRE(::mkfifo((work / "fifo").c_str(), 0600) == 0);
+  detail::remove_tree_at(AT_FDCWD, work.string());
+  CHECK_FALSE(test::fs::exists(work));
+  CHECK(test::slurp(outside / "keep") == "not ours");
+}
+
+TEST_CASE("a compile as another user: its own work folder; what it writes to the entry is the HLO owner's",
+          "[compile]") {
+  if (::geteuid() != 0) SKIP("needs root, as the CI machines give");
+  // The compiler runs as nobody, so everything it reaches must be open to others.
+  test::TempDir root, work, bin;
+  for (const auto* d : {&work, &bin}) test::fs::permissions(d->path(), test::fs::perms(0755));
+  test::fs::copy_file(k_fake, bin / "fake-neuronx-cc");
+  const auto log = work / "compiles.log";
+  test::spit(log, "");
+  test::fs::permissions(log, test::fs::perms(0666));
+  test::ScopedEnv log_env("NEFFCACHE_FAKE_LOG", log.string());
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  auto s = fake_settings(work);
+  s.compiler = CompilerTemplate::parse((bin / "fake-neuronx-cc").string() + " compile {hlo} --output {neff} {flags}").value();
+  auto nobody = find_user("nobody");
+  REQUIRE(nobody.has_value());
+  const uid_t owner_uid = 4242;  // the HLO's owner: neither root nor the compiler's user
+  const gid_t owner_gid = 4343;
+  auto owned_entry = [&](const std::string& corpus_file) {
+    auto e = make_entry(root.path(), corpus_file);
+    REQUIRE(::chown((e + "/model.hlo_module.pb").c_str(), owner_uid, owner_gid) == 0);
+    return e;
+  };
+  const mode_t mask = ::umask(022);
+  auto ran_as = [&](int line) {  // the uid of the compiler that logged line `line` (0-based)
+    std::istringstream in(test::slurp(log));
+    std::string text;
+    for (int i = 0; i <= line; ++i) std::getline(in, text);
+    std::istringstream words(text);
+    long pid = 0, uid = -1;
+    words >> pid >> uid;
+    return uid;
+  };
+  auto check_owned = [&](const std::string& entry, const std::vector<std::string>& names) {
+    for (const auto& n : names) {
+      INFO(n);
+      struct stat st {};
+      REQUIRE(::lstat((entry + "/" + n).c_str(), &st) == 0);
+      CHECK(st.st_uid == owner_uid);
+      CHECK(st.st_gid == owner_gid);
+      CHECK((st.st_mode & 0777) == 0644);  // the umask, and never writable by others
+    }
+  };
+
+  s.run_as = *nobody;
+  auto entry = owned_entry("gopjrt_tuple.hlo.pb");
+  REQUIRE(compile_entry(entry, s).outcome == CompileOutcome::success);
+  CHECK(ran_as(0) == static_cast<long>(nobody->uid));
+  check_owned(entry, {"model.neff", "model.done", std::string(k_meta_file), std::string(k_compile_log_file)});
+  {
+    test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "1");
+    auto failing = owned_entry("gopjrt_x_squared.hlo.pb");
+    REQUIRE(compile_entry(failing, s).outcome == CompileOutcome::failed);
+    check_owned(failing, {"model.log"});
+  }
+  // Run as root, the compiler is root; what it publishes is still the HLO owner's.
+  s.run_as.reset();
+  auto as_root = owned_entry("spu_tf_jit_comp.hlo.pb");
+  REQUIRE(compile_entry(as_root, s).outcome == CompileOutcome::success);
+  CHECK(ran_as(2) == 0);
+  check_owned(as_root, {"model.neff", "model.done"});
+  ::umask(mask);
+  // Every work folder is gone, whoever owned it.
+  std::vector<std::string> left;
+  for (const auto& f : test::fs::directory_iterator(work.path())) left.push_back(f.path().filename().string());
+  CHECK(left == std::vector<std::string>{"compiles.log"});
 }
 
 TEST_CASE("a compiler killed by a signal is transient: nothing recorded, nothing partial", "[compile]") {

@@ -46,6 +46,19 @@ inline constexpr std::chrono::seconds k_default_compile_timeout{4 * 60 * 60};
 inline constexpr std::string_view k_compile_log_file = ".neffcache-compile.log";
 inline constexpr std::string_view k_meta_file = ".neffcache-meta.json";
 
+// Whether `program` can be run now: an executable path, or a name found executable in
+// one of PATH's folders.
+inline bool runnable(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  for (std::string_view rest = path ? path : ""; !rest.empty();) {
+    auto dir = rest.substr(0, rest.find(':'));
+    if (!dir.empty() && ::access(fmt::format("{}/{}", dir, program).c_str(), X_OK) == 0) return true;
+    rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
+  }
+  return false;
+}
+
 // A compiler command line with placeholders, split like NEURON_CC_FLAGS (no shell).
 // {hlo} {neff} {workdir} {key} may stand inside a word ("--output={neff}"); {flags}
 // must be a word of its own and becomes one word per flag.
@@ -117,19 +130,8 @@ class CompilerTemplate {
   // The program it runs: a path, or a name looked up on PATH.
   const std::string& program() const { return words_.front(); }
 
-  // Whether program() can be run now: an executable path, or a name found executable in
-  // one of PATH's folders.
-  bool installed() const {
-    const std::string& p = program();
-    if (p.find('/') != std::string::npos) return ::access(p.c_str(), X_OK) == 0;
-    const char* path = std::getenv("PATH");
-    for (std::string_view rest = path ? path : ""; !rest.empty();) {
-      auto dir = rest.substr(0, rest.find(':'));
-      if (!dir.empty() && ::access(fmt::format("{}/{}", dir, p).c_str(), X_OK) == 0) return true;
-      rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
-    }
-    return false;
-  }
+  // Whether program() can be run now (see runnable()).
+  bool installed() const { return runnable(program()); }
 
  private:
   CompilerTemplate(std::vector<std::string> words, std::string text)
@@ -147,6 +149,10 @@ struct CompileSettings {
   int max_retries = 0;        // extra attempts after a transient failure
   bool retry_failed = false;  // compile entries with a recorded failure again
   std::string workdir_root;   // default: $TMPDIR or /tmp
+  // Compilers run as this user (we must be root); work folders are theirs. Whoever runs
+  // them, the files a compile writes into an entry belong to the entry HLO's owner when
+  // we are root.
+  std::optional<RunAs> run_as;
   LockOptions lock;
   ProcessRunner* runner = nullptr;  // default: a PosixRunner
   // Asked between heartbeats; returning true stops the compile as a transient failure.
@@ -208,12 +214,14 @@ inline std::string entry_name(const std::string& entry_dir) {
 
 // Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
 // bytes copied; on failure `to` is removed.
-inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode) {
+inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode,
+                                         const std::optional<FileOwner>& owner = {}) {
   auto opened = open_regular(from);
   if (!opened) return opened.error();
   UniqueFd in = std::move(*opened);
   UniqueFd out(sys::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!out) return sys_error("create", to);
+  give(out.get(), owner);
   auto fail = [&](Error e) -> Result<uint64_t> {
     sys::unlink(to.c_str());
     return e;
@@ -233,6 +241,27 @@ inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::str
   XXH3_freeState(st);
   if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", to));
   return h;
+}
+
+// Removes a folder and everything in it without following a link at any depth: each
+// step is taken from a descriptor of a folder already opened, so a link that someone
+// swaps in meanwhile (a compiler run as another user owns its work folder) is removed,
+// never followed. Folders deeper than `depth` stay.
+inline void remove_tree_at(int parent, const std::string& name, int depth = 64) {
+  UniqueFd dir(depth > 0 ? open_dir_at(parent, name.c_str()) : -1);
+  std::vector<std::string> inside;
+  if (dir) (void)list_dir(::dup(dir.get()), name, [&](std::string_view n, bool) { inside.emplace_back(n); });
+  for (const auto& n : inside)  // unlinkat tells a folder by EISDIR, whatever the listing said
+    if (::unlinkat(dir.get(), n.c_str(), 0) != 0 && errno == EISDIR) remove_tree_at(dir.get(), n, depth - 1);
+  ::unlinkat(parent, name.c_str(), AT_REMOVEDIR);
+}
+
+// The owner that files written into an entry get: when we run as root, the owner of
+// the entry's HLO, so that a root daemon leaves each user's entries to that user.
+inline std::optional<FileOwner> entry_owner(const std::string& hlo_path) {
+  struct stat st {};
+  if (::geteuid() != 0 || ::lstat(hlo_path.c_str(), &st) != 0) return std::nullopt;
+  return FileOwner{st.st_uid, st.st_gid};
 }
 
 // The xxh3 of a file's bytes, as publish() records it.
@@ -287,13 +316,14 @@ inline void log_line(int fd, std::string_view line) {
 
 // Publishes `neff` into the entry: copied to a temp file there, fsynced and renamed to
 // model.neff; then the metadata (`meta` plus size and xxh3); then model.done. Readers
-// see no model.neff, or a whole one. Returns the published path.
+// see no model.neff, or a whole one. The files get the process's umask, never write
+// access for others, and `owner`. Returns the published path.
 inline Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
-                                   nlohmann::ordered_json meta) {
+                                   nlohmann::ordered_json meta, const std::optional<FileOwner>& owner = {}) {
   const std::string tmp = fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, random_hex64());
-  mode_t mask = ::umask(0);
-  ::umask(mask);
-  auto hash = copy_file_hashed(neff, tmp, 0666 & ~mask & ~S_IWOTH);
+  // (The kernel applies the umask to the mode. Reading it with umask() would change it
+  // for a moment, for every thread of the process.)
+  auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
   if (!hash) return hash.error();
   const std::string path = fmt::format("{}/{}", entry_dir, k_neff_file);
   const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
@@ -313,8 +343,9 @@ inline Result<std::string> publish(const std::string& entry_dir, const std::stri
   if (::stat(path.c_str(), &st) != 0) return undo(sys_error("stat", path));
   meta["size"] = st.st_size;
   meta["xxh3"] = fmt::format("{:016x}", *hash);
-  if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n"); !m) return undo(m.error());
-  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d) return undo(d.error());
+  if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n", 0644, owner); !m) return undo(m.error());
+  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "", 0644, owner); !d)
+    return undo(d.error());
   fsync_dir(entry_dir);
   return path;
 }
@@ -374,8 +405,10 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
   const std::string key = detail::entry_name(entry_dir);
 
+  const auto owner = detail::entry_owner(hlo_path);
   detail::UniqueFd log(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!log) return transient(sys_error("create", log_path).message);
+  detail::give(log.get(), owner);
   // A deterministic failure moves the log into place as model.log, fully written.
   auto record_failure = [&](std::string why) {
     detail::log_line(log.get(), why);
@@ -415,11 +448,11 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     const std::string workdir = tmpl;
     struct Cleanup {
       std::string dir;
-      ~Cleanup() {
-        std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
-      }
+      ~Cleanup() { detail::remove_tree_at(AT_FDCWD, dir); }
     } cleanup{workdir};
+    // A compiler run as another user writes into a work folder of its own.
+    if (s.run_as && ::chown(workdir.c_str(), s.run_as->uid, s.run_as->gid) != 0)
+      return transient(sys_error("give the work directory to", s.run_as->name).message);
     CompilerTemplate::Values v{fmt::format("{}/model.{}{}", workdir, key, hlo_suffix),
                                fmt::format("{}/model.{}.neff", workdir, key), workdir, key, flags};
     if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c)
@@ -433,6 +466,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     spec.kill_grace = s.kill_grace;
     // Should we die, the entry stays locked until the compiler is gone too.
     spec.inherit_fd = lock->descriptor();
+    spec.run_as = s.run_as;
     // Ticks often enough to notice a cancel quickly; heartbeats when one is due.
     spec.tick_interval = std::min<milliseconds>(s.lock.heartbeat_interval(), milliseconds(250));
     std::string stop_reason;
@@ -494,7 +528,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
                                 {"peak_rss_kib", r.peak_rss_kib},
                                 {"attempts", r.attempts},
                                 {"host", detail::current_process().host}};
-    auto published = detail::publish(entry_dir, v.neff, std::move(meta));
+    auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner);
     if (!published) return transient(published.error().message);
     detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", *published,
                                             std::filesystem::file_size(*published), r.compile_seconds));
@@ -528,16 +562,18 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   files = read_entry_files(entry_dir);
   if (!files) return fail(CompileOutcome::transient, files.error().message);
   if (files->done()) return fail(CompileOutcome::already_done, "");
+  const auto owner =
+      files->hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files->hlo_name())) : std::nullopt;
   if (source->done()) {
     nlohmann::ordered_json meta{{"copied_from", detail::entry_name(source_dir)}};
     sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
-    auto p = detail::publish(entry_dir, fmt::format("{}/{}", source_dir, k_neff_file), std::move(meta));
+    auto p = detail::publish(entry_dir, fmt::format("{}/{}", source_dir, k_neff_file), std::move(meta), owner);
     if (!p) return fail(CompileOutcome::transient, p.error().message);
     return fail(CompileOutcome::success, "");
   }
   if (source->has(EntryFile::log)) {
     const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, detail::random_hex64());
-    auto c = detail::copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644);
+    auto c = detail::copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644, owner);
     if (!c) return fail(CompileOutcome::transient, c.error().message);
     if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
       sys::unlink(tmp.c_str());

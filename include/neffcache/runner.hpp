@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -25,6 +27,30 @@
 extern char** environ;
 
 namespace neffcache {
+
+// A user to run a child as; the caller must be root. posix_spawn cannot change ids, so
+// setpriv (util-linux) does it between the spawn and the exec, in the same process: the
+// process group, the inherited descriptors and the timeout apply as without it.
+struct RunAs {
+  uid_t uid = 0;
+  gid_t gid = 0;  // the user's primary group; its other groups come with it
+  std::string name;
+};
+
+// A user by name or number, from the user database. Unknown users are errors.
+inline Result<RunAs> find_user(const std::string& user) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  uid_t uid = 0;
+  auto [end, ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
+  const bool numeric = ec == std::errc() && end == user.data() + user.size();
+  int err = numeric ? ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found)
+                    : ::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found);
+  if (err != 0) return sys_error("look up user", user, err);
+  if (!found) return Error{Errc::not_found, fmt::format("unknown user '{}'", user)};
+  return RunAs{pw.pw_uid, pw.pw_gid, pw.pw_name};
+}
 
 struct RunSpec {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH
@@ -39,6 +65,7 @@ struct RunSpec {
   // Kept open in the child at the same number (not owned). For the entry lock: its
   // kernel lock then lasts as long as the compiler does, even past our own death.
   int inherit_fd = -1;
+  std::optional<RunAs> run_as;  // run as this user (setpriv must be on PATH)
 };
 
 enum class RunEnd { exited, signaled, timed_out, cancelled };
@@ -138,8 +165,12 @@ class PosixRunner final : public ProcessRunner {
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    std::vector<std::string> argv = spec.argv;
+    if (spec.run_as && !argv.empty())
+      argv.insert(argv.begin(), {"setpriv", fmt::format("--reuid={}", spec.run_as->uid),
+                                 fmt::format("--regid={}", spec.run_as->gid), "--init-groups", "--"});
     std::vector<char*> args;
-    for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     pid_t pid = -1;
     auto start = steady_clock::now();

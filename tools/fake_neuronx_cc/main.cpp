@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
   Args args = parse_args(argc, argv);
 
   if (auto log = env("NEFFCACHE_FAKE_LOG")) {
-    append_line(*log, fmt::format("{} {}\n", ::getpid(), args.input));  // one per compile: tests count them
+    // One per compile: tests count them, and see who ran it.
+    append_line(*log, fmt::format("{} {} {}\n", ::getpid(), ::getuid(), args.input));
   }
 
   if (auto dir = env("NEFFCACHE_FAKE_EXCLUSIVE_DIR")) {

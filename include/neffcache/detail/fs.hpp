@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -69,6 +70,18 @@ auto retry_eintr(F f) {
   return r;
 }
 
+// Who a file we create should belong to, when not to us.
+struct FileOwner {
+  uid_t uid;
+  gid_t gid;
+};
+
+// Gives the file to `to`. Only root may, and only root is asked to (see entry_owner). A
+// file system that refuses (NFS with root squash) leaves it ours: no less safe.
+inline void give(int fd, const std::optional<FileOwner>& to) {
+  if (to) (void)!::fchown(fd, to->uid, to->gid);
+}
+
 // Opens a regular file for reading. Anything else is Errc::invalid_argument and is not
 // read: a FIFO would block the open or the read forever, a device never end.
 inline Result<UniqueFd> open_regular(const std::string& path, struct stat* out = nullptr) {
@@ -111,11 +124,12 @@ inline Result<void> write_all(int fd, std::string_view bytes, const std::string&
 // `path`: readers see the old content or the new one, never a part. On any failure
 // the temporary file is removed and `path` is untouched.
 inline Result<void> write_file_atomic(const std::string& path, std::string_view bytes,
-                                      mode_t mode = 0644) {
+                                      mode_t mode = 0644, const std::optional<FileOwner>& owner = {}) {
   std::random_device rd;
   std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
   UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!fd) return sys_error("create", tmp);
+  give(fd.get(), owner);
   auto fail = [&](Error e) {
     sys::unlink(tmp.c_str());
     return e;
