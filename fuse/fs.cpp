@@ -744,7 +744,18 @@ void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name,
            : S_ISDIR(mode) ? ::mkdirat(dir->fd, name, mode)
                            : ::mknodat(dir->fd, name, mode, 0);
   if (rc != 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
+  give_to_caller(req, dir->fd, name);
   reply_entry(req, p, name);
+}
+
+void Filesystem::give_to_caller(fuse_req_t req, int dir_fd, const char* name) {
+  if (!as_root_) return;  // then the caller is us
+  const fuse_ctx* caller = fuse_req_ctx(req);
+  struct stat parent {};
+  // In a set-group-ID folder the file keeps the folder's group, as on a local disk.
+  const bool inherit_group = ::fstat(dir_fd, &parent) == 0 && (parent.st_mode & S_ISGID);
+  (void)!::fchownat(dir_fd, name, caller->uid, inherit_group ? static_cast<gid_t>(-1) : caller->gid,
+                    AT_SYMLINK_NOFOLLOW);
 }
 
 void Filesystem::unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
@@ -953,7 +964,10 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   int fd = ::openat(dir->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
   if (fd < 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
   // A lock file a client creates through the mount is owned by that client.
-  if (!existed) track_client_lock(req, dir->fd, name);
+  if (!existed) {
+    give_to_caller(req, dir->fd, name);
+    track_client_lock(req, dir->fd, name);
+  }
   fuse_entry_param e{};
   int pfd = ::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (pfd < 0 || ::fstat(pfd, &e.attr) != 0) {

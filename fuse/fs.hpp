@@ -4,6 +4,7 @@
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -150,11 +151,15 @@ class Filesystem {
   // one they would get again: opens that came during a compile wait no longer than it.
   void answer_queued(const std::string& entry_dir, const neffcache::CompileResult& r);
   void track_client_lock(fuse_req_t req, int dir_fd, const char* name);
+  // A daemon running as root gives what it creates for a caller to that caller: their
+  // files stay theirs, and the NEFFs compiled from their HLOs are theirs too.
+  void give_to_caller(fuse_req_t req, int dir_fd, const char* name);
   void forget_client_lock(int dir_fd, const char* name);
   void reap_loop();
   void deadline_loop();
 
   Options opts_;
+  const bool as_root_ = ::geteuid() == 0;
   fuse_session* session_ = nullptr;
   std::unique_ptr<Inode> root_, stats_dir_, stats_file_;
   PathRef root_fd_;

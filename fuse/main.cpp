@@ -44,7 +44,8 @@ bool is_mounted(const std::string& dir) {
 
 int main(int argc, char** argv) {
   CLI::App app{"neffcachefs: mount a Neuron compile cache that compiles a missing model.neff when it is opened"};
-  std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G";
+  std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G",
+      compiler_user;
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
                                                "(also on with --retry_failed_compilation in NEURON_CC_FLAGS)");
   app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
   app.add_flag("-f,--foreground", foreground, "stay in the foreground");
+  app.add_option("--compiler-user", compiler_user, "run compiles as this user (name or uid); the daemon must run as root");
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
   try {
     app.parse(argc, argv);
@@ -77,6 +79,13 @@ int main(int argc, char** argv) {
   }
 
   neffcachefs::Options opts;
+  if (!compiler_user.empty()) {
+    auto user = neffcache::find_user(compiler_user);
+    if (!user) return fail(fmt::format("--compiler-user: {}", user.error().message));
+    if (::geteuid() != 0) return fail("--compiler-user needs the daemon to run as root");
+    if (!neffcache::runnable("setpriv")) return fail("--compiler-user needs setpriv (util-linux) on PATH");
+    opts.scheduler.settings.run_as = std::move(*user);
+  }
   std::error_code ec;
   opts.backing = std::filesystem::absolute(backing, ec).lexically_normal().string();
   if (!opts.backing.empty() && opts.backing.size() > 1 && opts.backing.back() == '/') opts.backing.pop_back();

@@ -47,7 +47,8 @@ class Mount {
  public:
   // `launcher` comes before everything (prlimit and the like).
   explicit Mount(std::vector<std::string> env = {}, std::vector<std::string> extra = {},
-                 std::optional<fs::path> shared_backing = std::nullopt, std::vector<std::string> launcher = {})
+                 std::optional<fs::path> shared_backing = std::nullopt, std::vector<std::string> launcher = {},
+                 const std::string& compiler = k_fake)
       : backing_(shared_backing.value_or(dir_ / "backing")) {
     fs::create_directories(mnt());
     std::vector<std::string> argv = launcher;
@@ -57,7 +58,7 @@ class Mount {
     fs::create_directories(backing());
     argv.insert(argv.end(), env.begin(), env.end());
     for (std::string a : {k_daemon, std::string("--foreground"), std::string("--compiler"),
-                          k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}",
+                          compiler + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}",
                           std::string("-j"), std::string("2")})
       argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -900,6 +901,74 @@ TEST_CASE("a FIFO as the HLO fails its entry at once and stalls nothing else", "
   CHECK(reader->wait() == 5);  // EIO
   CHECK(test::slurp(m.backing() / fifo / "model.log").find("not a regular file") != std::string::npos);
   CHECK(m.compiles() == 1);  // the good one; the FIFO was never handed to a compiler
+}
+
+TEST_CASE("a daemon with --compiler-user runs compiles as that user; the NEFF is the HLO owner's; bad uses are refused", "[fuse]") {
+  REQUIRE(::geteuid() == 0);  // the CI machines run the tests as root
+  // Everything the compiler reaches must be open to nobody: its program, the work root
+  // and the compile log (a TempDir is 0700).
+  test::TempDir bin;
+  fs::permissions(bin.path(), fs::perms(0755));
+  fs::copy_file(k_fake, bin / "fake-neuronx-cc");
+  Mount m({}, {"--compiler-user", "nobody"}, std::nullopt, {}, (bin / "fake-neuronx-cc").string());
+  const fs::path dir = m.compile_log().parent_path();
+  fs::permissions(dir, fs::perms(0755));
+  test::spit(m.compile_log(), "");
+  fs::permissions(m.compile_log(), fs::perms(0666));
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "user+0");
+  REQUIRE(::chown((m.backing() / e / "model.hlo_module.pb").c_str(), 4242, 4343) == 0);
+  CHECK(reader_process(m.mnt() / e / "model.neff")->wait() == 0);
+  std::istringstream line(test::slurp(m.compile_log()));
+  long pid = 0, uid = -1;
+  line >> pid >> uid;
+  CHECK(uid == static_cast<long>(find_user("nobody")->uid));
+  struct stat st {};
+  REQUIRE(::stat((m.backing() / e / "model.neff").c_str(), &st) == 0);
+  CHECK(st.st_uid == 4242u);
+  CHECK(st.st_gid == 4343u);
+  CHECK((st.st_mode & S_IWOTH) == 0);
+  CHECK(fs::is_empty(dir / "work"));  // the compile's work folder is gone
+
+  fs::copy_file(k_daemon, bin / "neffcachefs");  // for nobody to run
+  auto refused = [&](std::vector<std::string> launcher, const std::string& user) {
+    test::TempDir d;
+    fs::create_directories(d / "mnt");
+    launcher.insert(launcher.end(),
+                    {(bin / "neffcachefs").string(), "--compiler-user", user, (d / "b").string(), (d / "mnt").string()});
+    return test::run(launcher);
+  };
+  auto unknown = refused({}, "no-such-user-here");
+  CHECK(unknown.exit_code == 1);
+  CHECK(unknown.output.find("--compiler-user: unknown user 'no-such-user-here'") != std::string::npos);
+  auto not_root = refused({"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"}, "nobody");
+  CHECK(not_root.exit_code == 1);
+  CHECK(not_root.output.find("--compiler-user needs the daemon to run as root") != std::string::npos);
+}
+
+TEST_CASE("a root daemon gives what it creates for a caller to the caller, and the NEFF of their HLO", "[fuse]") {
+  REQUIRE(::geteuid() == 0);
+  Mount m({}, {"-o", "allow_other"});
+  fs::permissions(m.compile_log().parent_path(), fs::perms(0755));  // for nobody to reach the mount
+  fs::create_directories(m.backing() / "neuronxcc-2.21.0");
+  fs::permissions(m.backing() / "neuronxcc-2.21.0", fs::perms(0777));
+  test::TempDir src;
+  fs::permissions(src.path(), fs::perms(0755));
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", src / "graph.pb");
+  const std::string e = "neuronxcc-2.21.0/MODULE_theirs+0";
+  // As a training process of that user writes its graph: a folder, then the HLO.
+  auto wrote = test::run({"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", "sh", "-c",
+                          "mkdir \"$1\" && cp \"$2\" \"$1/model.hlo_module.pb\"", "sh", (m.mnt() / e).string(),
+                          (src / "graph.pb").string()});
+  REQUIRE(wrote.exit_code == 0);
+  CHECK(reader_process(m.mnt() / e / "model.neff")->wait() == 0);
+  const auto nobody = find_user("nobody").value();
+  for (const char* name : {"", "model.hlo_module.pb", "model.neff", "model.done"}) {
+    INFO(name);
+    struct stat st {};
+    REQUIRE(::lstat((m.backing() / e / name).c_str(), &st) == 0);
+    CHECK(st.st_uid == nobody.uid);
+    CHECK(st.st_gid == nobody.gid);
+  }
 }
 
 TEST_CASE("nothing outside the backing directory is reached through the mount", "[fuse]") {
