@@ -1303,6 +1303,73 @@ TEST_CASE("1000 readers on 200 pending entries with -j 2: all whole, answered at
                    worst_ls.count(), worst_stat.count(), worst_hit.count(), rounds));
 }
 
+TEST_CASE("a burst of 10000 entries written through the mount: every file whole, the mount responsive, a clean stop", "[fuse][load]") {
+  // As graph extraction writes them: a folder, compile_flags.json, then the HLO, whose
+  // close starts an eager compile. Flags differ per entry, so no two are equal.
+  Mount m({"NEFFCACHE_FAKE_SECONDS=0.05"});
+  const std::string hlo = test::slurp(test::k_corpus / "gopjrt_x_squared.hlo.pb");
+  auto hit = m.entry("gopjrt_tuple.hlo.pb", "hit+0");
+  REQUIRE(read_all(m.mnt() / hit / "model.neff").first == 0);
+  const pid_t daemon = m.daemon().pid();
+  const long fds_before = open_fds(daemon);
+  constexpr int k_entries = 10000;
+  auto name = [](int i) { return fmt::format("neuronxcc-2.21.0/MODULE_burst{}+0", i); };
+  auto flags = [](int i) { return fmt::format("[\"--internal-entry={}\"]", i); };
+  // The same burst on the backing disk directly, for comparison.
+  test::TempDir native;
+  const auto native_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < k_entries; ++i) {
+    const fs::path dir = native / name(i);
+    fs::create_directories(dir);
+    write_plain(dir / "compile_flags.json", flags(i));
+    write_plain(dir / "model.hlo_module.pb", hlo);
+  }
+  const double native_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - native_start).count();
+  std::chrono::duration<double, std::milli> worst_hit{0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < k_entries; ++i) {
+    const fs::path dir = m.mnt() / name(i);
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    write_plain(dir / "compile_flags.json", flags(i));
+    write_plain(dir / "model.hlo_module.pb", hlo);
+    if (i % 500 == 0) {  // a training process reading a finished NEFF meanwhile
+      auto t0 = std::chrono::steady_clock::now();
+      CHECK(read_all(m.mnt() / hit / "model.neff").first == 0);
+      worst_hit = std::max(worst_hit, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0));
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const long fds_after = open_fds(daemon), rss_kib = peak_rss_kib(daemon);
+  const int compiled = m.compiles();
+  // Stopped with thousands of compiles queued: it goes at once and records nothing.
+  const auto stop = std::chrono::steady_clock::now();
+  CHECK(m.stop(SIGTERM) == 0);
+  const double stop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stop).count();
+  CHECK(stop_seconds < 30);
+  int published = 0;
+  for (int i = 0; i < k_entries; ++i) {
+    INFO(name(i));
+    const fs::path dir = m.backing() / name(i);
+    REQUIRE(test::slurp(dir / "model.hlo_module.pb") == hlo);
+    REQUIRE(test::slurp(dir / "compile_flags.json") == flags(i));
+    CHECK_FALSE(fs::exists(dir / "model.log"));
+    CHECK_FALSE(fs::exists(dir / "model.hlo_module.pb.lock"));
+    if (fs::exists(dir / "model.neff")) {
+      ++published;
+      CHECK(fs::exists(dir / "model.done"));
+      CHECK(fake::parse_fake_neff(test::slurp(dir / "model.neff")).has_value());
+    }
+  }
+  CHECK(published <= compiled);
+  WARN(fmt::format("burst of {} entries through the mount: {:.1f} s ({:.0f} entries/s; {:.1f} times the {:.2f} s "
+                   "on the disk directly) while {} compiles ran; "
+                   "worst open+read of a finished NEFF meanwhile {:.1f} ms; daemon peak {:.1f} MiB resident, "
+                   "{} descriptors ({} before); stopped in {:.2f} s with the rest queued",
+                   k_entries, seconds, k_entries / seconds, seconds / native_seconds, native_seconds, compiled,
+                   worst_hit.count(),
+                   static_cast<double>(rss_kib) / 1024, fds_after, fds_before, stop_seconds));
+}
+
 namespace {
 
 // The neuron-client-sim command line over the corpus graphs `graphs`.
