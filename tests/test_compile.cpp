@@ -212,17 +212,20 @@ TEST_CASE("a corrupt HLO fails its compile with the reason in model.log", "[comp
   CHECK(test::slurp(entry / "model.log").find("not a readable HLO module") != std::string::npos);
 }
 
-TEST_CASE("an HLO that is a FIFO, a device or a folder is refused unread: recorded, and nothing blocks", "[compile]") {
-  test::TempDir root, work;
-  const std::vector<std::string> kinds{"fifo", "device", "folder"};
+TEST_CASE("an HLO that is a FIFO, a link or a folder is refused unread: recorded, and nothing blocks", "[compile]") {
+  test::TempDir root, work, outside;
+  test::spit(outside / "secret", "not for the cache");
+  const std::vector<std::string> kinds{"fifo", "link to a device", "link outside", "folder"};
   for (const auto& kind : kinds) {
     INFO(kind);
-    auto entry = root / "neuronxcc-1" / ("MODULE_" + kind + "+0");
+    auto entry = root / "neuronxcc-1" / ("MODULE_" + std::to_string(&kind - kinds.data()) + "+0");
     test::fs::create_directories(entry);
     const auto hlo = entry / "model.hlo_module.pb";
-    // A FIFO with no writer blocks a plain open for ever; /dev/zero never ends.
+    // A FIFO with no writer blocks a plain open for ever; /dev/zero never ends; a link
+    // may lead to what its creator may not read, and root may.
     if (kind == "fifo") REQUIRE(::mkfifo(hlo.c_str(), 0644) == 0);
-    if (kind == "device") test::fs::create_symlink("/dev/zero", hlo);
+    if (kind == "link to a device") test::fs::create_symlink("/dev/zero", hlo);
+    if (kind == "link outside") test::fs::create_symlink(outside / "secret", hlo);
     if (kind == "folder") test::fs::create_directory(hlo);
     auto analyzed = analyze_hlo_file(hlo.string());  // what a scheduler reads for the job's key
     REQUIRE_FALSE(analyzed.has_value());
@@ -232,6 +235,18 @@ TEST_CASE("an HLO that is a FIFO, a device or a folder is refused unread: record
     CHECK(test::slurp(entry / "model.log").find("not a regular file") != std::string::npos);
     CHECK_FALSE(test::fs::exists(entry / "model.neff"));
   }
+}
+
+TEST_CASE("a compile log planted as a link is not written through", "[compile]") {
+  test::TempDir root, work, outside;
+  test::spit(outside / "victim", "keep me");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  // Root would truncate whatever the link names.
+  test::fs::create_symlink(outside / "victim", test::fs::path(entry) / std::string(k_compile_log_file));
+  auto r = compile_entry(entry, fake_settings(work));
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(test::slurp(outside / "victim") == "keep me");
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.neff"));
 }
 
 TEST_CASE("users are found by name or number; unknown ones are errors", "[compile]") {

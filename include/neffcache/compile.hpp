@@ -406,7 +406,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   const std::string key = detail::entry_name(entry_dir);
 
   const auto owner = detail::entry_owner(hlo_path);
-  detail::UniqueFd log(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // Never through a link: in a user's entry it could name any file, which root would truncate.
+  detail::UniqueFd log(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!log) return transient(sys_error("create", log_path).message);
   detail::give(log.get(), owner);
   // A deterministic failure moves the log into place as model.log, fully written.
@@ -450,13 +451,14 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
       std::string dir;
       ~Cleanup() { detail::remove_tree_at(AT_FDCWD, dir); }
     } cleanup{workdir};
-    // A compiler run as another user writes into a work folder of its own.
-    if (s.run_as && ::chown(workdir.c_str(), s.run_as->uid, s.run_as->gid) != 0)
-      return transient(sys_error("give the work directory to", s.run_as->name).message);
     CompilerTemplate::Values v{fmt::format("{}/model.{}{}", workdir, key, hlo_suffix),
                                fmt::format("{}/model.{}.neff", workdir, key), workdir, key, flags};
     if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c)
       return c.error().code == Errc::invalid_argument ? record_failure(c.error().message) : transient(c.error().message);
+    // A compiler run as another user writes into a work folder of its own. (What it
+    // leaves there is read without following links: see open_regular.)
+    if (s.run_as && ::chown(workdir.c_str(), s.run_as->uid, s.run_as->gid) != 0)
+      return transient(sys_error("give the work directory to", s.run_as->name).message);
 
     RunSpec spec;
     spec.argv = s.compiler.expand(v);

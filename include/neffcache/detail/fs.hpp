@@ -83,9 +83,11 @@ inline void give(int fd, const std::optional<FileOwner>& to) {
 }
 
 // Opens a regular file for reading. Anything else is Errc::invalid_argument and is not
-// read: a FIFO would block the open or the read forever, a device never end.
+// read: a FIFO would block the open or the read forever, a device never end, and a
+// link may lead anywhere (a root daemon must not copy /etc/shadow into a cache).
 inline Result<UniqueFd> open_regular(const std::string& path, struct stat* out = nullptr) {
-  UniqueFd fd(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  UniqueFd fd(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
+  if (!fd && errno == ELOOP) return Error{Errc::invalid_argument, fmt::format("{}: not a regular file but a link", path)};
   if (!fd) return sys_error("open", path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return sys_error("stat", path);
