@@ -961,7 +961,9 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   PathRef dir = path_fd(p, err);
   if (!dir) return (void)fuse_reply_err(req, err);
   bool existed = ::faccessat(dir->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-  int fd = ::openat(dir->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+  // Never through a link: one planted in the backing directory between the kernel's
+  // lookup and this create would make a root daemon create or truncate its target.
+  int fd = ::openat(dir->fd, name, fi->flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) {
