@@ -51,11 +51,12 @@ struct JobSpec {
 
 // Reads an entry's HLO and flags (compile_flags.json, else `default_flags`) to build its
 // JobSpec. An unreadable HLO still gives a spec, keyed by the entry alone: its compile
-// then records the failure in model.log.
+// then records the failure in model.log. A done entry is not read either: submit answers
+// it without a compile, so a key would be a whole HLO read and hashed for nothing.
 inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {}) {
   JobSpec spec{entry_dir, {}, 0};
   auto files = read_entry_files(entry_dir);
-  if (!files || !files->has_hlo()) return spec;
+  if (!files || !files->has_hlo() || files->done()) return spec;
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return spec;
   std::vector<std::string> flags = default_flags;
