@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,19 @@ inline bool no_process_in_group(pid_t pgid) {
 inline int count_lines(const fs::path& p) {
   auto r = neffcache::detail::read_file(p.string());
   return r ? static_cast<int>(std::count(r->begin(), r->end(), '\n')) : 0;
+}
+
+// The uid of the compiler that wrote line `line` (0-based) of a NEFFCACHE_FAKE_LOG file
+// ("pid uid input"); -1 if there is no such line.
+inline long logged_uid(const fs::path& log, int line) {
+  std::istringstream in(slurp(log));
+  std::string text;
+  for (int i = 0; i <= line; ++i)
+    if (!std::getline(in, text)) return -1;
+  std::istringstream words(text);
+  long pid = 0, uid = -1;
+  words >> pid >> uid;
+  return uid;
 }
 
 // A clock that moves only when told to.

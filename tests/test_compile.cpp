@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include <catch2/catch_test_macros.hpp>
@@ -302,15 +301,6 @@ TEST_CASE("a compile as another user: its own work folder; what it writes to the
     return e;
   };
   const mode_t mask = ::umask(022);
-  auto ran_as = [&](int line) {  // the uid of the compiler that logged line `line` (0-based)
-    std::istringstream in(test::slurp(log));
-    std::string text;
-    for (int i = 0; i <= line; ++i) std::getline(in, text);
-    std::istringstream words(text);
-    long pid = 0, uid = -1;
-    words >> pid >> uid;
-    return uid;
-  };
   auto check_owned = [&](const std::string& entry, const std::vector<std::string>& names) {
     for (const auto& n : names) {
       INFO(n);
@@ -325,7 +315,7 @@ TEST_CASE("a compile as another user: its own work folder; what it writes to the
   s.run_as = *nobody;
   auto entry = owned_entry("gopjrt_tuple.hlo.pb");
   REQUIRE(compile_entry(entry, s).outcome == CompileOutcome::success);
-  CHECK(ran_as(0) == static_cast<long>(nobody->uid));
+  CHECK(test::logged_uid(log, 0) == static_cast<long>(nobody->uid));
   check_owned(entry, {"model.neff", "model.done", std::string(k_meta_file), std::string(k_compile_log_file)});
   {
     test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "1");
@@ -337,7 +327,7 @@ TEST_CASE("a compile as another user: its own work folder; what it writes to the
   s.run_as.reset();
   auto as_root = owned_entry("spu_tf_jit_comp.hlo.pb");
   REQUIRE(compile_entry(as_root, s).outcome == CompileOutcome::success);
-  CHECK(ran_as(2) == 0);
+  CHECK(test::logged_uid(log, 2) == 0);
   check_owned(as_root, {"model.neff", "model.done"});
   ::umask(mask);
   // Every work folder is gone, whoever owned it.

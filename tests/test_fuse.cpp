@@ -918,10 +918,7 @@ TEST_CASE("a daemon with --compiler-user runs compiles as that user; the NEFF is
   auto e = m.entry("gopjrt_tuple.hlo.pb", "user+0");
   REQUIRE(::chown((m.backing() / e / "model.hlo_module.pb").c_str(), 4242, 4343) == 0);
   CHECK(reader_process(m.mnt() / e / "model.neff")->wait() == 0);
-  std::istringstream line(test::slurp(m.compile_log()));
-  long pid = 0, uid = -1;
-  line >> pid >> uid;
-  CHECK(uid == static_cast<long>(find_user("nobody")->uid));
+  CHECK(test::logged_uid(m.compile_log(), 0) == static_cast<long>(find_user("nobody")->uid));
   struct stat st {};
   REQUIRE(::stat((m.backing() / e / "model.neff").c_str(), &st) == 0);
   CHECK(st.st_uid == 4242u);
