@@ -10,7 +10,9 @@ packages=(
   libfmt-dev libcli11-dev           # formatting, command lines
   libprotobuf-dev protobuf-compiler # HLO wire decoder; test-only generated classes
   libssl-dev                        # MD5 / SHA-256 (libcrypto)
-  libxxhash-dev nlohmann-json3-dev libcurl4-openssl-dev
+  libxxhash-dev nlohmann-json3-dev
+  libcurl4-openssl-dev libtinyxml2-dev # S3: HTTP, and its XML answers
+  ceph-mon ceph-osd radosgw uuid-runtime curl # a real S3 server (radosgw) the tests start on 127.0.0.1
   clang libclang-rt-14-dev          # libFuzzer and the sanitizer runtimes for fuzz targets
   python3                           # generates the committed json.dumps vectors; tests compare against them
 )

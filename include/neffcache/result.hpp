@@ -22,6 +22,8 @@ enum class Errc {
   not_found,         // a file or entry that must exist does not
   busy,              // held by someone else who is alive (a lock, an entry being compiled)
   timed_out,         // a deadline passed before the operation could finish
+  denied,            // a store refused our credentials, or we have none
+  precondition_failed,  // a conditional write lost: the object exists or changed
 };
 
 inline const char* to_string(Errc c) {
@@ -33,6 +35,8 @@ inline const char* to_string(Errc c) {
     case Errc::not_found: return "not found";
     case Errc::busy: return "busy";
     case Errc::timed_out: return "timed out";
+    case Errc::denied: return "denied";
+    case Errc::precondition_failed: return "precondition failed";
   }
   return "error";
 }

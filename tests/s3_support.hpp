@@ -1,0 +1,91 @@
+// The S3 server the S3 tests run against: radosgw started by ctest's `radosgw` fixture
+// (tests/s3/radosgw.sh), whose address and credentials are in NEFFCACHE_S3_DIR/s3.env.
+// A test that needs it fails when it is not running; it never skips.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <fmt/format.h>
+
+#include <neffcache/s3.hpp>
+
+#include "support.hpp"
+
+namespace test {
+
+struct S3Server {
+  std::string endpoint, access_key, secret_key;
+};
+
+inline const S3Server& s3_server() {
+  static const S3Server server = [] {
+    S3Server s;
+    auto text = neffcache::detail::read_file(std::string(NEFFCACHE_S3_DIR) + "/s3.env");
+    INFO("the S3 server is started by ctest's radosgw fixture (tests/s3/radosgw.sh start "
+         << NEFFCACHE_S3_DIR << ")");
+    REQUIRE(text.has_value());
+    auto section = neffcache::detail::ini_section("[s3]\n" + *text, "s3");
+    for (const auto& [k, v] : *section) {
+      if (k == "S3_ENDPOINT") s.endpoint = v;
+      else if (k == "S3_ACCESS_KEY") s.access_key = v;
+      else if (k == "S3_SECRET_KEY") s.secret_key = v;
+    }
+    REQUIRE(!s.endpoint.empty());
+    return s;
+  }();
+  return server;
+}
+
+// An environment for the S3 code: the test server's endpoint and credentials, with
+// anything in `extra` added or overriding (an empty value unsets). Nothing of the
+// process's own environment leaks in.
+class S3Env {
+ public:
+  explicit S3Env(std::map<std::string, std::string> extra = {}) {
+    const auto& s = s3_server();
+    vars_ = {{"AWS_ENDPOINT_URL", s.endpoint},
+             {"AWS_ACCESS_KEY_ID", s.access_key},
+             {"AWS_SECRET_ACCESS_KEY", s.secret_key},
+             {"AWS_REGION", "us-east-1"},
+             {"AWS_EC2_METADATA_DISABLED", "true"},
+             {"HOME", "/nonexistent"}};
+    for (auto& [k, v] : extra) vars_[k] = v;
+  }
+  neffcache::EnvLookup lookup() const {
+    return [vars = vars_](const char* name) -> std::optional<std::string> {
+      auto it = vars.find(name);
+      if (it == vars.end() || it->second.empty()) return std::nullopt;
+      return it->second;
+    };
+  }
+  const std::map<std::string, std::string>& vars() const { return vars_; }
+
+ private:
+  std::map<std::string, std::string> vars_;
+};
+
+// A bucket name no other test (nor an earlier run) uses.
+inline std::string unique_bucket(std::string_view what) {
+  static std::atomic<int> n{0};
+  return fmt::format("{}-{}-{}", what, ::getpid(), n++);
+}
+
+// A new, empty bucket on the test server and a client for it.
+inline std::unique_ptr<neffcache::S3Client> fresh_bucket(std::string_view what, const S3Env& env = S3Env{}) {
+  auto url = neffcache::parse_cache_url(fmt::format("s3://{}", unique_bucket(what)));
+  REQUIRE(url.has_value());
+  auto client = neffcache::S3Client::open(*url, env.lookup());
+  REQUIRE(client.has_value());
+  auto made = (*client)->create_bucket();
+  INFO((made ? "" : made.error().message));
+  REQUIRE(made.has_value());
+  return std::move(*client);
+}
+
+}  // namespace test
