@@ -1,0 +1,137 @@
+// The S3 entry lease against a real radosgw: one holder at a time, expiry and takeover
+// by the server's clock, renewal that keeps it, and races decided by the server.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <neffcache/s3_lease.hpp>
+
+#include "s3_support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+const std::string k_key = "neuronxcc-2.15/MODULE_1+abc/model.hlo_module.pb.lock";
+}
+
+TEST_CASE("an S3 lease has one holder at a time; a release lets the next one in", "[s3][lease]") {
+  auto s3 = test::fresh_bucket("lease");
+  auto a = S3Lease::acquire(*s3, k_key, 60s, "host-a");
+  REQUIRE(a.has_value());
+  auto b = S3Lease::acquire(*s3, k_key, 60s, "host-b");
+  REQUIRE_FALSE(b.has_value());
+  CHECK(b.error().code == Errc::busy);
+  CHECK_THAT(b.error().message, ContainsSubstring("host-a"));
+  REQUIRE(a->renew().has_value());
+  auto seen = read_lease(*s3, k_key);
+  REQUIRE(seen.has_value());
+  CHECK(seen->record->host == "host-a");
+  CHECK_FALSE(seen->expired);
+
+  REQUIRE(a->release().has_value());
+  CHECK(read_lease(*s3, k_key)->expired);
+  auto b2 = S3Lease::acquire(*s3, k_key, 60s, "host-b");
+  REQUIRE(b2.has_value());
+  // a's hold is over: it can neither renew nor release b's lease away.
+  CHECK(a->renew().error().code == Errc::precondition_failed);
+  REQUIRE(a->release().has_value());
+  CHECK(read_lease(*s3, k_key)->record->host == "host-b");
+  CHECK_FALSE(read_lease(*s3, k_key)->expired);
+}
+
+TEST_CASE("an S3 lease left unrenewed expires and is taken over; its holder learns it lost", "[s3][lease]") {
+  auto s3 = test::fresh_bucket("expiry");
+  auto a = S3Lease::acquire(*s3, k_key, 2s, "crashed-host");
+  REQUIRE(a.has_value());
+  auto start = std::chrono::steady_clock::now();
+  std::optional<S3Lease> b;
+  while (!b && std::chrono::steady_clock::now() - start < 10s) {
+    auto r = S3Lease::acquire(*s3, k_key, 60s, "host-b");
+    if (r) b.emplace(std::move(*r));
+    else {
+      REQUIRE(r.error().code == Errc::busy);
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  REQUIRE(b.has_value());
+  auto waited = std::chrono::steady_clock::now() - start;
+  // Judged in whole seconds of the server's clock: strictly more than the ttl passed.
+  CHECK(waited > 1s);
+  CHECK(waited < 4s);
+  auto lost = a->renew();
+  REQUIRE_FALSE(lost.has_value());
+  CHECK(lost.error().code == Errc::precondition_failed);
+  CHECK_THAT(lost.error().message, ContainsSubstring("lease lost"));
+  CHECK(read_lease(*s3, k_key)->record->host == "host-b");
+}
+
+TEST_CASE("an S3 lease renewed in time is never taken over", "[s3][lease]") {
+  auto s3 = test::fresh_bucket("renewed");
+  auto a = S3Lease::acquire(*s3, k_key, 2s, "host-a");
+  REQUIRE(a.has_value());
+  std::atomic<bool> stop{false};
+  std::atomic<int> renewals{0}, renew_failures{0};
+  std::thread holder([&] {
+    while (!stop) {
+      std::this_thread::sleep_for(500ms);
+      if (a->renew()) ++renewals;
+      else ++renew_failures;
+    }
+  });
+  int tries = 0, won = 0;
+  for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end; ++tries) {
+    auto b = S3Lease::acquire(*s3, k_key, 2s, "host-b");
+    if (b) ++won;
+    std::this_thread::sleep_for(50ms);
+  }
+  stop = true;
+  holder.join();
+  CHECK(won == 0);
+  CHECK(tries > 20);
+  CHECK(renewals >= 8);
+  CHECK(renew_failures == 0);
+}
+
+TEST_CASE("of many contenders for a free or expired S3 lease exactly one wins", "[s3][lease]") {
+  auto s3 = test::fresh_bucket("race");
+  auto contend = [&](const std::string& key) {
+    std::atomic<int> winners{0}, busy{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i)
+      threads.emplace_back([&, i] {
+        auto r = S3Lease::acquire(*s3, key, 60s, fmt::format("host-{}", i));
+        if (r) ++winners;
+        else if (r.error().code == Errc::busy) ++busy;
+      });
+    for (auto& t : threads) t.join();
+    CHECK(winners == 1);
+    CHECK(busy == 7);
+  };
+  for (int round = 0; round < 5; ++round) {
+    std::string key = fmt::format("e{}/model.hlo_module.pb.lock", round);
+    contend(key);  // nobody holds it yet: If-None-Match decides
+    auto holder = read_lease(*s3, key);
+    REQUIRE(holder.has_value());
+    // Mark it released as its holder would: now If-Match decides among the takers.
+    auto rec = *holder->record;
+    rec.released = true;
+    ++rec.seq;
+    REQUIRE(s3->put(key, detail::lease_json(rec), {.if_match = holder->etag}).has_value());
+    contend(key);
+  }
+}
+
+TEST_CASE("a lock object that is not a lease holds until the default ttl", "[s3][lease]") {
+  auto s3 = test::fresh_bucket("foreign");
+  REQUIRE(s3->put(k_key, "").has_value());  // as an existence-only lock of another tool
+  auto r = S3Lease::acquire(*s3, k_key, 60s, "host-a");
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::busy);
+  CHECK_THAT(r.error().message, ContainsSubstring("not ours"));
+}
