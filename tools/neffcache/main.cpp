@@ -15,6 +15,7 @@
 #include "neffcache/cmd_retry.hpp"
 #include "neffcache/cmd_scan.hpp"
 #include "neffcache/cmd_stats.hpp"
+#include "neffcache/cmd_sync.hpp"
 #include "neffcache/cmd_verify.hpp"
 #include "neffcache/common.hpp"
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   setup_verify(app, exit_code);
   setup_stats(app, exit_code);
   setup_analyze(app, exit_code);
+  setup_sync(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

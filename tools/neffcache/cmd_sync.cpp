@@ -1,0 +1,47 @@
+// neffcache sync push|pull DIR s3://bucket/prefix: copy a directory cache to S3 or back.
+#include "neffcache/cmd_sync.hpp"
+
+#include <memory>
+
+#include <fmt/format.h>
+#include <neffcache/s3.hpp>
+#include <neffcache/s3_sync.hpp>
+
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+void setup_sync(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<SyncOptions>();
+  auto* sub = app.add_subcommand(
+      "sync", "Copy entries between a directory cache and an s3:// cache: push uploads DIR, pull downloads "
+              "into DIR. Files already there with the same size are skipped; model.done goes after its NEFF");
+  sub->add_option("direction", opts->direction, "push or pull")->required()->check(CLI::IsMember({"push", "pull"}));
+  sub->add_option("dir", opts->dir, "the directory cache")->required();
+  sub->add_option("url", opts->url, "the S3 cache, s3://bucket[/prefix]")->required();
+  sub->add_option("-j,--jobs", opts->jobs, "transfers at a time")->capture_default_str()->check(CLI::Range(1, 256));
+  sub->callback([opts, &exit_code] { exit_code = run_sync(*opts); });
+}
+
+int run_sync(const SyncOptions& opts) {
+  auto url = parse_cache_url(opts.url);
+  if (!url) return report(url.error());
+  if (!url->is_s3()) return report(fmt::format("{}: sync needs an s3:// URL", opts.url));
+  bool push = opts.direction == "push";
+  if (push && !std::filesystem::is_directory(opts.dir)) return report(fmt::format("{}: not a directory", opts.dir));
+  auto s3 = S3Client::open(*url);
+  if (!s3) return report(s3.error());
+  auto stats = push ? sync_push(opts.dir, **s3, url->prefix, opts.jobs)
+                    : sync_pull(opts.dir, **s3, url->prefix, opts.jobs);
+  if (!stats) return report(stats.error());
+  for (const auto& f : stats->failures) fmt::print(stderr, "neffcache: sync: {}\n", f);
+  fmt::print("{} {} entries: {} files copied ({} bytes), {} already there, {} failed\n",
+             push ? "pushed" : "pulled", stats->entries, stats->copied, stats->bytes, stats->skipped,
+             stats->failures.size());
+  if (!stats->failures.empty())
+    return report(fmt::format("{} files could not be copied; run the same command again to resume",
+                              stats->failures.size()));
+  return k_exit_ok;
+}
+
+}  // namespace neffcache::cli
