@@ -97,6 +97,9 @@ class Scheduler {
     CompileSettings settings;
     std::chrono::milliseconds busy_retry = k_busy_retry;
     const Clock* clock = &system_clock();
+    // Compiles one entry: compile_entry on an entry folder when empty. Entries of another
+    // store (an S3 cache) come with their own, and name entries in their own way.
+    std::function<CompileResult(const std::string& entry, const CompileSettings&)> compile;
   };
 
   explicit Scheduler(Options o) : opts_(std::move(o)) {
@@ -289,7 +292,7 @@ class Scheduler {
       job->state = Job::State::running;
       const std::string primary = job->targets.front()->entry;
       lk.unlock();
-      CompileResult r = compile_entry(primary, opts_.settings);
+      CompileResult r = opts_.compile ? opts_.compile(primary, opts_.settings) : compile_entry(primary, opts_.settings);
       lk.lock();
       if (r.attempts > 0) {
         ++compiles_.started;

@@ -143,7 +143,70 @@ void setup_compile(CLI::App& app, int& exit_code) {
   sub->callback([opts, &exit_code] { exit_code = run_compile(*opts); });
 }
 
+// The end of a run: the Neuron tool's report, and its exit status.
+static int finish_run(const CompileOptions& opts, const std::vector<Batch::Item>& items,
+               std::chrono::system_clock::time_point start, std::chrono::steady_clock::time_point t0) {
+  if (g_stop) return report("stopped by a signal; running compiles were stopped and nothing was recorded for them");
+  auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (opts.json) fmt::print("{}\n", result.dump(4));
+  else tools::print_neuron_report(stdout, result);
+  tools::dump_report(result);
+  return tools::failed_exit_status(result["compilation_summary"].value("false", std::size_t{0}));
+}
+
+// Compiles the entries of an S3 cache here, each under its lease.
+static int run_compile_s3(const CompileOptions& opts, const S3Target& target, const ParsedFlags& env) {
+  const bool retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
+  auto so = scheduler_options(opts, env, /*need_compiler=*/true);
+  if (!so) return report(so.error());
+  std::vector<std::string> rels;
+  if (!opts.entries.empty()) {
+    // Named by their path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
+    for (auto rel : opts.entries) {
+      while (!rel.empty() && rel.back() == '/') rel.pop_back();
+      auto slash = rel.find('/');
+      if (!rel.starts_with(k_compiler_dir_prefix) || slash == std::string::npos ||
+          !std::string_view(rel).substr(slash + 1).starts_with(k_module_dir_prefix) ||
+          rel.find('/', slash + 1) != std::string::npos)
+        return report(fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", rel, target.url.text));
+      rels.push_back(rel);
+    }
+  } else {
+    auto entries = list_s3_entries(*target.s3, target.url.prefix);
+    if (!entries) return report(entries.error());
+    for (const auto& e : *entries) {
+      bool wanted = e.state == EntryState::pending || e.state == EntryState::stale_lock ||
+                    e.state == EntryState::compiling || (e.state == EntryState::failed && retry_failed);
+      if (wanted) rels.push_back(e.path);
+    }
+  }
+  std::sort(rels.begin(), rels.end());
+  rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
+  // Entries are named by their URL; the scheduler hands the name back to compile.
+  const std::string url_prefix = target.entry_url("");
+  so->compile = [&target, url_prefix](const std::string& entry, const CompileSettings& settings) {
+    return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(url_prefix.size()), settings);
+  };
+  std::vector<std::string> targets;
+  for (const auto& rel : rels) targets.push_back(target.entry_url(rel));
+
+  std::signal(SIGINT, [](int) { g_stop = 1; });
+  std::signal(SIGTERM, [](int) { g_stop = 1; });
+  fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", target.url.text);
+  const auto start = std::chrono::system_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto items = compile_here(targets, std::move(*so), env.compiler_flags);
+  return finish_run(opts, items, start, t0);
+}
+
 int run_compile(const CompileOptions& opts) {
+  auto s3 = s3_target(opts.cache);
+  if (!s3) return report(s3.error());
+  if (*s3) {
+    auto env = compiler_flags({});
+    if (!env) return report(env.error());
+    return run_compile_s3(opts, **s3, *env);
+  }
   auto root = cache_root(opts.cache);
   if (!root) return report(root.error());
   auto env = compiler_flags({});
@@ -190,12 +253,7 @@ int run_compile(const CompileOptions& opts) {
   } else {
     items = compile_here(targets, std::move(*so), env->compiler_flags);
   }
-  if (g_stop) return report("stopped by a signal; running compiles were stopped and nothing was recorded for them");
-  auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (opts.json) fmt::print("{}\n", result.dump(4));
-  else tools::print_neuron_report(stdout, result);
-  tools::dump_report(result);
-  return tools::failed_exit_status(result["compilation_summary"].value("false", std::size_t{0}));
+  return finish_run(opts, items, start, t0);
 }
 
 }  // namespace neffcache::cli

@@ -24,9 +24,16 @@ void setup_ls(CLI::App& app, int& exit_code) {
 }
 
 int run_ls(const LsOptions& opts) {
-  auto root = cache_root(opts.cache);
-  if (!root) return report(root.error());
-  auto entries = list_entries(entries_root(*root));
+  auto s3 = s3_target(opts.cache);
+  if (!s3) return report(s3.error());
+  Result<std::vector<EntryInfo>> entries = std::vector<EntryInfo>{};
+  if (*s3) {
+    entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
+  } else {
+    auto root = cache_root(opts.cache);
+    if (!root) return report(root.error());
+    entries = list_entries(entries_root(*root));
+  }
   if (!entries) return report(entries.error());
   auto wanted = parse_entry_state(opts.state);
   std::erase_if(*entries, [&](const EntryInfo& e) { return wanted && e.state != *wanted; });

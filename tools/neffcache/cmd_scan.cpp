@@ -22,9 +22,20 @@ void setup_scan(CLI::App& app, int& exit_code) {
 }
 
 int run_scan(const ScanOptions& opts) {
-  auto root = cache_root(opts.cache);
-  if (!root) return report(root.error());
-  auto c = count_entries(entries_root(*root));
+  auto s3 = s3_target(opts.cache);
+  if (!s3) return report(s3.error());
+  Result<std::string> root = std::string();
+  Result<StateCounts> c = StateCounts{};
+  if (*s3) {
+    root = (*s3)->url.text;
+    auto entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
+    if (!entries) return report(entries.error());
+    for (const auto& e : *entries) ++c->of(e.state);
+  } else {
+    root = cache_root(opts.cache);
+    if (!root) return report(root.error());
+    c = count_entries(entries_root(*root));
+  }
   if (!c) return report(c.error());
   const std::size_t remaining = c->remaining(opts.with_failed);
   const std::size_t failed = opts.with_failed ? 0 : c->failed;

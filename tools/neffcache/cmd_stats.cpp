@@ -23,9 +23,20 @@ void setup_stats(CLI::App& app, int& exit_code) {
 }
 
 int run_stats(const StatsOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  auto entries = list_entries(dirs->backing);
+  auto s3 = s3_target(opts.cache);
+  if (!s3) return report(s3.error());
+  CacheDirs dirs_value;
+  Result<std::vector<EntryInfo>> entries = std::vector<EntryInfo>{};
+  if (*s3) {
+    dirs_value = {(*s3)->url.text, (*s3)->url.text};
+    entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
+  } else {
+    auto resolved = CacheDirs::resolve(opts.cache);
+    if (!resolved) return report(resolved.error());
+    dirs_value = *resolved;
+    entries = list_entries(dirs_value.backing);
+  }
+  const CacheDirs* dirs = &dirs_value;
   if (!entries) return report(entries.error());
   StateCounts c;
   uint64_t bytes = 0, neff_bytes = 0;

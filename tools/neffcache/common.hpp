@@ -19,6 +19,8 @@
 #include <neffcache/layout.hpp>
 #include <neffcache/maintenance.hpp>
 #include <neffcache/result.hpp>
+#include <neffcache/s3.hpp>
+#include <neffcache/s3_cache.hpp>
 #include <neffcache/url.hpp>
 
 namespace neffcache::cli {
@@ -43,12 +45,34 @@ inline int report(std::string_view message) {
 inline Result<std::string> cache_root(const std::string& given) {
   auto url = given.empty() ? resolve_cache_url() : parse_cache_url(given);
   if (!url) return url.error();
-  if (url->is_s3()) return Error{Errc::invalid_argument, fmt::format("{}: s3:// caches are not supported yet", url->text)};
+  if (url->is_s3())
+    return Error{Errc::invalid_argument,
+                 fmt::format("{}: this command does not work on s3:// caches yet (ls, scan, stats, compile and sync do)",
+                             url->text)};
   std::error_code ec;
   auto absolute = std::filesystem::absolute(url->path, ec);
   std::string path = ec ? url->path : absolute.lexically_normal().string();
   if (path.size() > 1 && path.back() == '/') path.pop_back();
   return path;
+}
+
+// An s3:// cache and a client for its bucket.
+struct S3Target {
+  CacheUrl url;
+  std::unique_ptr<S3Client> s3;
+  // An entry's name in messages and reports: its URL.
+  std::string entry_url(const std::string& rel) const { return fmt::format("s3://{}/{}", url.bucket, s3_key(url.prefix, rel)); }
+};
+
+// The cache `given` names (else the Neuron precedence) when it is an s3:// cache, with
+// a client; nullopt for a directory cache.
+inline Result<std::optional<S3Target>> s3_target(const std::string& given) {
+  auto url = given.empty() ? resolve_cache_url() : parse_cache_url(given);
+  if (!url) return url.error();
+  if (!url->is_s3()) return std::optional<S3Target>{};
+  auto s3 = S3Client::open(*url);
+  if (!s3) return s3.error();
+  return std::optional<S3Target>{S3Target{*url, std::move(*s3)}};
 }
 
 // Compiler flags: `given` (--flag), else the compiler flags of NEURON_CC_FLAGS; the

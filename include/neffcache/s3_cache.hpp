@@ -1,0 +1,198 @@
+// A cache in an S3 bucket, laid out as the directory cache is: the objects of an entry
+// are <prefix>/neuronxcc-<version>/MODULE_<graph>+<flags>/<file>. This header reads
+// entries and their states from listings and compiles an entry under its lease:
+//
+//   1. the entry's listing says done or failed: nothing to do;
+//   2. take the lease (s3_lease.hpp); held elsewhere: busy;
+//   3. look again under the lease: whoever held it may have finished;
+//   4. download the HLO and flags into a local staging entry, compile it there with
+//      compile_entry (timeouts, retries, failure records as for a directory), renewing
+//      the lease as the compile runs; a lost lease stops the compile;
+//   5. renew once more (still ours?), upload model.neff, then model.done with
+//      If-None-Match: * (so a reader never sees done without the NEFF), or upload the
+//      failure's model.log;
+//   6. release the lease; once the entry is done the lock object is deleted (whoever
+//      takes a lease of a done entry finds it done in step 3).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/compile.hpp>
+#include <neffcache/inventory.hpp>
+#include <neffcache/layout.hpp>
+#include <neffcache/s3.hpp>
+#include <neffcache/s3_lease.hpp>
+
+namespace neffcache {
+
+// The objects of one entry, by file name.
+using S3EntryObjects = std::map<std::string, ObjectInfo, std::less<>>;
+
+inline std::string s3_key(const std::string& prefix, std::string_view rel) {
+  return prefix.empty() ? std::string(rel) : fmt::format("{}/{}", prefix, rel);
+}
+
+// Groups keys under `prefix` into entries: "neuronxcc-X/MODULE_Y" -> its objects. Keys
+// outside the layout are ignored.
+inline std::map<std::string, S3EntryObjects> group_s3_entries(const std::vector<ObjectInfo>& objects,
+                                                               const std::string& prefix) {
+  std::map<std::string, S3EntryObjects> out;
+  std::size_t skip = prefix.empty() ? 0 : prefix.size() + 1;
+  for (const auto& o : objects) {
+    if (o.key.size() <= skip) continue;
+    std::string_view rel = std::string_view(o.key).substr(skip);
+    auto a = rel.find('/');
+    auto b = a == std::string_view::npos ? a : rel.find('/', a + 1);
+    if (b == std::string_view::npos || rel.find('/', b + 1) != std::string_view::npos) continue;
+    if (!rel.starts_with(k_compiler_dir_prefix) || rel.substr(a + 1, k_module_dir_prefix.size()) != k_module_dir_prefix)
+      continue;
+    out[std::string(rel.substr(0, b))].emplace(std::string(rel.substr(b + 1)), o);
+  }
+  return out;
+}
+
+inline EntryFiles s3_entry_files(const S3EntryObjects& objects) {
+  EntryFiles f;
+  for (const auto& [name, o] : objects) f.note(name);
+  return f;
+}
+
+// The state of an entry from its objects. A lock object is read as a lease: released,
+// it counts as no lock (a released lease stays until the entry is done); expired, as a
+// stale lock (its holder died or was cut off); else the entry is compiling. A lease that
+// cannot be read counts as live: nobody should take over what cannot be seen.
+inline EntryState s3_entry_state(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                 EntryFiles files) {
+  constexpr auto lock_bits =
+      static_cast<uint16_t>(static_cast<uint16_t>(EntryFile::lock_module) | static_cast<uint16_t>(EntryFile::lock_legacy));
+  if (files.has_lock() && !files.done()) {
+    auto lease = read_lease(s3, fmt::format("{}/{}", s3_key(prefix, rel), files.lock_name()));
+    bool gone = lease ? lease->record && lease->record->released : lease.error().code == Errc::not_found;
+    if (!gone) return lease && lease->expired ? EntryState::stale_lock : EntryState::compiling;
+    files.bits &= static_cast<uint16_t>(~lock_bits);
+  }
+  return classify(files, [] { return true; });
+}
+
+// Every entry under `prefix`, from one listing (plus one read per lock object).
+inline Result<std::vector<EntryInfo>> list_s3_entries(S3Client& s3, const std::string& prefix) {
+  auto listing = s3.list(prefix.empty() ? "" : prefix + "/");
+  if (!listing) return listing.error();
+  std::vector<EntryInfo> out;
+  for (const auto& [rel, objects] : group_s3_entries(listing->objects, prefix)) {
+    EntryInfo info;
+    info.path = rel;
+    info.files = s3_entry_files(objects);
+    info.state = s3_entry_state(s3, prefix, rel, info.files);
+    for (const auto& [name, o] : objects) {
+      info.bytes += o.size;
+      info.last_use = std::max(info.last_use, o.modified);
+      if (name == k_neff_file) info.neff_bytes = o.size;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+struct S3CompileOptions {
+  std::chrono::seconds lease_ttl = k_default_lease_ttl;
+  std::string host = {};  // names us in the lease (default: this machine's name)
+};
+
+// Compiles the entry `rel` of the S3 cache at `prefix` if it needs it (see the top of
+// this file). Outcomes as compile_entry's; a lease held elsewhere is busy.
+inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                      const CompileSettings& s, const S3CompileOptions& o = {}) {
+  CompileResult r;
+  auto transient = [&](std::string why) {
+    r.outcome = CompileOutcome::transient;
+    r.message = std::move(why);
+    return r;
+  };
+  const std::string base = s3_key(prefix, rel);
+  auto files_now = [&]() -> Result<EntryFiles> {
+    auto l = s3.list(base + "/", "/");
+    if (!l) return l.error();
+    EntryFiles f;
+    for (const auto& obj : l->objects) f.note(std::string_view(obj.key).substr(base.size() + 1));
+    return f;
+  };
+  auto files = files_now();
+  if (!files) return transient(files.error().message);
+  if (auto settled = settled_outcome(*files, s.retry_failed)) return r.outcome = *settled, r;
+  if (!files->has_hlo()) return transient(fmt::format("{}: no HLO to compile", s3.describe(base)));
+
+  auto lease = S3Lease::acquire(s3, fmt::format("{}/{}", base, files->lock_name()), o.lease_ttl, o.host);
+  if (!lease) {
+    r.outcome = lease.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient;
+    r.message = lease.error().message;
+    return r;
+  }
+  auto finish = [&](CompileResult res) {
+    (void)lease->release();
+    if (is_success(res.outcome)) (void)s3.remove(lease->key());
+    return res;
+  };
+  files = files_now();
+  if (!files) return finish(transient(files.error().message));
+  if (auto settled = settled_outcome(*files, s.retry_failed)) return r.outcome = *settled, finish(r);
+  if (!files->has_hlo()) return finish(transient(fmt::format("{}: no HLO to compile", s3.describe(base))));
+
+  // The staging entry keeps the entry's own folder names: the compiler sees the same
+  // file names as in a directory cache.
+  std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
+  std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
+  if (!sys::mkdtemp(tmpl.data())) return finish(transient(sys_error("create staging directory in", root).message));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { detail::remove_tree_at(AT_FDCWD, dir); }
+  } cleanup{tmpl};
+  const std::string entry_dir = fmt::format("{}/{}", tmpl, rel);
+  std::error_code ec;
+  std::filesystem::create_directories(entry_dir, ec);
+  if (ec) return finish(transient(fmt::format("create {}: {}", entry_dir, ec.message())));
+  for (std::string_view name : {*files->hlo_name(), k_compile_flags_file}) {
+    if (name == k_compile_flags_file && !files->has(EntryFile::flags)) continue;
+    auto got = s3.download(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
+    if (!got) return finish(transient(got.error().message));
+  }
+
+  CompileSettings local = s;
+  std::string lost;
+  auto last_renewal = std::chrono::steady_clock::now();
+  local.cancelled = [&] {
+    if (s.cancelled && s.cancelled()) return true;
+    if (std::chrono::steady_clock::now() - last_renewal < lease->renew_interval()) return false;
+    last_renewal = std::chrono::steady_clock::now();
+    // A renewal that fails for the network is tried again next time; only a lease
+    // taken over is final.
+    if (auto renewed = lease->renew(); !renewed && renewed.error().code == Errc::precondition_failed)
+      lost = renewed.error().message;
+    return !lost.empty();
+  };
+  CompileResult local_result = compile_entry(entry_dir, local);
+  if (!lost.empty()) return finish(transient(lost));
+  if (local_result.outcome != CompileOutcome::success && local_result.outcome != CompileOutcome::failed)
+    return finish(local_result);
+  // Publish only while the lease is still ours.
+  if (auto renewed = lease->renew(); !renewed) return finish(transient(renewed.error().message));
+  if (local_result.outcome == CompileOutcome::failed) {
+    auto up = s3.upload(fmt::format("{}/{}", base, k_log_file), fmt::format("{}/{}", entry_dir, k_log_file));
+    if (!up) return finish(transient(up.error().message));
+    return finish(local_result);
+  }
+  auto neff = s3.upload(fmt::format("{}/{}", base, k_neff_file), fmt::format("{}/{}", entry_dir, k_neff_file));
+  if (!neff) return finish(transient(neff.error().message));
+  auto done = s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
+  if (!done && done.error().code != Errc::precondition_failed) return finish(transient(done.error().message));
+  if (files->has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, k_log_file));  // a retried failure
+  return finish(local_result);
+}
+
+}  // namespace neffcache

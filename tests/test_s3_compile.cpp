@@ -1,0 +1,189 @@
+// Compiles of S3 cache entries: under a lease, published NEFF first and model.done last,
+// exactly once across concurrent compilers, and finished by another compiler when a
+// holder dies or loses its lease.
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <neffcache/s3_cache.hpp>
+#include <neffcache/s3_lease.hpp>
+
+#include "s3_support.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
+
+std::string rel_of(int i) { return fmt::format("{}/MODULE_{}+4f2d9c1a", k_compiler_dir, 1000 + i); }
+
+// Stores `n` pending entries (distinct corpus graphs) under `prefix`.
+void put_entries(S3Client& s3, const std::string& prefix, int n) {
+  auto corpus = test::corpus_files();
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(s3.put(s3_key(prefix, rel_of(i) + "/model.hlo_module.pb"), test::slurp(corpus[i])).has_value());
+    REQUIRE(s3.put(s3_key(prefix, rel_of(i) + "/compile_flags.json"), R"(["--target=trn1"])").has_value());
+  }
+}
+
+std::map<std::string, std::string> objects(S3Client& s3) {
+  auto l = s3.list("");
+  REQUIRE(l.has_value());
+  std::map<std::string, std::string> out;
+  for (const auto& o : l->objects) out[o.key] = o.etag;
+  return out;
+}
+
+// How many times the fake compiled each entry, from its log ("pid uid input").
+std::map<std::string, int> compiles_per_entry(const fs::path& log) {
+  std::map<std::string, int> out;
+  if (!fs::exists(log)) return out;
+  std::istringstream in(test::slurp(log));
+  for (std::string pid, uid, input; in >> pid >> uid >> input;) {
+    auto at = input.find("MODULE_");
+    ++out[input.substr(at, input.find('.', at) - at)];
+  }
+  return out;
+}
+
+// The tool with the test server's credentials and `env` (NAME=value words).
+std::vector<std::string> tool_argv(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL"};
+  test::S3Env s3env;
+  for (const auto& [k, v] : s3env.vars()) argv.push_back(k + "=" + v);
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(test::k_tool);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+CompileSettings fake_settings() {
+  CompileSettings s;
+  s.compiler = *CompilerTemplate::parse(k_fake_template);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("neffcache compile on an s3:// cache compiles every pending entry and publishes done last",
+          "[s3][compile]") {
+  auto s3 = test::fresh_bucket("compile");
+  put_entries(*s3, "team", 4);
+  test::TempDir dir;
+  auto log = dir / "fake.log";
+  std::string url = fmt::format("s3://{}/team", s3->bucket());
+  auto r = test::run(tool_argv({"compile", "--cache", url, "--compiler", k_fake_template, "-j", "2"},
+                               {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string(),
+                                "NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_1003"}));
+  INFO(r.output);
+  CHECK(r.exit_code == 1);  // one graph failed
+  auto have = objects(*s3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(have.contains("team/" + rel_of(i) + "/model.neff"));
+    CHECK(have.contains("team/" + rel_of(i) + "/model.done"));
+    CHECK_FALSE(have.contains("team/" + rel_of(i) + "/model.hlo_module.pb.lock"));  // done: deleted
+  }
+  CHECK(have.contains("team/" + rel_of(3) + "/model.log"));
+  CHECK_FALSE(have.contains("team/" + rel_of(3) + "/model.neff"));
+  CHECK_FALSE(have.contains("team/" + rel_of(3) + "/model.done"));
+  // The NEFF is the compiler's output for that graph.
+  test::TempDir got;
+  REQUIRE(s3->download("team/" + rel_of(0) + "/model.neff", (got / "n").string()).has_value());
+  CHECK(fs::file_size(got / "n") > 0);
+
+  auto ls = test::run(tool_argv({"ls", "--cache", url}, {}));
+  CHECK(ls.exit_code == 0);
+  CHECK(std::count(ls.output.begin(), ls.output.end(), '\n') == 5);
+  CHECK_THAT(ls.output, ContainsSubstring("failed"));
+  auto scan = test::run(tool_argv({"scan", "--cache", url}, {}));
+  CHECK_THAT(scan.output, ContainsSubstring("remaining items are 0, locked are 0, failed are 1, done are 3, total is 4"));
+
+  // Nothing left to do: a second run compiles nothing.
+  auto again = test::run(tool_argv({"compile", "--cache", url, "--compiler", k_fake_template},
+                                   {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
+  CHECK(again.exit_code == 0);
+  CHECK(test::count_lines(log) == 4);
+}
+
+TEST_CASE("two compilers on one S3 cache compile every entry exactly once", "[s3][compile]") {
+  auto s3 = test::fresh_bucket("twohosts");
+  const int n = 8;
+  put_entries(*s3, "", n);
+  test::TempDir dir;
+  auto log = dir / "fake.log";
+  fs::create_directories(dir / "exclusive");
+  std::string url = fmt::format("s3://{}", s3->bucket());
+  std::vector<std::string> env{"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_SECONDS=0.3", "NEFFCACHE_FAKE_IDLE=1",
+                               "NEFFCACHE_FAKE_LOG=" + log.string(),
+                               "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + (dir / "exclusive").string()};
+  auto argv = tool_argv({"compile", "--cache", url, "--compiler", k_fake_template, "-j", "4", "--json"}, env);
+  test::Child a(argv), b(argv);
+  std::string out_a = a.rest(), out_b = b.rest();
+  INFO(out_a << out_b);
+  CHECK(a.wait() == 0);
+  CHECK(b.wait() == 0);
+  auto per_entry = compiles_per_entry(log);
+  CHECK(per_entry.size() == static_cast<std::size_t>(n));
+  for (const auto& [entry, count] : per_entry) {
+    INFO(entry);
+    CHECK(count == 1);
+  }
+  CHECK_FALSE(fs::exists(dir / "exclusive" / "clashes"));
+  auto have = objects(*s3);
+  for (int i = 0; i < n; ++i) CHECK(have.contains(rel_of(i) + "/model.done"));
+}
+
+TEST_CASE("a dead holder's S3 lease expires and another compiler finishes the entry", "[s3][compile]") {
+  auto s3 = test::fresh_bucket("deadholder");
+  put_entries(*s3, "", 1);
+  // A holder that died mid-compile: its lease, never renewed.
+  auto dead = S3Lease::acquire(*s3, rel_of(0) + "/model.hlo_module.pb.lock", 2s, "dead-host");
+  REQUIRE(dead.has_value());
+  test::TempDir dir;
+  auto log = dir / "fake.log";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = test::run(tool_argv({"compile", "--cache", fmt::format("s3://{}", s3->bucket()), "--compiler", k_fake_template},
+                               {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
+  auto took = std::chrono::steady_clock::now() - t0;
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(took > 1s);  // it waited for the lease to expire
+  CHECK(test::count_lines(log) == 1);
+  CHECK(objects(*s3).contains(rel_of(0) + "/model.done"));
+}
+
+TEST_CASE("a compile whose S3 lease is taken over stops and publishes nothing", "[s3][compile]") {
+  auto s3 = test::fresh_bucket("hijack");
+  put_entries(*s3, "", 1);
+  test::ScopedEnv slow("NEFFCACHE_FAKE_SECONDS", "4");
+  test::ScopedEnv idle("NEFFCACHE_FAKE_IDLE", "1");
+  bool stolen = false;
+  std::thread thief([&] {
+    // While the compile runs, another host takes the lease (as after a partition).
+    std::this_thread::sleep_for(1500ms);
+    auto key = rel_of(0) + "/model.hlo_module.pb.lock";
+    auto held = read_lease(*s3, key);
+    LeaseRecord other{"other-host", 1, "0123456789abcdef", 60s, false, 0};
+    stolen = held && s3->put(key, detail::lease_json(other), {.if_match = held->etag}).has_value();
+  });
+  auto r = compile_s3_entry(*s3, "", rel_of(0), fake_settings(), {.lease_ttl = 8s});
+  thief.join();
+  REQUIRE(stolen);
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK_THAT(r.message, ContainsSubstring("lease lost"));
+  auto have = objects(*s3);
+  CHECK_FALSE(have.contains(rel_of(0) + "/model.neff"));
+  CHECK_FALSE(have.contains(rel_of(0) + "/model.done"));
+  // The other host's lease is untouched.
+  CHECK(read_lease(*s3, rel_of(0) + "/model.hlo_module.pb.lock")->record->host == "other-host");
+}
