@@ -22,6 +22,7 @@
 #include <neffcache/layout.hpp>
 #include <neffcache/result.hpp>
 #include <neffcache/s3.hpp>
+#include <neffcache/s3_cache.hpp>
 
 namespace neffcache {
 
@@ -39,10 +40,6 @@ namespace detail {
 // the log, then the NEFF, and model.done last.
 inline constexpr std::string_view k_sync_order[] = {"compile_flags.json", k_hlo_module_file, k_hlo_legacy_file,
                                                      k_log_file, k_neff_file, k_done_file};
-
-inline std::string join_key(const std::string& prefix, std::string_view rel) {
-  return prefix.empty() ? std::string(rel) : fmt::format("{}/{}", prefix, rel);
-}
 
 // Runs work(i) for i in [0, n) on `jobs` threads.
 template <class F>
@@ -87,20 +84,10 @@ void sync_entry(const std::string& rel, const EntryListing& source, const EntryL
   }
 }
 
-// Groups S3 keys under `prefix` into entries ("neuronxcc-X/MODULE_Y" -> files).
-inline std::map<std::string, EntryListing> entries_of(const std::vector<ObjectInfo>& objects,
-                                                      const std::string& prefix) {
-  std::map<std::string, EntryListing> out;
-  std::size_t skip = prefix.empty() ? 0 : prefix.size() + 1;
-  for (const auto& o : objects) {
-    std::string_view rel = std::string_view(o.key).substr(std::min(skip, o.key.size()));
-    auto a = rel.find('/');
-    auto b = a == std::string_view::npos ? a : rel.find('/', a + 1);
-    if (b == std::string_view::npos || rel.find('/', b + 1) != std::string_view::npos) continue;
-    if (!rel.starts_with(k_compiler_dir_prefix) || rel.substr(a + 1, k_module_dir_prefix.size()) != k_module_dir_prefix)
-      continue;
-    out[std::string(rel.substr(0, b))].emplace(std::string(rel.substr(b + 1)), o.size);
-  }
+// An S3 entry's objects as name -> size.
+inline EntryListing sizes_of(const S3EntryObjects& objects) {
+  EntryListing out;
+  for (const auto& [name, o] : objects) out.emplace(name, o.size);
   return out;
 }
 
@@ -120,7 +107,8 @@ inline EntryListing local_entry_files(int dir_fd) {
 inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const std::string& prefix, int jobs = 8) {
   auto remote = s3.list(prefix.empty() ? "" : prefix + "/");
   if (!remote) return remote.error();
-  auto have = detail::entries_of(remote->objects, prefix);
+  std::map<std::string, detail::EntryListing> have;
+  for (const auto& [rel, objects] : group_s3_entries(remote->objects, prefix)) have[rel] = detail::sizes_of(objects);
   std::vector<std::pair<std::string, detail::EntryListing>> local;
   auto walked = for_each_entry(root, [&](const EntryRef& e) {
     local.emplace_back(e.relative_path(), detail::local_entry_files(e.dir_fd));
@@ -135,7 +123,7 @@ inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const 
     auto it = have.find(rel);
     detail::sync_entry(rel, files, it == have.end() ? none : it->second,
                        [&](const std::string& file) -> Result<void> {
-                         auto r = s3.upload(detail::join_key(prefix, file), fmt::format("{}/{}", root, file));
+                         auto r = s3.upload(s3_key(prefix, file), fmt::format("{}/{}", root, file));
                          if (!r) return r.error();
                          return {};
                        },
@@ -149,7 +137,8 @@ inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const 
 inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const std::string& prefix, int jobs = 8) {
   auto remote = s3.list(prefix.empty() ? "" : prefix + "/");
   if (!remote) return remote.error();
-  auto entries = detail::entries_of(remote->objects, prefix);
+  std::map<std::string, detail::EntryListing> entries;
+  for (const auto& [rel, objects] : group_s3_entries(remote->objects, prefix)) entries[rel] = detail::sizes_of(objects);
   std::vector<const std::pair<const std::string, detail::EntryListing>*> work;
   for (const auto& e : entries) work.push_back(&e);
   SyncStats stats;
@@ -169,7 +158,7 @@ inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const 
     if (detail::UniqueFd fd(detail::open_dir_at(AT_FDCWD, dir.c_str())); fd) have = detail::local_entry_files(fd.get());
     detail::sync_entry(rel, files, have,
                        [&](const std::string& file) -> Result<void> {
-                         auto r = s3.download(detail::join_key(prefix, file), fmt::format("{}/{}", root, file));
+                         auto r = s3.download(s3_key(prefix, file), fmt::format("{}/{}", root, file));
                          if (!r) return r.error();
                          return {};
                        },
