@@ -104,10 +104,12 @@ TEST_CASE("neffcache put stores a graph as a pending entry", "[cli]") {
     CHECK(r.output.ends_with("+e30acd3a\n"));  // flags hash of ["--target=trn1"]: the wrapper option is left out
     CHECK_FALSE(fs::exists(dir / "from-url"));
   }
-  SECTION("an s3:// cache is refused for now, with one line") {
+  SECTION("an s3:// cache without credentials is refused with one line") {
     test::check_one_line_error(tool({"put", "--cache", "s3://bucket/prefix", "--compiler-version", "2.21.0",
-                               (test::k_corpus / "gopjrt_tuple.hlo.pb").string()}),
-                         "s3://");
+                                     (test::k_corpus / "gopjrt_tuple.hlo.pb").string()},
+                                    {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_PROFILE=", "HOME=/nonexistent",
+                                     "AWS_EC2_METADATA_DISABLED=true"}),
+                               "s3://bucket/prefix: no S3 credentials");
   }
 }
 

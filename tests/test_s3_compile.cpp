@@ -56,17 +56,6 @@ std::map<std::string, int> compiles_per_entry(const fs::path& log) {
   return out;
 }
 
-// The tool with the test server's credentials and `env` (NAME=value words).
-std::vector<std::string> tool_argv(const std::vector<std::string>& args, const std::vector<std::string>& env) {
-  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL"};
-  test::S3Env s3env;
-  for (const auto& [k, v] : s3env.vars()) argv.push_back(k + "=" + v);
-  argv.insert(argv.end(), env.begin(), env.end());
-  argv.push_back(test::k_tool);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
-
 CompileSettings fake_settings() {
   CompileSettings s;
   s.compiler = *CompilerTemplate::parse(k_fake_template);
@@ -82,7 +71,7 @@ TEST_CASE("neffcache compile on an s3:// cache compiles every pending entry and 
   test::TempDir dir;
   auto log = dir / "fake.log";
   std::string url = fmt::format("s3://{}/team", s3->bucket());
-  auto r = test::run(tool_argv({"compile", "--cache", url, "--compiler", k_fake_template, "-j", "2"},
+  auto r = test::run(test::s3_tool_argv({"compile", "--cache", url, "--compiler", k_fake_template, "-j", "2"},
                                {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string(),
                                 "NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_1003"}));
   INFO(r.output);
@@ -101,15 +90,15 @@ TEST_CASE("neffcache compile on an s3:// cache compiles every pending entry and 
   REQUIRE(s3->download("team/" + rel_of(0) + "/model.neff", (got / "n").string()).has_value());
   CHECK(fs::file_size(got / "n") > 0);
 
-  auto ls = test::run(tool_argv({"ls", "--cache", url}, {}));
+  auto ls = test::run(test::s3_tool_argv({"ls", "--cache", url}, {}));
   CHECK(ls.exit_code == 0);
   CHECK(std::count(ls.output.begin(), ls.output.end(), '\n') == 5);
   CHECK_THAT(ls.output, ContainsSubstring("failed"));
-  auto scan = test::run(tool_argv({"scan", "--cache", url}, {}));
+  auto scan = test::run(test::s3_tool_argv({"scan", "--cache", url}, {}));
   CHECK_THAT(scan.output, ContainsSubstring("remaining items are 0, locked are 0, failed are 1, done are 3, total is 4"));
 
   // Nothing left to do: a second run compiles nothing.
-  auto again = test::run(tool_argv({"compile", "--cache", url, "--compiler", k_fake_template},
+  auto again = test::run(test::s3_tool_argv({"compile", "--cache", url, "--compiler", k_fake_template},
                                    {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
   CHECK(again.exit_code == 0);
   CHECK(test::count_lines(log) == 4);
@@ -126,7 +115,7 @@ TEST_CASE("two compilers on one S3 cache compile every entry exactly once", "[s3
   std::vector<std::string> env{"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_SECONDS=0.3", "NEFFCACHE_FAKE_IDLE=1",
                                "NEFFCACHE_FAKE_LOG=" + log.string(),
                                "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + (dir / "exclusive").string()};
-  auto argv = tool_argv({"compile", "--cache", url, "--compiler", k_fake_template, "-j", "4", "--json"}, env);
+  auto argv = test::s3_tool_argv({"compile", "--cache", url, "--compiler", k_fake_template, "-j", "4", "--json"}, env);
   test::Child a(argv), b(argv);
   std::string out_a = a.rest(), out_b = b.rest();
   INFO(out_a << out_b);
@@ -152,7 +141,7 @@ TEST_CASE("a dead holder's S3 lease expires and another compiler finishes the en
   test::TempDir dir;
   auto log = dir / "fake.log";
   auto t0 = std::chrono::steady_clock::now();
-  auto r = test::run(tool_argv({"compile", "--cache", fmt::format("s3://{}", s3->bucket()), "--compiler", k_fake_template},
+  auto r = test::run(test::s3_tool_argv({"compile", "--cache", fmt::format("s3://{}", s3->bucket()), "--compiler", k_fake_template},
                                {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
   auto took = std::chrono::steady_clock::now() - t0;
   INFO(r.output);

@@ -551,6 +551,22 @@ class S3Client {
   // Credentials are looked up now (environment, profile, then instance metadata); an
   // error says where it looked.
   static Result<std::unique_ptr<S3Client>> open(const CacheUrl& url, const EnvLookup& env = process_env) {
+    auto r = open_unnamed(url, env);
+    if (!r) return Error{r.error().code, fmt::format("{}: {}", url.text, r.error().message)};
+    return r;
+  }
+
+  S3Client(std::string bucket, S3Settings settings, S3Credentials creds)
+      : S3Client(std::move(bucket), std::move(settings)) {
+    creds_ = std::move(creds);
+  }
+
+  const std::string& bucket() const { return bucket_; }
+  const S3Settings& settings() const { return settings_; }
+  std::string describe(std::string_view key) const { return fmt::format("s3://{}/{}", bucket_, key); }
+
+ private:
+  static Result<std::unique_ptr<S3Client>> open_unnamed(const CacheUrl& url, const EnvLookup& env) {
     auto settings = s3_settings_from_env(url.bucket, env);
     if (!settings) return settings.error();
     auto client = std::unique_ptr<S3Client>(new S3Client(url.bucket, std::move(*settings)));
@@ -579,14 +595,7 @@ class S3Client {
     return client;
   }
 
-  S3Client(std::string bucket, S3Settings settings, S3Credentials creds)
-      : S3Client(std::move(bucket), std::move(settings)) {
-    creds_ = std::move(creds);
-  }
-
-  const std::string& bucket() const { return bucket_; }
-  const S3Settings& settings() const { return settings_; }
-  std::string describe(std::string_view key) const { return fmt::format("s3://{}/{}", bucket_, key); }
+ public:
 
   Result<ObjectInfo> head(const std::string& key) {
     auto r = request({.method = "HEAD", .key = key});

@@ -195,4 +195,110 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
   return finish(local_result);
 }
 
+// Maintenance of S3 entries, each change made under the entry's lease as on a directory
+// (maintenance.hpp): an entry being compiled on any host is left alone (Errc::busy).
+
+// Stores a graph as graph extraction does, in the S3 entry `rel`: compile_flags.json,
+// then the HLO, created only if absent. False when the entry already had its HLO.
+inline Result<bool> store_s3_graph(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                   std::string_view hlo_bytes, const std::vector<std::string>& flags) {
+  const std::string base = s3_key(prefix, rel);
+  auto hlo = s3.head(fmt::format("{}/{}", base, k_hlo_module_file));
+  if (hlo) return false;
+  if (hlo.error().code != Errc::not_found) return hlo.error();
+  if (auto f = s3.put(fmt::format("{}/{}", base, k_compile_flags_file), python_json_list(flags)); !f) return f.error();
+  auto created = s3.put(fmt::format("{}/{}", base, k_hlo_module_file), hlo_bytes, {.if_absent = true});
+  if (!created && created.error().code == Errc::precondition_failed) return false;
+  if (!created) return created.error();
+  return true;
+}
+
+namespace detail {
+
+// The names of an entry's objects now.
+inline Result<std::vector<std::string>> s3_entry_names(S3Client& s3, const std::string& base) {
+  auto l = s3.list(base + "/", "/");
+  if (!l) return l.error();
+  std::vector<std::string> out;
+  for (const auto& o : l->objects) out.push_back(o.key.substr(base.size() + 1));
+  return out;
+}
+
+// Runs change(names) under the entry's lease, with the names of its objects as they are
+// once the lease is ours, then deletes the lease: we hold it, so no one else does, and
+// the entry is left as it was before anyone locked it.
+template <class F>
+Result<void> with_s3_lease(S3Client& s3, const std::string& prefix, const std::string& rel, F&& change) {
+  const std::string base = s3_key(prefix, rel);
+  auto names = s3_entry_names(s3, base);
+  if (!names) return names.error();
+  EntryFiles files;
+  for (const auto& n : *names) files.note(n);
+  const std::string lock_key = fmt::format("{}/{}", base, files.lock_name());
+  auto lease = S3Lease::acquire(s3, lock_key, k_default_lease_ttl);
+  if (!lease) return lease.error();
+  // Look again under the lease: the names may have changed before we got it.
+  names = s3_entry_names(s3, base);
+  Result<void> r = names ? change(*names) : Result<void>(names.error());
+  // We hold the lease, so deleting it hands the entry back as it was before any lock.
+  if (auto gone = s3.remove(lock_key); !gone) (void)lease->release();
+  return r;
+}
+
+inline Result<void> remove_s3_objects(S3Client& s3, const std::string& base, const std::vector<std::string>& names) {
+  for (const auto& n : names)
+    if (auto r = s3.remove(fmt::format("{}/{}", base, n)); !r) return r;
+  return {};
+}
+
+}  // namespace detail
+
+// Forgets a recorded failure (model.log without model.neff). False when there was none.
+inline Result<bool> clear_s3_failure(S3Client& s3, const std::string& prefix, const std::string& rel) {
+  bool cleared = false;
+  auto r = detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>& names) -> Result<void> {
+    EntryFiles f;
+    for (const auto& n : names) f.note(n);
+    if (!f.failed()) return {};
+    cleared = true;
+    return detail::remove_s3_objects(s3, s3_key(prefix, rel), {std::string(k_log_file)});
+  });
+  if (!r) return r.error();
+  return cleared;
+}
+
+// Removes the results (model.done first, so the entry stops being done at once, then
+// model.neff and model.log): the entry is pending again.
+inline Result<void> clear_s3_results(S3Client& s3, const std::string& prefix, const std::string& rel) {
+  return detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>&) {
+    return detail::remove_s3_objects(
+        s3, s3_key(prefix, rel), {std::string(k_done_file), std::string(k_neff_file), std::string(k_log_file)});
+  });
+}
+
+// Removes every object of an entry: results first, then the rest, the lease last.
+inline Result<void> remove_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel) {
+  return detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>& names) -> Result<void> {
+    const std::string base = s3_key(prefix, rel);
+    if (auto r = detail::remove_s3_objects(s3, base, {std::string(k_done_file), std::string(k_neff_file)}); !r) return r;
+    std::vector<std::string> rest;
+    for (const auto& n : names)
+      if (n != k_done_file && n != k_neff_file && !n.ends_with(k_lock_suffix)) rest.push_back(n);
+    return detail::remove_s3_objects(s3, base, rest);
+  });
+}
+
+// Removes an entry's lease when it has expired (its holder died or was cut off) by
+// taking it over and deleting it; Errc::busy naming the holder when it is live. A
+// released lease is removed too. Returns what the lease was.
+inline Result<LeaseInfo> clear_s3_stale_lock(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                             const EntryFiles& files) {
+  const std::string key = fmt::format("{}/{}", s3_key(prefix, rel), files.lock_name());
+  auto before = read_lease(s3, key);
+  if (!before) return before.error();
+  auto r = detail::with_s3_lease(s3, prefix, rel, [](const std::vector<std::string>&) -> Result<void> { return {}; });
+  if (!r) return r.error();
+  return before;
+}
+
 }  // namespace neffcache

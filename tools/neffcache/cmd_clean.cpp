@@ -26,17 +26,17 @@ void setup_clean(CLI::App& app, int& exit_code) {
 }
 
 int run_clean(const CleanOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  auto entries = list_entries(dirs->backing);
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
+  auto entries = cache->entries();
   if (!entries) return report(entries.error());
   uint64_t bytes = 0;
   for (const auto& e : *entries) bytes += e.bytes;
   if (!opts.yes) {
     if (::isatty(STDIN_FILENO) != 1)
       return report(fmt::format("clean removes {} entries ({} bytes) from {}; give --yes to confirm", entries->size(),
-                                bytes, dirs->view));
-    fmt::print(stderr, "Remove {} entries ({} bytes) from {}? [y/N] ", entries->size(), bytes, dirs->view);
+                                bytes, cache->name()));
+    fmt::print(stderr, "Remove {} entries ({} bytes) from {}? [y/N] ", entries->size(), bytes, cache->name());
     std::string answer;
     std::getline(std::cin, answer);
     if (answer != "y" && answer != "Y" && answer != "yes") return report("nothing removed");
@@ -45,7 +45,7 @@ int run_clean(const CleanOptions& opts) {
   std::set<std::string> compiler_dirs;
   for (const auto& e : *entries) {
     compiler_dirs.insert(e.path.substr(0, e.path.find('/')));
-    if (auto r = remove_entry(dirs->entry(e.path)); !r) {
+    if (auto r = cache->remove_entry(e.path); !r) {
       fmt::print(stderr, "neffcache: left {} alone: {}\n", e.path, r.error().message);
       ++left;
       continue;
@@ -53,7 +53,7 @@ int run_clean(const CleanOptions& opts) {
     ++removed;
   }
   // Compiler folders that are empty now go too; a folder still in use stays.
-  for (const auto& c : compiler_dirs) ::rmdir(fmt::format("{}/{}", dirs->view, c).c_str());
+  cache->remove_empty_compiler_dirs(compiler_dirs);
   fmt::print("{} entries removed ({} bytes), {} left alone\n", removed, bytes, left);
   return k_exit_ok;
 }

@@ -21,16 +21,16 @@ void setup_clear_locks(CLI::App& app, int& exit_code) {
 }
 
 int run_clear_locks(const ClearLocksOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  auto entries = list_entries(dirs->backing);
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
+  auto entries = cache->entries();
   if (!entries) return report(entries.error());
   std::size_t removed = 0, live = 0;
   for (const auto& e : *entries) {
     if (!e.files.has_lock()) continue;
-    auto r = clear_stale_lock(dirs->entry(e.path));
+    auto r = cache->clear_stale_lock(e);
     if (r) {
-      fmt::print("removed the stale lock of {}: {}\n", e.path, r->reason.empty() ? "its owner is gone" : r->reason);
+      fmt::print("removed the stale lock of {}: {}\n", e.path, *r);
       ++removed;
     } else if (r.error().code == Errc::busy) {
       fmt::print("left {} alone: {}\n", e.path, r.error().message);

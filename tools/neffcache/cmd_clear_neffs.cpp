@@ -21,14 +21,14 @@ void setup_clear_neffs(CLI::App& app, int& exit_code) {
 }
 
 int run_clear_neffs(const ClearNeffsOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  auto entries = list_entries(dirs->backing);
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
+  auto entries = cache->entries();
   if (!entries) return report(entries.error());
   std::size_t cleared = 0, left = 0;
   for (const auto& e : *entries) {
     if (e.state != EntryState::done && e.state != EntryState::failed) continue;
-    if (auto r = clear_results(dirs->entry(e.path)); !r) {
+    if (auto r = cache->clear_results(e.path); !r) {
       fmt::print(stderr, "neffcache: left {} alone: {}\n", e.path, r.error().message);
       ++left;
       continue;

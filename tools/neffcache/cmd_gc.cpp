@@ -32,9 +32,9 @@ void setup_gc(CLI::App& app, int& exit_code) {
 int run_gc(const GcOptions& opts) {
   auto max = parse_size(opts.max_size);
   if (!max) return report(fmt::format("--max-size '{}' is not a size like 500G", opts.max_size));
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  auto entries = list_entries(dirs->backing);
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
+  auto entries = cache->entries();
   if (!entries) return report(entries.error());
   uint64_t total = 0;
   for (const auto& e : *entries) total += e.bytes;
@@ -44,7 +44,7 @@ int run_gc(const GcOptions& opts) {
   for (auto i : plan_gc(*entries, *max, opts.keep_compilers)) {
     const auto& e = (*entries)[i];
     if (!opts.dry_run) {
-      if (auto r = remove_entry(dirs->entry(e.path)); !r) {
+      if (auto r = cache->remove_entry(e.path); !r) {
         fmt::print(stderr, "neffcache: left {} alone: {}\n", e.path, r.error().message);
         continue;
       }
@@ -54,7 +54,7 @@ int run_gc(const GcOptions& opts) {
     freed += e.bytes;
     ++removed;
   }
-  for (const auto& c : compiler_dirs) ::rmdir(fmt::format("{}/{}", dirs->view, c).c_str());
+  cache->remove_empty_compiler_dirs(compiler_dirs);
   fmt::print("{} {} entries ({}); the cache {} {} (limit {})\n", opts.dry_run ? "would remove" : "removed", removed,
              format_size(freed), opts.dry_run ? "would hold" : "holds", format_size(total - freed), format_size(*max));
   if (total - freed > *max)

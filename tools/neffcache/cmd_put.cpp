@@ -23,8 +23,13 @@ void setup_put(CLI::App& app, int& exit_code) {
 }
 
 int run_put(const PutOptions& opts) {
-  auto root = cache_root(opts.cache);
-  if (!root) return report(root.error());
+  auto s3 = s3_target(opts.cache);
+  if (!s3) return report(s3.error());
+  Result<std::string> root = std::string();
+  if (!*s3) {
+    root = cache_root(opts.cache);
+    if (!root) return report(root.error());
+  }
   auto flags = compiler_flags(opts.graph.flags);
   if (!flags) return report(flags.error());
   auto version = compiler_version(opts.graph.compiler_version, opts.graph.compiler);
@@ -35,9 +40,16 @@ int run_put(const PutOptions& opts) {
   auto key = entry_key(*bytes, flags->compiler_flags, *version);
   if (!key) return report(fmt::format("{}: {}", opts.graph.hlo_file, key.error().message));
 
-  auto entry = make_entry_folder(*root, *key);
-  if (!entry) return report(entry.error());
-  auto created = store_graph(*entry, *bytes, flags->compiler_flags);
+  Result<std::string> entry = std::string();
+  Result<bool> created = false;
+  if (*s3) {
+    entry = (*s3)->entry_url(key->relative_path());
+    created = store_s3_graph(*(*s3)->s3, (*s3)->url.prefix, key->relative_path(), *bytes, flags->compiler_flags);
+  } else {
+    entry = make_entry_folder(*root, *key);
+    if (!entry) return report(entry.error());
+    created = store_graph(*entry, *bytes, flags->compiler_flags);
+  }
   if (!created) return report(created.error());
   if (opts.json) {
     nlohmann::ordered_json j{{"path", *entry}, {"key", key->relative_path()}, {"created", *created}};

@@ -24,33 +24,33 @@ void setup_retry(CLI::App& app, int& exit_code) {
 }
 
 int run_retry(const RetryOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  std::vector<EntryPaths> targets;
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
+  std::vector<std::string> targets;
   if (opts.all) {
-    auto entries = list_entries(dirs->backing);
+    auto entries = cache->entries();
     if (!entries) return report(entries.error());
     for (const auto& e : *entries)
-      if (e.state == EntryState::failed) targets.push_back(dirs->entry(e.path));
+      if (e.state == EntryState::failed) targets.push_back(e.path);
   } else {
     for (const auto& arg : opts.entries) {
-      auto e = named_entry(*dirs, arg);
-      if (!e) return report(e.error());
-      targets.push_back(*e);
+      auto rel = cache->named(arg);
+      if (!rel) return report(rel.error());
+      targets.push_back(*rel);
     }
   }
   std::size_t cleared = 0;
   for (const auto& t : targets) {
-    auto r = clear_failure(t);
+    auto r = cache->clear_failure(t);
     if (!r) {
-      fmt::print(stderr, "neffcache: left {} alone: {}\n", t.view, r.error().message);
+      fmt::print(stderr, "neffcache: left {} alone: {}\n", cache->view_of(t), r.error().message);
       continue;
     }
     if (*r) {
-      fmt::print("{}\n", t.view);
+      fmt::print("{}\n", cache->view_of(t));
       ++cleared;
     } else {
-      fmt::print(stderr, "neffcache: {} has no recorded failure\n", t.view);
+      fmt::print(stderr, "neffcache: {} has no recorded failure\n", cache->view_of(t));
     }
   }
   fmt::print(stderr, "neffcache: {} entr{} will compile again\n", cleared, cleared == 1 ? "y" : "ies");

@@ -23,21 +23,21 @@ void setup_verify(CLI::App& app, int& exit_code) {
 }
 
 int run_verify(const VerifyOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
-  auto entries = list_entries(dirs->backing);
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
+  auto entries = cache->entries();
   if (!entries) return report(entries.error());
   std::size_t checked = 0, broken = 0, repaired = 0, unrecorded = 0;
   for (const auto& e : *entries) {
     if (!e.files.has(EntryFile::done)) continue;
     ++checked;
-    auto v = verify_neff(dirs->entry(e.path).backing);
+    auto v = cache->verify(e);
     if (v.check == NeffCheck::unrecorded) ++unrecorded;
     if (v.check != NeffCheck::broken) continue;
     ++broken;
     fmt::print("broken {}: {}\n", e.path, v.why);
     if (!opts.repair) continue;
-    if (auto r = clear_results(dirs->entry(e.path)); !r) {
+    if (auto r = cache->clear_results(e.path); !r) {
       fmt::print(stderr, "neffcache: could not repair {}: {}\n", e.path, r.error().message);
       continue;
     }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,7 +48,7 @@ inline Result<std::string> cache_root(const std::string& given) {
   if (!url) return url.error();
   if (url->is_s3())
     return Error{Errc::invalid_argument,
-                 fmt::format("{}: this command does not work on s3:// caches yet (ls, scan, stats, compile and sync do)",
+                 fmt::format("{}: this command does not work on s3:// caches yet",
                              url->text)};
   std::error_code ec;
   auto absolute = std::filesystem::absolute(url->path, ec);
@@ -182,5 +183,94 @@ inline Result<EntryPaths> named_entry(const CacheDirs& dirs, const std::string& 
     if (dir->starts_with(root + "/")) return dirs.entry(dir->substr(root.size() + 1));
   return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the cache {}", arg, dirs.view)};
 }
+
+// A cache as the maintenance commands see it, a directory (a mount's backing directory
+// for locks and reads) or an s3:// cache. Entries are named by their path in the cache
+// (neuronxcc-*/MODULE_*); every change is made under the entry's lock or lease.
+class MaintainedCache {
+ public:
+  static Result<MaintainedCache> open(const std::string& given) {
+    auto s3 = s3_target(given);
+    if (!s3) return s3.error();
+    MaintainedCache c;
+    if (*s3) {
+      c.s3_ = std::move(*s3);
+      return c;
+    }
+    auto dirs = CacheDirs::resolve(given);
+    if (!dirs) return dirs.error();
+    c.dirs_ = *dirs;
+    return c;
+  }
+
+  bool is_s3() const { return s3_.has_value(); }
+  // The cache as users name it: its folder (the mount) or its URL.
+  std::string name() const { return s3_ ? s3_->url.text : dirs_->view; }
+  // Where clients see an entry.
+  std::string view_of(const std::string& rel) const { return s3_ ? s3_->entry_url(rel) : dirs_->entry(rel).view; }
+
+  Result<std::vector<EntryInfo>> entries() const {
+    return s3_ ? list_s3_entries(*s3_->s3, s3_->url.prefix) : list_entries(dirs_->backing);
+  }
+
+  // An entry named on the command line: a folder or file of a directory cache (see
+  // named_entry), or the entry's path in an S3 cache.
+  Result<std::string> named(std::string arg) const {
+    if (!s3_) {
+      auto e = named_entry(*dirs_, arg);
+      if (!e) return e.error();
+      return e->backing.substr(dirs_->backing.size() + 1);
+    }
+    while (!arg.empty() && arg.back() == '/') arg.pop_back();
+    auto slash = arg.find('/');
+    if (!arg.starts_with(k_compiler_dir_prefix) || slash == std::string::npos ||
+        !std::string_view(arg).substr(slash + 1).starts_with(k_module_dir_prefix) ||
+        arg.find('/', slash + 1) != std::string::npos)
+      return Error{Errc::invalid_argument,
+                   fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, s3_->url.text)};
+    return arg;
+  }
+
+  Result<bool> clear_failure(const std::string& rel) const {
+    return s3_ ? clear_s3_failure(*s3_->s3, s3_->url.prefix, rel) : neffcache::clear_failure(dirs_->entry(rel));
+  }
+  Result<void> clear_results(const std::string& rel) const {
+    return s3_ ? clear_s3_results(*s3_->s3, s3_->url.prefix, rel) : neffcache::clear_results(dirs_->entry(rel));
+  }
+  Result<void> remove_entry(const std::string& rel) const {
+    return s3_ ? remove_s3_entry(*s3_->s3, s3_->url.prefix, rel) : neffcache::remove_entry(dirs_->entry(rel));
+  }
+  // Removes the entry's lock if its owner is gone; says why it was stale.
+  Result<std::string> clear_stale_lock(const EntryInfo& e) const {
+    if (s3_) {
+      auto lease = clear_s3_stale_lock(*s3_->s3, s3_->url.prefix, e.path, e.files);
+      if (!lease) return lease.error();
+      if (!lease->record) return std::string("a lock object of another tool, past the default ttl");
+      if (lease->record->released) return std::string("released by its holder");
+      return fmt::format("{} (pid {}) did not renew it for {} s", lease->record->host, lease->record->pid,
+                         lease->age.count());
+    }
+    auto info = neffcache::clear_stale_lock(dirs_->entry(e.path));
+    if (!info) return info.error();
+    return info->reason.empty() ? std::string("its owner is gone") : info->reason;
+  }
+  // Checks a done entry's NEFF. An S3 cache keeps no publication record: its NEFF must
+  // exist and not be empty.
+  NeffVerdict verify(const EntryInfo& e) const {
+    if (!s3_) return verify_neff(dirs_->entry(e.path).backing);
+    if (!e.files.has(EntryFile::neff)) return {NeffCheck::broken, "model.done without model.neff"};
+    if (e.neff_bytes == 0) return {NeffCheck::broken, "model.neff is empty"};
+    return {NeffCheck::unrecorded, ""};
+  }
+  // After entries were removed: compiler folders left empty go (directories only).
+  void remove_empty_compiler_dirs(const std::set<std::string>& compiler_dirs) const {
+    if (s3_) return;
+    for (const auto& c : compiler_dirs) ::rmdir(fmt::format("{}/{}", dirs_->view, c).c_str());
+  }
+
+ private:
+  std::optional<CacheDirs> dirs_;
+  std::optional<S3Target> s3_;
+};
 
 }  // namespace neffcache::cli

@@ -1,0 +1,123 @@
+// neffcache's maintenance commands on an s3:// cache: put, verify, retry, clear-locks,
+// clear-neffs, gc and clean, each change under the entry's lease.
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/s3_cache.hpp>
+#include <neffcache/s3_lease.hpp>
+
+#include "s3_support.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+const std::string k_fake_template =
+    std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+
+test::ToolRun tool(std::vector<std::string> args) {
+  return test::run(test::s3_tool_argv(args, {"NEFFCACHE_FAKE_RATE=0"}));
+}
+
+// Puts corpus graph `i` into the cache; returns the entry's path in the cache.
+std::string put(const std::string& url, int i) {
+  auto r = tool({"put", "--cache", url, "--compiler-version", "2.21.0", "--json",
+                 test::corpus_files()[static_cast<std::size_t>(i)].string()});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.output);
+  CHECK(j["created"] == true);
+  CHECK(j["path"] == url + "/" + j["key"].get<std::string>());
+  return j["key"];
+}
+
+std::set<std::string> names_in(S3Client& s3, const std::string& base) {
+  auto l = s3.list(base + "/");
+  REQUIRE(l.has_value());
+  std::set<std::string> out;
+  for (const auto& o : l->objects) out.insert(o.key.substr(base.size() + 1));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("neffcache maintenance commands work on an s3:// cache", "[s3][maintenance]") {
+  auto s3 = test::fresh_bucket("maint");
+  const std::string url = fmt::format("s3://{}/p", s3->bucket());
+  std::vector<std::string> rels;
+  for (int i = 0; i < 4; ++i) rels.push_back(put(url, i));
+  auto key = [&](int i) { return "p/" + rels[static_cast<std::size_t>(i)]; };
+  CHECK(names_in(*s3, key(0)) == std::set<std::string>{"compile_flags.json", "model.hlo_module.pb"});
+  // A second put of the same graph creates nothing.
+  auto again = tool({"put", "--cache", url, "--compiler-version", "2.21.0", "--json", test::corpus_files()[0].string()});
+  CHECK(nlohmann::json::parse(again.output)["created"] == false);
+
+  auto compiled = tool({"compile", "--cache", url, "--compiler", k_fake_template});
+  INFO(compiled.output);
+  REQUIRE(compiled.exit_code == 0);
+  CHECK_THAT(tool({"verify", "--cache", url}).output, ContainsSubstring("4 checked, 0 broken"));
+
+  SECTION("verify finds a done entry without its NEFF and repairs it") {
+    REQUIRE(s3->remove(key(1) + "/model.neff").has_value());
+    auto v = tool({"verify", "--cache", url});
+    CHECK(v.exit_code == 1);
+    CHECK_THAT(v.output, ContainsSubstring("model.done without model.neff"));
+    CHECK(tool({"verify", "--cache", url, "--repair"}).exit_code == 0);
+    CHECK(names_in(*s3, key(1)) == std::set<std::string>{"compile_flags.json", "model.hlo_module.pb"});
+  }
+  SECTION("retry clears recorded failures") {
+    REQUIRE(tool({"clear-neffs", "--cache", url}).exit_code == 0);
+    REQUIRE(s3->put(key(2) + "/model.log", "error: boom\n").has_value());
+    auto r = tool({"retry", "--cache", url, "--all"});
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, ContainsSubstring(url + "/" + rels[2]));
+    CHECK_FALSE(names_in(*s3, key(2)).contains("model.log"));
+    auto named = tool({"retry", "--cache", url, "not/an/entry"});
+    test::check_one_line_error(named, "not an entry");
+  }
+  SECTION("clear-neffs makes every entry pending again") {
+    auto r = tool({"clear-neffs", "--cache", url});
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, ContainsSubstring("4 entries are pending again"));
+    for (int i = 0; i < 4; ++i) CHECK(names_in(*s3, key(i)).size() == 2);
+  }
+  SECTION("clear-locks removes expired leases and leaves live ones") {
+    REQUIRE(tool({"clear-neffs", "--cache", url}).exit_code == 0);
+    auto dead = S3Lease::acquire(*s3, key(0) + "/model.hlo_module.pb.lock", 1s, "dead-host");
+    auto live = S3Lease::acquire(*s3, key(1) + "/model.hlo_module.pb.lock", 60s, "live-host");
+    REQUIRE(dead.has_value());
+    REQUIRE(live.has_value());
+    std::this_thread::sleep_for(2500ms);
+    auto r = tool({"clear-locks", "--cache", url});
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, ContainsSubstring("dead-host"));
+    CHECK_THAT(r.output, ContainsSubstring("live-host"));
+    CHECK_THAT(r.output, ContainsSubstring("1 stale lock removed, 1 live lock left alone"));
+    CHECK_FALSE(names_in(*s3, key(0)).contains("model.hlo_module.pb.lock"));
+    CHECK(names_in(*s3, key(1)).contains("model.hlo_module.pb.lock"));
+  }
+  SECTION("gc evicts done entries to fit; clean removes all but a leased one") {
+    auto gc = tool({"gc", "--cache", url, "--max-size", "0"});
+    CHECK(gc.exit_code == 0);
+    CHECK_THAT(gc.output, ContainsSubstring("removed 4 entries"));
+    for (int i = 0; i < 4; ++i) CHECK(names_in(*s3, key(i)).empty());
+    for (int i = 0; i < 3; ++i) put(url, i);
+    auto live = S3Lease::acquire(*s3, key(1) + "/model.hlo_module.pb.lock", 60s, "live-host");
+    REQUIRE(live.has_value());
+    auto clean = tool({"clean", "--cache", url, "--yes"});
+    INFO(clean.output);
+    CHECK(clean.exit_code == 0);
+    CHECK_THAT(clean.output, ContainsSubstring("2 entries removed"));
+    CHECK(names_in(*s3, key(0)).empty());
+    CHECK(names_in(*s3, key(1)).size() == 3);  // left alone: being compiled elsewhere
+  }
+}
