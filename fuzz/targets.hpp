@@ -13,6 +13,8 @@
 #include <neffcache/compile.hpp>
 #include <neffcache/flags.hpp>
 #include <neffcache/hlo.hpp>
+#include <neffcache/s3.hpp>
+#include <neffcache/s3_lease.hpp>
 
 namespace neffcache::fuzz {
 
@@ -67,6 +69,27 @@ inline void compiler_template(std::string_view text) {
   for (const auto& w : words)
     for (std::string_view p : {"{hlo}", "{neff}", "{workdir}", "{key}", "{flags}"})
       if (w.find(p) != std::string::npos) violated("a placeholder survived expansion");
+}
+
+// An S3 server's answer (or what a proxy made of it): an error document, a listing
+// page, a lease record, the dates in headers. Any input gets an answer, the same twice;
+// a lease record read back is the record written.
+inline void s3_answer(std::string_view bytes) {
+  std::string text(bytes);
+  if (detail::s3_error_fields(text) != detail::s3_error_fields(text)) violated("s3_error_fields is not deterministic");
+  auto a = detail::parse_listing(bytes);
+  auto b = detail::parse_listing(bytes);
+  if (a.has_value() != b.has_value()) violated("parse_listing is not deterministic");
+  if (a && (a->listing.objects.size() != b->listing.objects.size() || a->next_token != b->next_token))
+    violated("parse_listing is not deterministic");
+  if (auto lease = detail::parse_lease(bytes)) {
+    auto again = detail::parse_lease(detail::lease_json(*lease));
+    if (!again || again->host != lease->host || again->pid != lease->pid || again->instance != lease->instance ||
+        again->ttl != lease->ttl || again->released != lease->released || again->seq != lease->seq)
+      violated("a lease record does not survive being written and read");
+  }
+  (void)detail::parse_http_date(text);
+  (void)detail::parse_iso8601(text);
 }
 
 }  // namespace neffcache::fuzz

@@ -12,7 +12,7 @@ cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWith
   -DNEFFCACHE_BUILD_TESTS=OFF -DNEFFCACHE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz
 
-for target in hlo neuron_cc_flags compile_flags_json compiler_template; do
+for target in hlo neuron_cc_flags compile_flags_json compiler_template s3_answer; do
   seeds=fuzz/seeds/$target
   [ "$target" = hlo ] && seeds=tests/corpus
   work=build-fuzz/corpus/$target  # what the fuzzer learns; kept between runs

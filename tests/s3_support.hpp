@@ -57,12 +57,11 @@ class S3Env {
              {"HOME", "/nonexistent"}};
     for (auto& [k, v] : extra) vars_[k] = v;
   }
+  // Empty values count as unset.
   neffcache::EnvLookup lookup() const {
-    return [vars = vars_](const char* name) -> std::optional<std::string> {
-      auto it = vars.find(name);
-      if (it == vars.end() || it->second.empty()) return std::nullopt;
-      return it->second;
-    };
+    auto set = vars_;
+    std::erase_if(set, [](const auto& kv) { return kv.second.empty(); });
+    return env_of(std::move(set));
   }
   const std::map<std::string, std::string>& vars() const { return vars_; }
 

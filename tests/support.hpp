@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -24,6 +25,7 @@
 #include <neffcache/detail/fs.hpp>
 #include <neffcache/clock.hpp>
 #include <neffcache/detail/process.hpp>
+#include <neffcache/url.hpp>
 
 namespace test {
 
@@ -117,6 +119,15 @@ inline void check_one_line_error(const ToolRun& r, std::string_view must_contain
   CHECK(r.output.rfind("neffcache: error: ", 0) == 0);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
   CHECK(r.output.find(must_contain) != std::string::npos);
+}
+
+// An environment of exactly `vars`, for the library's EnvLookup seams.
+inline neffcache::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
 }
 
 // Sets an environment variable for the scope (children started meanwhile see it).

@@ -43,6 +43,7 @@ TEST_CASE("the fuzz targets hold on every seed and every input a fuzzer found", 
   replay("neuron_cc_flags", neffcache::fuzz::neuron_cc_flags);
   replay("compile_flags_json", neffcache::fuzz::compile_flags_json);
   replay("compiler_template", neffcache::fuzz::compiler_template);
+  replay("s3_answer", neffcache::fuzz::s3_answer);
 }
 
 TEST_CASE("the flags round trip skips only lists that are not UTF-8", "[fuzz]") {

@@ -16,17 +16,11 @@
 #include "support.hpp"
 
 using namespace neffcache;
+using test::env_of;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 // Bytes that differ at every offset, so a part out of place or a lost chunk shows.
 std::string pattern(std::size_t size) {
@@ -71,6 +65,17 @@ TEST_CASE("the canonical query is sorted and percent-encoded", "[s3]") {
   CHECK(detail::canonical_query({{"uploads", ""}}) == "uploads=");
   CHECK(detail::uri_encode("neuronxcc-2.1/MODULE_1+2/model.neff", true) ==
         "neuronxcc-2.1/MODULE_1%2B2/model.neff");
+}
+
+TEST_CASE("dates in S3 answers are read, and absurd ones are refused", "[s3]") {
+  using std::chrono::system_clock;
+  auto t = detail::parse_http_date("Sun, 22 Nov 2026 20:15:12 GMT");
+  CHECK(system_clock::to_time_t(t) == 1795378512);
+  CHECK(detail::parse_iso8601("2026-11-22T20:15:12.000Z") == t);
+  // Year 2497 would overflow the clock's nanoseconds (found by the s3_answer fuzzer).
+  CHECK(detail::parse_http_date("Sun, 22 Nov 2497 20:16:12 GMT") == system_clock::time_point{});
+  CHECK(detail::parse_iso8601("1969-12-31T23:59:59Z") == system_clock::time_point{});
+  CHECK(detail::parse_http_date("yesterday") == system_clock::time_point{});
 }
 
 TEST_CASE("S3 settings come from the environment as the AWS tools read it", "[s3]") {

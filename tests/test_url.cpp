@@ -4,17 +4,10 @@
 
 #include <neffcache/url.hpp>
 
-using namespace neffcache;
+#include "support.hpp"
 
-namespace {
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
-}  // namespace
+using namespace neffcache;
+using test::env_of;
 
 TEST_CASE("cache URL precedence: --cache_dir, then NEURON_COMPILE_CACHE_URL, then the default", "[url]") {
   auto resolved = [](std::map<std::string, std::string> vars) {

@@ -29,6 +29,7 @@
 #include <ctime>
 #include <memory>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -127,6 +128,14 @@ inline std::string unquote(std::string_view etag) {
   return std::string(etag);
 }
 
+// A UTC calendar time (tm_year counts from 1900) as a time point; zero outside 1970 to
+// 2200, which the clock's nanoseconds could not all hold (year 2497 overflowed them: the
+// fuzzer found it in a Date header).
+inline std::chrono::system_clock::time_point from_utc(std::tm tm) {
+  if (tm.tm_year < 70 || tm.tm_year > 300) return {};
+  return std::chrono::system_clock::from_time_t(::timegm(&tm));
+}
+
 // "2026-11-22T20:00:00.000Z" (ISO 8601, S3 listings) to a time point; zero if unreadable.
 inline std::chrono::system_clock::time_point parse_iso8601(std::string_view s) {
   std::tm tm{};
@@ -135,7 +144,7 @@ inline std::chrono::system_clock::time_point parse_iso8601(std::string_view s) {
     return {};
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
-  return std::chrono::system_clock::from_time_t(::timegm(&tm));
+  return from_utc(tm);
 }
 
 // An HTTP date, "Sun, 22 Nov 2026 20:15:12 GMT" (RFC 7231), to a time point; zero if
@@ -144,7 +153,7 @@ inline std::chrono::system_clock::time_point parse_http_date(const std::string& 
   std::tm tm{};
   const char* end = ::strptime(s.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
   if (!end) return {};
-  return std::chrono::system_clock::from_time_t(::timegm(&tm));
+  return from_utc(tm);
 }
 
 // One HTTP exchange as curl sees it, signed or not.
@@ -366,6 +375,31 @@ inline std::pair<std::string, std::string> s3_error_fields(const std::string& xm
     return e && e->GetText() ? std::string(e->GetText()) : std::string();
   };
   return {text("Code"), text("Message")};
+}
+
+// One page of a ListObjectsV2 answer; nullopt when it is not one.
+struct ListingPage {
+  Listing listing;
+  std::string next_token;  // empty on the last page
+};
+
+inline std::optional<ListingPage> parse_listing(std::string_view xml) {
+  tinyxml2::XMLDocument doc;
+  if (doc.Parse(xml.data(), xml.size()) != tinyxml2::XML_SUCCESS) return std::nullopt;
+  auto* root = doc.FirstChildElement("ListBucketResult");
+  if (!root) return std::nullopt;
+  auto text = [](const tinyxml2::XMLElement* parent, const char* name) {
+    auto* e = parent->FirstChildElement(name);
+    return e && e->GetText() ? std::string(e->GetText()) : std::string();
+  };
+  ListingPage page;
+  for (auto* e = root->FirstChildElement("Contents"); e; e = e->NextSiblingElement("Contents"))
+    page.listing.objects.push_back(ObjectInfo{text(e, "Key"), std::strtoull(text(e, "Size").c_str(), nullptr, 10),
+                                              unquote(text(e, "ETag")), parse_iso8601(text(e, "LastModified"))});
+  for (auto* e = root->FirstChildElement("CommonPrefixes"); e; e = e->NextSiblingElement("CommonPrefixes"))
+    page.listing.prefixes.push_back(text(e, "Prefix"));
+  if (text(root, "IsTruncated") == "true") page.next_token = text(root, "NextContinuationToken");
+  return page;
 }
 
 // Reads an INI file section ("[name]") as key = value pairs. Comments (# ;) and
@@ -682,22 +716,12 @@ class S3Client {
       if (!token.empty()) q.emplace_back("continuation-token", token);
       auto r = request({.method = "GET", .query = std::move(q)});
       if (!r) return r.error();
-      tinyxml2::XMLDocument doc;
-      auto* root = doc.Parse(r->body.data(), r->body.size()) == tinyxml2::XML_SUCCESS
-                       ? doc.FirstChildElement("ListBucketResult")
-                       : nullptr;
-      if (!root) return Error{Errc::io, fmt::format("{}: unreadable listing", describe(prefix))};
-      auto text = [](const tinyxml2::XMLElement* parent, const char* name) {
-        auto* e = parent->FirstChildElement(name);
-        return e && e->GetText() ? std::string(e->GetText()) : std::string();
-      };
-      for (auto* e = root->FirstChildElement("Contents"); e; e = e->NextSiblingElement("Contents"))
-        out.objects.push_back(ObjectInfo{text(e, "Key"), std::strtoull(text(e, "Size").c_str(), nullptr, 10),
-                                         detail::unquote(text(e, "ETag")), detail::parse_iso8601(text(e, "LastModified"))});
-      for (auto* e = root->FirstChildElement("CommonPrefixes"); e; e = e->NextSiblingElement("CommonPrefixes"))
-        out.prefixes.push_back(text(e, "Prefix"));
-      token = text(root, "NextContinuationToken");
-      if (text(root, "IsTruncated") != "true" || token.empty()) return out;
+      auto page = detail::parse_listing(r->body);
+      if (!page) return Error{Errc::io, fmt::format("{}: unreadable listing", describe(prefix))};
+      std::move(page->listing.objects.begin(), page->listing.objects.end(), std::back_inserter(out.objects));
+      std::move(page->listing.prefixes.begin(), page->listing.prefixes.end(), std::back_inserter(out.prefixes));
+      token = std::move(page->next_token);
+      if (token.empty()) return out;
     }
   }
 
