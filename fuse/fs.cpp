@@ -169,9 +169,12 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
   max_open_ = std::max<std::size_t>(64, static_cast<std::size_t>(std::min<rlim_t>(rl.rlim_cur, 1 << 21) / 2));
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
+  reap_wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+void Filesystem::start() {
   scheduler_ = std::make_unique<Scheduler>(opts_.scheduler);
   prep_thread_ = std::thread([this] { prepare_loop(); });
-  reap_wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reap_thread_ = std::thread([this] { reap_loop(); });
   if (opts_.wait_timeout.count() > 0) deadline_thread_ = std::thread([this] { deadline_loop(); });
 }
@@ -205,7 +208,7 @@ void Filesystem::shutdown() {
   for (auto& item : prep_queue_)
     if (item.waiter) answer(item.waiter, nullptr, EIO);
   prep_queue_.clear();
-  scheduler_->shutdown();
+  if (scheduler_) scheduler_->shutdown();
   {
     // Lock waits end with EINTR while the session can still carry the replies.
     std::unique_lock lk(lock_waiters_.mu);

@@ -71,6 +71,9 @@ class Filesystem {
   // The operation table to hand to fuse_session_new; userdata must be this object.
   static const fuse_lowlevel_ops& ops();
   void set_session(fuse_session* se) { session_ = se; }
+  // Starts the threads (compile workers, prepare, reap, deadline). After daemonizing:
+  // the fork keeps only the thread that calls it.
+  void start();
   // Drops queued work, stops running compiles, answers every waiter.
   void shutdown();
 
