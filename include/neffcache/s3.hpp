@@ -800,7 +800,6 @@ class S3Client {
                                   host, path, query.empty() ? "" : "?", query);
     std::string payload_hash = c.body_fd >= 0 ? std::string(detail::k_unsigned_payload) : detail::sha256_hex(c.body);
     std::mt19937_64 rng(std::random_device{}());
-    std::string last_problem;
     for (int attempt = 0;; ++attempt) {
       if (attempt > 0) {
         retries_.fetch_add(1);
@@ -830,7 +829,6 @@ class S3Client {
       auto outcome = pool_.perform(call);
       bool last = attempt + 1 >= settings_.max_attempts;
       if (auto* t = std::get_if<detail::TransportError>(&outcome)) {
-        last_problem = t->text;
         if (detail::retryable(t->code) && !last) continue;
         return Error{t->code == CURLE_OPERATION_TIMEDOUT ? Errc::timed_out : Errc::io,
                      fmt::format("{} {}: {}{}", c.method, describe(c.key), t->text,
@@ -842,11 +840,12 @@ class S3Client {
       bool transient = reply.status >= 500 || reply.status == 429 || code == "SlowDown" ||
                        code == "RequestTimeout" || code == "InternalError";
       if (transient && !last) continue;
-      return status_error(c, reply.status, code, message, attempt + 1);
+      return status_error(c, reply.status, code, message, attempt + 1, creds->source);
     }
   }
 
-  Error status_error(const Call& c, long status, const std::string& code, const std::string& message, int tries) const {
+  Error status_error(const Call& c, long status, const std::string& code, const std::string& message, int tries,
+                     const std::string& source) const {
     std::string what = fmt::format("{} {}", c.method, describe(c.key));
     std::string said = code.empty() ? fmt::format("HTTP {}", status)
                                     : fmt::format("HTTP {} {}{}{}", status, code, message.empty() ? "" : ": ", message);
@@ -855,7 +854,7 @@ class S3Client {
         code == "ExpiredToken" || code == "InvalidToken" || status == 403)
       return Error{Errc::denied, fmt::format("{}: the server refused our credentials ({}, {}); check the "
                                              "access key and secret key",
-                                             what, creds_.source, said)};
+                                             what, source, said)};
     if (status == 404) return Error{Errc::not_found, fmt::format("{}: not found ({})", what, said)};
     if (status == 412) return Error{Errc::precondition_failed, fmt::format("{}: precondition failed ({})", what, said)};
     return Error{Errc::io, fmt::format("{}: {}{}", what, said, after)};

@@ -100,6 +100,25 @@ inline Result<std::vector<EntryInfo>> list_s3_entries(S3Client& s3, const std::s
   return out;
 }
 
+namespace detail {
+
+// The names of an entry's objects now.
+inline Result<std::vector<std::string>> s3_entry_names(S3Client& s3, const std::string& base) {
+  auto l = s3.list(base + "/", "/");
+  if (!l) return l.error();
+  std::vector<std::string> out;
+  for (const auto& o : l->objects) out.push_back(o.key.substr(base.size() + 1));
+  return out;
+}
+
+inline EntryFiles files_named(const std::vector<std::string>& names) {
+  EntryFiles f;
+  for (const auto& n : names) f.note(n);
+  return f;
+}
+
+}  // namespace detail
+
 struct S3CompileOptions {
   std::chrono::seconds lease_ttl = k_default_lease_ttl;
   std::string host = {};  // names us in the lease (default: this machine's name)
@@ -117,11 +136,9 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
   };
   const std::string base = s3_key(prefix, rel);
   auto files_now = [&]() -> Result<EntryFiles> {
-    auto l = s3.list(base + "/", "/");
-    if (!l) return l.error();
-    EntryFiles f;
-    for (const auto& obj : l->objects) f.note(std::string_view(obj.key).substr(base.size() + 1));
-    return f;
+    auto names = detail::s3_entry_names(s3, base);
+    if (!names) return names.error();
+    return detail::files_named(*names);
   };
   auto files = files_now();
   if (!files) return transient(files.error().message);
@@ -215,15 +232,6 @@ inline Result<bool> store_s3_graph(S3Client& s3, const std::string& prefix, cons
 
 namespace detail {
 
-// The names of an entry's objects now.
-inline Result<std::vector<std::string>> s3_entry_names(S3Client& s3, const std::string& base) {
-  auto l = s3.list(base + "/", "/");
-  if (!l) return l.error();
-  std::vector<std::string> out;
-  for (const auto& o : l->objects) out.push_back(o.key.substr(base.size() + 1));
-  return out;
-}
-
 // Runs change(names) under the entry's lease, with the names of its objects as they are
 // once the lease is ours, then deletes the lease: we hold it, so no one else does, and
 // the entry is left as it was before anyone locked it.
@@ -232,8 +240,7 @@ Result<void> with_s3_lease(S3Client& s3, const std::string& prefix, const std::s
   const std::string base = s3_key(prefix, rel);
   auto names = s3_entry_names(s3, base);
   if (!names) return names.error();
-  EntryFiles files;
-  for (const auto& n : *names) files.note(n);
+  EntryFiles files = files_named(*names);
   const std::string lock_key = fmt::format("{}/{}", base, files.lock_name());
   auto lease = S3Lease::acquire(s3, lock_key, k_default_lease_ttl);
   if (!lease) return lease.error();
@@ -257,9 +264,7 @@ inline Result<void> remove_s3_objects(S3Client& s3, const std::string& base, con
 inline Result<bool> clear_s3_failure(S3Client& s3, const std::string& prefix, const std::string& rel) {
   bool cleared = false;
   auto r = detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>& names) -> Result<void> {
-    EntryFiles f;
-    for (const auto& n : names) f.note(n);
-    if (!f.failed()) return {};
+    if (!detail::files_named(names).failed()) return {};
     cleared = true;
     return detail::remove_s3_objects(s3, s3_key(prefix, rel), {std::string(k_log_file)});
   });

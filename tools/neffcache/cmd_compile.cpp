@@ -162,14 +162,10 @@ static int run_compile_s3(const CompileOptions& opts, const S3Target& target, co
   std::vector<std::string> rels;
   if (!opts.entries.empty()) {
     // Named by their path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
-    for (auto rel : opts.entries) {
-      while (!rel.empty() && rel.back() == '/') rel.pop_back();
-      auto slash = rel.find('/');
-      if (!rel.starts_with(k_compiler_dir_prefix) || slash == std::string::npos ||
-          !std::string_view(rel).substr(slash + 1).starts_with(k_module_dir_prefix) ||
-          rel.find('/', slash + 1) != std::string::npos)
-        return report(fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", rel, target.url.text));
-      rels.push_back(rel);
+    for (const auto& arg : opts.entries) {
+      auto rel = s3_entry_path(arg, target.url);
+      if (!rel) return report(rel.error());
+      rels.push_back(*rel);
     }
   } else {
     auto entries = list_s3_entries(*target.s3, target.url.prefix);

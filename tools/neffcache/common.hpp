@@ -65,6 +65,18 @@ struct S3Target {
   std::string entry_url(const std::string& rel) const { return fmt::format("s3://{}/{}", url.bucket, s3_key(url.prefix, rel)); }
 };
 
+// An entry of an S3 cache named on the command line by its path in the cache,
+// neuronxcc-*/MODULE_* (a trailing '/' is fine); anything else is an error.
+inline Result<std::string> s3_entry_path(std::string arg, const CacheUrl& url) {
+  while (!arg.empty() && arg.back() == '/') arg.pop_back();
+  auto slash = arg.find('/');
+  if (!arg.starts_with(k_compiler_dir_prefix) || slash == std::string::npos ||
+      !std::string_view(arg).substr(slash + 1).starts_with(k_module_dir_prefix) ||
+      arg.find('/', slash + 1) != std::string::npos)
+    return Error{Errc::invalid_argument, fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, url.text)};
+  return arg;
+}
+
 // The cache `given` names (else the Neuron precedence) when it is an s3:// cache, with
 // a client; nullopt for a directory cache.
 inline Result<std::optional<S3Target>> s3_target(const std::string& given) {
@@ -221,14 +233,7 @@ class MaintainedCache {
       if (!e) return e.error();
       return e->backing.substr(dirs_->backing.size() + 1);
     }
-    while (!arg.empty() && arg.back() == '/') arg.pop_back();
-    auto slash = arg.find('/');
-    if (!arg.starts_with(k_compiler_dir_prefix) || slash == std::string::npos ||
-        !std::string_view(arg).substr(slash + 1).starts_with(k_module_dir_prefix) ||
-        arg.find('/', slash + 1) != std::string::npos)
-      return Error{Errc::invalid_argument,
-                   fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, s3_->url.text)};
-    return arg;
+    return s3_entry_path(std::move(arg), s3_->url);
   }
 
   Result<bool> clear_failure(const std::string& rel) const {
