@@ -32,8 +32,7 @@ namespace fs = std::filesystem;
 using namespace neffcache;
 using Clock = std::chrono::steady_clock;
 
-constexpr int k_graphs = 34;
-constexpr double k_fastest = 9.8, k_slowest = 225;  // seconds, Llama-3-70B on trn1
+constexpr int k_graphs = bench::k_workload_graphs;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -52,11 +51,7 @@ double lower_bound(const std::vector<double>& times, int jobs) {
 // A fresh cache holding the workload; returns its entry folders.
 std::vector<std::string> make_cache(const fs::path& root, double scale, double rate) {
   std::vector<std::string> entries;
-  for (int k = 0; k < k_graphs; ++k) {
-    const double seconds = k_fastest * std::pow(k_slowest / k_fastest, k / double(k_graphs - 1)) * scale;
-    // A chain of c constants and c - 1 adds: 2c - 1 instructions.
-    const auto constants = static_cast<std::size_t>(std::max(1.0, (seconds * rate + 1) / 2));
-    const std::string hlo = bench::synthesize_module(constants * 512, 512);
+  for (const std::string& hlo : bench::llama_workload(scale, rate)) {
     auto key = entry_key(hlo, {}, "2.21.0").value();
     auto entry = make_entry_folder(root.string(), key).value();
     (void)store_graph(entry, hlo, {}).value();

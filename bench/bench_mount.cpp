@@ -12,8 +12,14 @@
 //   overlap a trial run extracting --overlap-graphs graphs over time, then compiling them:
 //           neuron_parallel_compile and the mount against collect-then-compile
 //   waiting daemon memory and threads while --waiting-readers opens wait for compiles
+//   s3fetch with an s3:// cache: the first open of a done --s3-neff-mib MiB NEFF (fetched
+//           into the local tier) against a plain GET of the object into a file; later
+//           opens against reads of the local tier's file
+//   s3pair  the 34-graph workload read through two daemons on one bucket against one
+//           daemon: makespan, and compiles (each graph once)
 //
-// `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches).
+// `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches). The S3
+// benchmarks need `--s3-env FILE`, the s3.env of a server (tests/s3/radosgw.sh start DIR).
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -41,6 +47,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <neffcache/s3.hpp>
 
 #include "synth.hpp"
 
@@ -158,16 +166,20 @@ fs::path make_pending_entry(const fs::path& root, const std::string& name, const
 // neffcachefs over `backing` at `mnt`, for the scope of a benchmark.
 class Mount {
  public:
-  Mount(const fs::path& backing, const fs::path& mnt, const std::vector<std::string>& env_extra) : mnt_(mnt) {
+  // `backing`: a folder, or an s3:// URL (with --local-cache in `daemon_args`).
+  Mount(const std::string& backing, const fs::path& mnt, const std::vector<std::string>& env_extra,
+        const std::vector<std::string>& daemon_args = {"-j", "2"})
+      : mnt_(mnt) {
     fs::create_directories(mnt);
-    fs::create_directories(backing);
+    if (!backing.starts_with("s3://")) fs::create_directories(backing);
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
     env.insert(env.end(), env_extra.begin(), env_extra.end());
-    std::vector<std::string> args{NEFFCACHE_DAEMON, "--foreground", "-j", "2", "--compiler",
+    std::vector<std::string> args{NEFFCACHE_DAEMON, "--foreground", "--compiler",
                                   std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 "
-                                                                         "{hlo} --output {neff} {flags}",
-                                  backing.string(), mnt.string()};
+                                                                         "{hlo} --output {neff} {flags}"};
+    args.insert(args.end(), daemon_args.begin(), daemon_args.end());
+    args.insert(args.end(), {backing, mnt.string()});
     std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -236,6 +248,10 @@ struct Options {
   int overlap_graphs = 16, waiting_readers = 1000;
   double overlap_compile_seconds = 0.5;
   std::string only, dir;
+  std::string s3_env;  // the server's s3.env (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY)
+  uint64_t s3_neff_mib = 1024;
+  int pair_jobs = 4;
+  double pair_scale = 0.05, pair_rate = 1000;
 };
 
 // 1. A finished NEFF read whole, warm and cold.
@@ -617,13 +633,181 @@ std::vector<Row> bench_waiting(const Options& o, const fs::path& work) {
           Row::once(fmt::format("daemon descriptors with {} readers waiting", waiting), "count", fds)};
 }
 
+// The S3 server of --s3-env, as the environment a daemon or client needs.
+std::vector<std::string> s3_environment(const Options& o) {
+  if (o.s3_env.empty()) throw std::runtime_error("needs --s3-env FILE (tests/s3/radosgw.sh start DIR writes DIR/s3.env)");
+  std::map<std::string, std::string> vars;
+  std::ifstream in(o.s3_env);
+  for (std::string line; std::getline(in, line);)
+    if (auto eq = line.find('='); eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
+  if (!vars.contains("S3_ENDPOINT")) throw std::runtime_error(fmt::format("{}: no S3_ENDPOINT", o.s3_env));
+  return {"AWS_ENDPOINT_URL=" + vars["S3_ENDPOINT"], "AWS_ACCESS_KEY_ID=" + vars["S3_ACCESS_KEY"],
+          "AWS_SECRET_ACCESS_KEY=" + vars["S3_SECRET_KEY"], "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"};
+}
+
+// A new bucket on that server and a client for it.
+std::unique_ptr<neffcache::S3Client> s3_bucket(const std::vector<std::string>& env, const std::string& name) {
+  std::map<std::string, std::string> vars;
+  for (const auto& e : env) vars[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  auto lookup = [vars](const char* k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  auto client = neffcache::S3Client::open(neffcache::parse_cache_url("s3://" + name).value(), lookup);
+  if (!client) throw std::runtime_error(client.error().message);
+  if (auto made = (*client)->create_bucket(); !made) throw std::runtime_error(made.error().message);
+  return std::move(*client);
+}
+
+template <class T>
+T need(neffcache::Result<T> r) {
+  if (!r) throw std::runtime_error(r.error().message);
+  return std::move(*r);
+}
+
+// 8. A done NEFF on S3: first open through a mount (fetched into its local tier) against
+// a plain GET of the object into a file; then opens served from the tier against reads
+// of the tier's file itself, warm.
+std::vector<Row> bench_s3fetch(const Options& o, const fs::path& work) {
+  auto env = s3_environment(o);
+  auto s3 = s3_bucket(env, fmt::format("bench-fetch-{}", ::getpid()));
+  const std::string rel = "neuronxcc-2.21.0/MODULE_fetch+0";
+  note(fmt::format("s3fetch: uploading a {} MiB NEFF", o.s3_neff_mib));
+  write_blob(work / "blob", o.s3_neff_mib << 20);
+  need(s3->upload(rel + "/model.neff", (work / "blob").string()));
+  fs::remove(work / "blob");
+  need(s3->put(rel + "/model.hlo_module.pb", neffcache::bench::synthesize_module(1 << 10, 512)));
+  need(s3->put(rel + "/model.done", ""));
+  const double gib = static_cast<double>(o.s3_neff_mib) / 1024.0;
+  Row first(fmt::format("s3: first open of a done {} MiB NEFF through the mount / plain GET into a file, time",
+                        o.s3_neff_mib), "ratio", "<= 1.5", [](double m) { return m <= 1.5; });
+  Row get_rate(fmt::format("s3: plain GET of the {} MiB NEFF into a file", o.s3_neff_mib), "GiB/s");
+  Row opened("s3: first open of it through the mount, until open returns (the fetch)", "s");
+  Row later(fmt::format("s3: later opens of it, warm: mount / native read of the local tier, throughput"), "ratio",
+            ">= 0.95", [](double m) { return m >= 0.95; });
+  for (int r = 0; r < o.reps; ++r) {
+    double get_s = 0, mount_s = 0;
+    auto plain = [&] {
+      auto t0 = Clock::now();
+      need(s3->download(rel + "/model.neff", (work / "got").string()));
+      get_s = since(t0);
+      fs::remove(work / "got");
+    };
+    const fs::path tier = work / fmt::format("tier{}", r);
+    {
+      Mount m(fmt::format("s3://{}", s3->bucket()), work / "s3mnt", env,
+              {"-j", "2", "--local-cache", tier.string()});
+      if (r % 2 == 0) plain();
+      auto t0 = Clock::now();
+      const fs::path neff = work / "s3mnt" / rel / "model.neff";
+      int fd = ::open(neff.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw std::runtime_error(fmt::format("open {}: {}", neff.string(), std::strerror(errno)));
+      opened.samples.push_back(since(t0));
+      std::vector<char> buf(1 << 20);
+      uint64_t total = 0;
+      for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) total += static_cast<uint64_t>(n);
+      ::close(fd);
+      mount_s = since(t0);
+      if (total != o.s3_neff_mib << 20) throw std::runtime_error("short read");
+      if (r % 2 == 1) plain();
+      // Both warm, as after any earlier read: the mount's pages of the file and the tier's.
+      read_whole(neff);
+      read_whole(tier / rel / "model.neff");
+      double native = 0, mounted = 0;
+      for (bool through_mount : {r % 2 == 0, r % 2 == 1}) {
+        auto t1 = Clock::now();
+        read_whole(through_mount ? work / "s3mnt" / rel / "model.neff" : tier / rel / "model.neff");
+        (through_mount ? mounted : native) = since(t1);
+      }
+      later.samples.push_back(native / mounted);
+    }
+    fs::remove_all(tier);
+    first.samples.push_back(mount_s / get_s);
+    get_rate.samples.push_back(gib / get_s);
+  }
+  return {first, get_rate, opened, later};
+}
+
+// 9. The 34-graph workload through one daemon, then through two on one bucket, every
+// daemon asked for every graph (as every host of a training job is): makespans side by
+// side, and compiles counted (each graph once across the daemons).
+std::vector<Row> bench_s3pair(const Options& o, const fs::path& work) {
+  auto env = s3_environment(o);
+  note(fmt::format("s3pair: synthesizing {} graphs", neffcache::bench::k_workload_graphs));
+  auto graphs = neffcache::bench::llama_workload(o.pair_scale, o.pair_rate);
+  env.insert(env.end(), {fmt::format("NEFFCACHE_FAKE_RATE={}", o.pair_rate), "NEFFCACHE_FAKE_IDLE=1"});
+  Row ratio(fmt::format("s3: makespan of 34 graphs read through 2 daemons on one bucket / 1 daemon, {} compiles each",
+                        o.pair_jobs), "ratio", "<= 0.6", [](double m) { return m <= 0.6; });
+  Row one("s3: makespan of 34 graphs through 1 daemon", "s");
+  Row extra("s3: graphs compiled more than once, 2 daemons", "count", "0", [](double m) { return m == 0; });
+  int run = 0;
+  auto makespan = [&](int daemons) {
+    auto s3 = s3_bucket(env, fmt::format("bench-pair-{}-{}", ::getpid(), run));
+    std::vector<std::string> rels;
+    for (std::size_t i = 0; i < graphs.size(); ++i) {
+      rels.push_back(fmt::format("neuronxcc-2.21.0/MODULE_{}+pair", i));
+      need(s3->put(rels.back() + "/model.hlo_module.pb", graphs[i]));
+    }
+    const fs::path log = work / fmt::format("pair{}.log", run);
+    auto daemon_env = env;
+    daemon_env.push_back("NEFFCACHE_FAKE_LOG=" + log.string());
+    std::vector<std::unique_ptr<Mount>> mounts;
+    for (int d = 0; d < daemons; ++d)
+      mounts.push_back(std::make_unique<Mount>(
+          fmt::format("s3://{}", s3->bucket()), work / fmt::format("pair{}-mnt{}", run, d), daemon_env,
+          std::vector<std::string>{"-j", std::to_string(o.pair_jobs), "--local-cache",
+                                   (work / fmt::format("pair{}-tier{}", run, d)).string()}));
+    std::atomic<int> failures{0};
+    auto t0 = Clock::now();
+    std::vector<std::thread> readers;
+    for (int d = 0; d < daemons; ++d)
+      for (const auto& rel : rels)
+        readers.emplace_back([&, d, rel] {
+          try {
+            read_whole(work / fmt::format("pair{}-mnt{}", run, d) / rel / "model.neff");
+          } catch (const std::exception&) {
+            ++failures;
+          }
+        });
+    for (auto& t : readers) t.join();
+    double seconds = since(t0);
+    mounts.clear();
+    if (failures) throw std::runtime_error(fmt::format("s3pair: {} reads failed", failures.load()));
+    std::map<std::string, int> compiles;
+    std::ifstream in(log);
+    for (std::string pid, uid, input; in >> pid >> uid >> input;) {
+      auto at = input.find("MODULE_");
+      ++compiles[input.substr(at, input.find('/', at) - at)];
+    }
+    int twice = 0;
+    for (const auto& [g, n] : compiles) twice += n - 1;
+    if (compiles.size() != graphs.size()) throw std::runtime_error(fmt::format("s3pair: {} graphs compiled", compiles.size()));
+    ++run;
+    return std::pair{seconds, twice};
+  };
+  for (int r = 0; r < o.reps; ++r) {
+    double single = 0, pair = 0;
+    int twice = 0;
+    for (int daemons : r % 2 == 0 ? std::vector{1, 2} : std::vector{2, 1}) {
+      auto [seconds, n] = makespan(daemons);
+      (daemons == 1 ? single : pair) = seconds;
+      if (daemons == 2) twice = n;
+    }
+    ratio.samples.push_back(pair / single);
+    one.samples.push_back(single);
+    extra.samples.push_back(twice);
+  }
+  return {ratio, one, extra};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
-  app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting"}));
+  app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting",
+                                                                           "s3fetch", "s3pair"}));
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
   app.add_option("--hit-mib", o.hit_mib, "size of the NEFF of the hit benchmark")->capture_default_str();
   app.add_option("--small-mib", o.small_mib, "size of the NEFF of the small-hit benchmark")->capture_default_str();
@@ -638,6 +822,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--waiting-readers", o.waiting_readers, "readers waiting at once for the footprint figure")
       ->capture_default_str();
+  app.add_option("--s3-env", o.s3_env, "the S3 server's s3.env, for s3fetch and s3pair (skipped without it)");
+  app.add_option("--s3-neff-mib", o.s3_neff_mib, "size of the NEFF of s3fetch")->capture_default_str();
+  app.add_option("--pair-jobs", o.pair_jobs, "compiles at once per daemon in s3pair")->capture_default_str();
+  app.add_option("--pair-scale", o.pair_scale, "fraction of the real compile times in s3pair")->capture_default_str();
+  app.add_option("--pair-rate", o.pair_rate, "fake-neuronx-cc instructions per second in s3pair")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.reps < 1) return fmt::print(stderr, "bench_mount: --reps must be at least 1\n"), 2;
 
@@ -651,8 +840,13 @@ int main(int argc, char** argv) {
   using Bench = std::vector<Row> (*)(const Options&, const fs::path&);
   for (auto [name, run] : std::vector<std::pair<std::string, Bench>>{
            {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup},
-           {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting}}) {
+           {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting},
+           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}}) {
     if (!o.only.empty() && o.only != name) continue;
+    if (name.starts_with("s3") && o.s3_env.empty() && o.only.empty()) {
+      note(fmt::format("{}: skipped (no --s3-env)", name));
+      continue;
+    }
     try {
       print_rows(run(o, work));
     } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the benchmarks and runs the whole suite: key derivation (bench_keys), the batch
 # makespan (bench_makespan), then the mount against direct reads of its backing
-# directory (bench_mount). Prints the machine,
+# directory, and over an S3 cache (bench_mount, with a radosgw started for it on
+# 127.0.0.1 and stopped after). Prints the machine,
 # the date and the markdown tables that the README's Performance section shows.
 # Arguments are passed to bench_mount (e.g. --reps 3, --only hit, --hit-mib 256).
 set -euo pipefail
@@ -14,4 +15,7 @@ build/bench/bench_keys
 echo
 build/bench/bench_makespan
 echo
-build/bench/bench_mount "$@"
+rgw=/var/tmp/neffcache-bench-rgw
+bash tests/s3/radosgw.sh start "$rgw" >/dev/null
+trap 'bash tests/s3/radosgw.sh stop "$rgw" >/dev/null' EXIT
+build/bench/bench_mount --s3-env "$rgw/s3.env" "$@"

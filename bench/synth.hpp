@@ -2,9 +2,12 @@
 // as a benchmark needs, where the corpus has no such graph.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <google/protobuf/io/coded_stream.h>
@@ -75,5 +78,22 @@ inline std::string synthesize_module(std::size_t total_bytes, std::size_t litera
   return message([&](auto& o) { field(o, 1, "synthetic"), field(o, 3, computation); });
 }
 
+// The 34-graph Llama-3-70B pre-compile of the Neuron notes, scaled. The notes give its
+// range (9.8 s to 225 s per graph on trn1), not its 34 figures: the graphs spread
+// geometrically over that range, each a synthesized module whose instruction count
+// makes fake-neuronx-cc (at `rate` instructions per second) take `scale` of its time.
+inline constexpr int k_workload_graphs = 34;
+
+inline std::vector<std::string> llama_workload(double scale, double rate) {
+  constexpr double fastest = 9.8, slowest = 225;
+  std::vector<std::string> graphs;
+  for (int k = 0; k < k_workload_graphs; ++k) {
+    const double seconds = fastest * std::pow(slowest / fastest, k / double(k_workload_graphs - 1)) * scale;
+    // A chain of c constants and c - 1 adds: 2c - 1 instructions.
+    const auto constants = static_cast<std::size_t>(std::max(1.0, (seconds * rate + 1) / 2));
+    graphs.push_back(synthesize_module(constants * 512, 512));
+  }
+  return graphs;
+}
 
 }  // namespace neffcache::bench

@@ -53,6 +53,8 @@ static_assert(sizeof(fuse_ino_t) >= sizeof(void*), "inode numbers carry pointers
 // ESTALE, so the kernel looks it up again.
 constexpr double k_timeout = 1.0;
 constexpr double k_immutable_timeout = 86400.0;
+// With an S3 cache: scheduler workers beyond the compile slots, for fetches.
+constexpr int k_fetch_lanes = 4;
 
 // An open O_PATH descriptor, closed when its last user lets go of it.
 struct Filesystem::PathFd {
@@ -173,7 +175,14 @@ Filesystem::Filesystem(Options opts) : opts_(std::move(opts)) {
 }
 
 void Filesystem::start() {
-  scheduler_ = std::make_unique<Scheduler>(opts_.scheduler);
+  Scheduler::Options so = opts_.scheduler;
+  if (opts_.tier) {
+    // Compiles take the tier's slots (as many as --jobs); the extra workers fetch done
+    // entries and wait on other hosts' leases meanwhile.
+    so.jobs += k_fetch_lanes;
+    so.compile = [tier = opts_.tier](const std::string& entry, const CompileSettings& s) { return tier->settle(entry, s); };
+  }
+  scheduler_ = std::make_unique<Scheduler>(so);
   prep_thread_ = std::thread([this] { prepare_loop(); });
   reap_thread_ = std::thread([this] { reap_loop(); });
   if (opts_.wait_timeout.count() > 0) deadline_thread_ = std::thread([this] { deadline_loop(); });
@@ -477,6 +486,10 @@ std::string Filesystem::stats_json() const {
       // lists the model.neff it will produce.
       {"backing", opts_.backing},
   };
+  if (opts_.tier) {
+    j["s3"] = opts_.tier->stats();
+    j["s3"]["url"] = opts_.s3_url;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -534,8 +547,14 @@ int Filesystem::lookup_entry(Inode& parent, const char* name, fuse_entry_param& 
   PathRef dir = path_fd(parent, err);
   if (!dir) return err;
   int fd = ::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int open_errno = errno;
+  // Not here yet: the S3 cache may have it.
+  if (fd < 0 && open_errno == ENOENT && opts_.tier && opts_.tier->fill(path_of_fd(dir->fd), name)) {
+    fd = ::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    open_errno = errno;
+  }
   if (fd < 0) {
-    err = gone_or(errno, dir->fd);
+    err = gone_or(open_errno, dir->fd);
     if (err == ENOENT && is_product_name(name) && is_entry_dir(dir->fd)) {
       // A placeholder for what a compile will produce.
       Inode* p;
@@ -840,7 +859,10 @@ void Filesystem::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     bool reading = (fi->flags & O_ACCMODE) == O_RDONLY;
     fi->keep_cache = reading && i.finished;
     fi->noflush = reading && i.finished;
-    if (reading && i.finished_neff) ++counters_.hits;
+    if (reading && i.finished_neff) {
+      ++counters_.hits;
+      if (opts_.tier) opts_.tier->opened(std::filesystem::path(path_of_fd(pfd->fd)).parent_path().string());
+    }
     return (void)fuse_reply_open(req, fi);
   }
   ++counters_.misses;
@@ -913,11 +935,12 @@ void Filesystem::answer(const std::shared_ptr<Waiter>& w, const CompileResult* r
   }
 }
 
-void Filesystem::request_compile(const std::string& entry_dir, Priority prio, std::shared_ptr<Waiter> waiter) {
+void Filesystem::request_compile(const std::string& entry_dir, Priority prio, std::shared_ptr<Waiter> waiter,
+                                 bool upload_only) {
   {
     std::lock_guard lk(prep_mu_);
     if (!prep_stop_) {
-      prep_queue_.push_back({entry_dir, prio, std::move(waiter)});
+      prep_queue_.push_back({entry_dir, prio, std::move(waiter), upload_only});
       prep_cv_.notify_one();
       return;
     }
@@ -933,7 +956,15 @@ void Filesystem::prepare_loop() {
     PrepareItem item = std::move(prep_queue_.front());
     prep_queue_.pop_front();
     lk.unlock();
+    if (item.upload_only) {
+      if (auto up = opts_.tier->upload_inputs(item.entry_dir); !up)
+        fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item.entry_dir, up.error().message);
+      lk.lock();
+      continue;
+    }
     JobSpec spec = prepare_job(item.entry_dir, opts_.default_flags);
+    // Each S3 entry publishes its own NEFF: no copies between equal graphs.
+    if (opts_.tier) spec.dedup_key.clear();
     auto w = item.waiter;
     scheduler_->submit(spec, item.prio, [this, w, entry = spec.entry_dir](const CompileResult& r) {
       if (w) answer(w, &r, 0);
@@ -1046,17 +1077,21 @@ void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     std::lock_guard lk(cut_writes_mu_);
     cut = cut_writes_.erase(fi->fh) > 0;
   }
-  if (opts_.eager && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder && !cut)
+  if ((opts_.eager || opts_.tier) && (fi->flags & O_ACCMODE) != O_RDONLY && !inode(ino).placeholder && !cut)
     path = path_of(inode(ino));
   ::close(static_cast<int>(fi->fh));
   fuse_reply_err(req, 0);
   // A client finished writing an HLO into an entry: compile it now, in the background.
   // (Not if the writer was killed: the file may be cut short, and its compile could record
-  // a failure, or publish the NEFF of half a graph, under the whole graph's key.)
+  // a failure, or publish the NEFF of half a graph, under the whole graph's key.) With an
+  // S3 cache the compile uploads the inputs first; without a compile they go up alone.
   if (!path.empty()) {
     std::filesystem::path p(path);
-    if (is_hlo_name(p.filename().string()) && p.parent_path().filename().string().starts_with(k_module_dir_prefix))
-      request_compile(p.parent_path().string(), Priority::background, nullptr);
+    const std::string name = p.filename().string();
+    if (!p.parent_path().filename().string().starts_with(k_module_dir_prefix)) return;
+    if (opts_.eager && is_hlo_name(name)) request_compile(p.parent_path().string(), Priority::background, nullptr);
+    else if (opts_.tier && (is_hlo_name(name) || name == k_compile_flags_file))
+      request_compile(p.parent_path().string(), Priority::background, nullptr, true);
   }
 }
 
@@ -1085,6 +1120,7 @@ std::shared_ptr<const Filesystem::Listing> Filesystem::list(Inode& i, int& err) 
   if (!dir) return nullptr;
   struct stat st {};
   if (::fstat(dir->fd, &st) == 0 && st.st_nlink == 0) return err = ESTALE, nullptr;  // removed meanwhile
+  if (opts_.tier) opts_.tier->fill_listing(path_of_fd(dir->fd));
   int fd = ::openat(dir->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return err = errno, nullptr;
   DIR* d = ::fdopendir(fd);
@@ -1092,6 +1128,9 @@ std::shared_ptr<const Filesystem::Listing> Filesystem::list(Inode& i, int& err) 
   auto h = std::make_shared<Listing>();
   EntryFiles files;
   while (dirent* e = ::readdir(d)) {
+    // The root's .neffcache is the mount's own (stats.json); a backing folder of that
+    // name (an S3 tier's staging) is not shown.
+    if (&i == root_.get() && std::strcmp(e->d_name, k_stats_dir) == 0) continue;
     h->push_back({e->d_name, e->d_ino, e->d_type});
     files.note(e->d_name);
   }

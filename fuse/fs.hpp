@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include <neffcache/s3_tier.hpp>
 #include <neffcache/scheduler.hpp>
 
 namespace neffcachefs {
@@ -33,6 +34,10 @@ struct LockWaiters {
 
 struct Options {
   std::string backing;          // absolute path of the backing directory
+  // A cache in S3: `backing` is its local tier, filled from S3 as names are asked for,
+  // and compiles and fetches go through it (s3_tier.hpp).
+  std::shared_ptr<neffcache::S3Tier> tier;
+  std::string s3_url;
   neffcache::Scheduler::Options scheduler;
   bool eager = true;            // compile an HLO as soon as it is written through the mount
   bool retry_failed = false;    // failed entries compile again when opened
@@ -148,7 +153,7 @@ class Filesystem {
   std::string name_of(Inode& i);
   void eio(EioSite site, const std::string& what);
   void request_compile(const std::string& entry_dir, neffcache::Priority prio,
-                       std::shared_ptr<Waiter> waiter);
+                       std::shared_ptr<Waiter> waiter, bool upload_only = false);
   void prepare_loop();
   // Answers the waiters still queued for preparing `entry_dir` with its result, if it is
   // one they would get again: opens that came during a compile wait no longer than it.
@@ -192,6 +197,7 @@ class Filesystem {
     std::string entry_dir;
     neffcache::Priority prio;
     std::shared_ptr<Waiter> waiter;
+    bool upload_only = false;  // S3: send the entry's inputs to the bucket, no compile
   };
   std::mutex prep_mu_;
   std::condition_variable prep_cv_;

@@ -18,6 +18,7 @@
 
 #include <neffcache/compile.hpp>
 #include <neffcache/flags.hpp>
+#include <neffcache/s3.hpp>
 #include <neffcache/size.hpp>
 #include <neffcache/url.hpp>
 
@@ -45,13 +46,14 @@ bool is_mounted(const std::string& dir) {
 int main(int argc, char** argv) {
   CLI::App app{"neffcachefs: mount a Neuron compile cache that compiles a missing model.neff when it is opened"};
   std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G",
-      compiler_user;
+      compiler_user, local_cache, local_cache_size = "50G";
+  double lease_ttl = static_cast<double>(neffcache::k_default_lease_ttl.count());
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
   double wait_timeout = 0;
   bool retry_failed = false, foreground = false, eager = true;
-  app.add_option("BACKING", backing, "the cache directory the mount shows")->required();
+  app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
   app.add_option("--compiler", compiler, "compiler command template ({hlo} {neff} {flags} {workdir} {key})")
       ->capture_default_str();
@@ -71,6 +73,14 @@ int main(int argc, char** argv) {
   app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
   app.add_flag("-f,--foreground", foreground, "stay in the foreground");
   app.add_option("--compiler-user", compiler_user, "run compiles as this user (name or uid); the daemon must run as root");
+  app.add_option("--local-cache", local_cache, "with an s3:// cache: the local folder that holds what the mount "
+                                              "shows (created if missing)");
+  app.add_option("--local-cache-size", local_cache_size, "with an s3:// cache: NEFF bytes kept in --local-cache, "
+                                                        "least recently opened leaving first")
+      ->capture_default_str();
+  app.add_option("--lease-ttl", lease_ttl, "with an s3:// cache: seconds an entry's S3 lease lives without renewal "
+                                          "(a dead host's compile is taken over after this)")
+      ->capture_default_str();
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
   try {
     app.parse(argc, argv);
@@ -87,6 +97,27 @@ int main(int argc, char** argv) {
     opts.scheduler.settings.run_as = std::move(*user);
   }
   std::error_code ec;
+  std::unique_ptr<neffcache::S3Client> s3;
+  std::optional<neffcache::CacheUrl> s3_url;
+  if (backing.starts_with("s3://")) {
+    auto url = neffcache::parse_cache_url(backing);
+    if (!url) return fail(url.error().message);
+    if (local_cache.empty()) return fail("an s3:// cache needs --local-cache DIR, the local folder the mount shows");
+    auto client = neffcache::S3Client::open(*url);
+    if (!client) return fail(client.error().message);
+    // One look now, so that a wrong address, bucket or secret fails here and not at
+    // every open.
+    if (auto l = (*client)->list(url->prefix.empty() ? "" : url->prefix + "/", "/", 1); !l)
+      return fail(l.error().message);
+    std::filesystem::create_directories(local_cache, ec);
+    s3 = std::move(*client);
+    s3_url = *url;
+    // Without links: the tier knows its entries by the paths the daemon reads back from
+    // its descriptors.
+    backing = std::filesystem::weakly_canonical(local_cache, ec).string();
+  } else if (!local_cache.empty()) {
+    return fail("--local-cache is for an s3:// cache; a directory cache is mounted as it is");
+  }
   opts.backing = std::filesystem::absolute(backing, ec).lexically_normal().string();
   if (!opts.backing.empty() && opts.backing.size() > 1 && opts.backing.back() == '/') opts.backing.pop_back();
   struct stat st {};
@@ -127,6 +158,19 @@ int main(int argc, char** argv) {
     retries = *r;
   }
   opts.scheduler.settings.max_retries = retries;
+  if (s3) {
+    auto cap = neffcache::parse_size(local_cache_size);
+    if (!cap) return fail(fmt::format("--local-cache-size '{}' is not a size like 50G", local_cache_size));
+    if (lease_ttl < 1) return fail("--lease-ttl must be at least 1 second");
+    neffcache::S3Tier::Options t;
+    t.prefix = s3_url->prefix;
+    t.root = opts.backing;
+    t.cap_bytes = *cap;
+    t.compile_slots = opts.scheduler.jobs;
+    t.compile.lease_ttl = std::chrono::seconds(static_cast<int64_t>(lease_ttl));
+    opts.tier = std::make_shared<neffcache::S3Tier>(std::move(s3), std::move(t));
+    opts.s3_url = s3_url->text;
+  }
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
   if (wait_timeout < 0) return fail("--wait-timeout must not be negative");
@@ -180,7 +224,7 @@ int main(int argc, char** argv) {
     fuse_session_destroy(se);
     return fail(fmt::format("cannot mount on {}", mountpoint));
   }
-  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once)\n", opts.backing, mountpoint,
+  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once)\n", opts.tier ? opts.s3_url : opts.backing, mountpoint,
              opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s");
   fuse_daemonize(foreground ? 1 : 0);
 

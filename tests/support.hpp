@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
+#include <fmt/format.h>
 #include <neffcache/detail/fs.hpp>
 #include <neffcache/clock.hpp>
 #include <neffcache/detail/process.hpp>
@@ -112,11 +113,12 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   return {r->exit_code, r->output};
 }
 
-// A refusal as the tools make it: exit 1 and one line on stderr, "neffcache: error: ...",
+// A refusal as the tools make it: exit 1 and one line on stderr, "<program>: error: ...",
 // naming `must_contain`.
-inline void check_one_line_error(const ToolRun& r, std::string_view must_contain) {
+inline void check_one_line_error(const ToolRun& r, std::string_view must_contain,
+                                 std::string_view program = "neffcache") {
   CHECK(r.exit_code == 1);
-  CHECK(r.output.rfind("neffcache: error: ", 0) == 0);
+  CHECK(r.output.rfind(fmt::format("{}: error: ", program), 0) == 0);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
   CHECK(r.output.find(must_contain) != std::string::npos);
 }

@@ -706,13 +706,15 @@ class S3Client {
   }
 
   // Lists the keys under `prefix`, every page. With a delimiter ("/"), keys below the
-  // next delimiter are folded into prefixes.
-  Result<Listing> list(const std::string& prefix, std::string_view delimiter = {}) {
+  // next delimiter are folded into prefixes. With `max_keys`, only the first page of at
+  // most that many (enough to tell whether anything is there).
+  Result<Listing> list(const std::string& prefix, std::string_view delimiter = {}, std::size_t max_keys = 0) {
     Listing out;
     std::string token;
     for (;;) {
       detail::NameValues q{{"list-type", "2"}, {"prefix", prefix}};
       if (!delimiter.empty()) q.emplace_back("delimiter", std::string(delimiter));
+      if (max_keys > 0) q.emplace_back("max-keys", std::to_string(max_keys));
       if (!token.empty()) q.emplace_back("continuation-token", token);
       auto r = request({.method = "GET", .query = std::move(q)});
       if (!r) return r.error();
@@ -721,7 +723,7 @@ class S3Client {
       std::move(page->listing.objects.begin(), page->listing.objects.end(), std::back_inserter(out.objects));
       std::move(page->listing.prefixes.begin(), page->listing.prefixes.end(), std::back_inserter(out.prefixes));
       token = std::move(page->next_token);
-      if (token.empty()) return out;
+      if (token.empty() || max_keys > 0) return out;
     }
   }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -122,6 +123,9 @@ inline EntryFiles files_named(const std::vector<std::string>& names) {
 struct S3CompileOptions {
   std::chrono::seconds lease_ttl = k_default_lease_ttl;
   std::string host = {};  // names us in the lease (default: this machine's name)
+  // Called with the staging entry once its NEFF and model.done are on S3, before the
+  // staging folder is removed: a caller with a local copy of the cache takes the NEFF.
+  std::function<void(const std::string& staged_entry_dir)> published = {};
 };
 
 // Compiles the entry `rel` of the S3 cache at `prefix` if it needs it (see the top of
@@ -209,6 +213,7 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
   auto done = s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
   if (!done && done.error().code != Errc::precondition_failed) return finish(transient(done.error().message));
   if (files->has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, k_log_file));  // a retried failure
+  if (o.published) o.published(entry_dir);
   return finish(local_result);
 }
 

@@ -1,0 +1,354 @@
+// neffcachefs over an s3:// cache, mounted for real against radosgw: done entries
+// fetched once into the local tier, HLOs written through the mount uploaded and
+// compiled, several daemons over one bucket compiling each entry once, a killed
+// daemon's compile finished by another, and the local tier kept under its cap.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/s3_cache.hpp>
+#include <neffcache/s3_tier.hpp>
+
+#include "s3_support.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_daemon = NEFFCACHE_DAEMON;
+const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
+
+std::string rel_of(int i) { return fmt::format("{}/MODULE_{}+4f2d9c1a", k_compiler_dir, 2000 + i); }
+
+bool mounted(const fs::path& dir) {
+  struct stat a {}, b {};
+  return ::stat(dir.c_str(), &a) == 0 && ::stat((dir / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
+}
+
+// Reads a whole file; errno on failure.
+std::pair<int, std::string> read_all(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {errno, {}};
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return {0, out};
+}
+
+// Stores `n` pending entries (distinct corpus graphs) in the bucket.
+void put_pending(S3Client& s3, int n) {
+  auto corpus = test::corpus_files();
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(s3.put(rel_of(i) + "/compile_flags.json", R"(["--target=trn1"])").has_value());
+    REQUIRE(s3.put(rel_of(i) + "/model.hlo_module.pb", test::slurp(corpus[static_cast<std::size_t>(i)])).has_value());
+  }
+}
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::string out(n, '\0');
+  for (auto& c : out) c = static_cast<char>(gen());
+  return out;
+}
+
+bool has_object(S3Client& s3, const std::string& key) { return s3.head(key).has_value(); }
+
+// How many compiles of each entry the fake compiler logged ("pid uid input").
+std::map<std::string, int> compiles_per_entry(const fs::path& log) {
+  std::map<std::string, int> out;
+  if (!fs::exists(log)) return out;
+  std::istringstream in(test::slurp(log));
+  for (std::string pid, uid, input; in >> pid >> uid >> input;) {
+    auto at = input.find("MODULE_");
+    ++out[input.substr(at, input.find('/', at) - at)];
+  }
+  return out;
+}
+
+// A daemon serving the bucket at `url` through its own local tier, for the scope of a
+// test; always unmounted at the end.
+class S3Mount {
+ public:
+  S3Mount(const std::string& url, const fs::path& compile_log, std::vector<std::string> extra = {},
+          std::vector<std::string> env = {}) {
+    fs::create_directories(mnt());
+    fs::create_directories(dir_ / "work");
+    env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
+                           "NEFFCACHE_FAKE_RATE=0"});
+    std::vector<std::string> args{"--foreground", "--compiler", k_fake_template, "-j", "2",
+                                  "--local-cache", local().string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {url, mnt().string()});
+    daemon_ = std::make_unique<test::Child>(test::s3_tool_argv(args, env, k_daemon));
+    for (int i = 0; i < 1000 && !mounted(mnt()); ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(mounted(mnt()));
+  }
+  ~S3Mount() {
+    test::run({"fusermount3", "-u", "-z", mnt().string()});
+    if (daemon_) {
+      daemon_->kill(SIGTERM);
+      int rc = daemon_->wait();
+      CHECK((rc == 0 || rc == -SIGTERM));
+    }
+  }
+  // Kills the daemon with SIGKILL and takes its dead mount away.
+  void kill9() {
+    daemon_->kill(SIGKILL);
+    daemon_->wait();
+    daemon_.reset();
+    test::run({"fusermount3", "-u", "-z", mnt().string()});
+  }
+  fs::path mnt() const { return dir_ / "mnt"; }
+  fs::path local() const { return dir_ / "local"; }
+  nlohmann::json stats() const { return nlohmann::json::parse(read_all(mnt() / ".neffcache" / "stats.json").second); }
+
+ private:
+  test::TempDir dir_;
+  std::unique_ptr<test::Child> daemon_;
+};
+
+}  // namespace
+
+TEST_CASE("an s3:// mount fetches a done entry once for concurrent readers, then serves it from disk",
+          "[s3][mount]") {
+  auto s3 = test::fresh_bucket("mountfetch");
+  put_pending(*s3, 1);
+  const std::string neff = random_bytes(3 << 20, 7);
+  REQUIRE(s3->put(rel_of(0) + "/model.neff", neff).has_value());
+  REQUIRE(s3->put(rel_of(0) + "/model.done", "").has_value());
+  test::TempDir dir;
+  S3Mount m(fmt::format("s3://{}", s3->bucket()), dir / "compiles.log");
+
+  // Names come from S3 as they are asked for: a listing of the root, then the entry.
+  std::vector<std::string> roots;
+  for (const auto& e : fs::directory_iterator(m.mnt())) roots.push_back(e.path().filename().string());
+  CHECK(std::find(roots.begin(), roots.end(), k_compiler_dir) != roots.end());
+
+  const fs::path path = m.mnt() / rel_of(0) / "model.neff";
+  std::vector<std::pair<int, std::string>> got(8);
+  std::vector<std::thread> readers;
+  for (auto& g : got) readers.emplace_back([&g, path] { g = read_all(path); });
+  for (auto& t : readers) t.join();
+  for (const auto& [err, bytes] : got) {
+    CHECK(err == 0);
+    CHECK(bytes == neff);
+  }
+  auto stats = m.stats();
+  INFO(stats.dump());
+  CHECK(stats["s3"]["fetches"] == 1);
+  CHECK(stats["s3"]["fetched_bytes"] == neff.size());
+  CHECK(test::slurp(m.local() / rel_of(0) / "model.neff") == neff);
+  CHECK(fs::exists(m.local() / rel_of(0) / "model.done"));
+  CHECK_FALSE(fs::exists(dir / "compiles.log"));  // nothing compiled
+
+  // Later opens are served from the local tier: no new fetch.
+  for (int i = 0; i < 3; ++i) CHECK(read_all(path).second == neff);
+  stats = m.stats();
+  CHECK(stats["s3"]["fetches"] == 1);
+  CHECK(stats["hits"].get<int>() >= 3);
+  // A name S3 does not have stays missing.
+  CHECK_FALSE(fs::exists(m.mnt() / k_compiler_dir / "MODULE_404+4f2d9c1a"));
+}
+
+TEST_CASE("an HLO written through an s3:// mount is uploaded, compiled once, and published NEFF first",
+          "[s3][mount]") {
+  auto s3 = test::fresh_bucket("mountwrite");
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  S3Mount m(fmt::format("s3://{}/team", s3->bucket()), log);
+  const fs::path entry = m.mnt() / rel_of(0);
+  fs::create_directories(entry);
+  test::spit(entry / "compile_flags.json", R"(["--target=trn1"])");
+  fs::copy_file(test::corpus_files()[0], entry / "model.hlo_module.pb");
+  auto [err, bytes] = read_all(entry / "model.neff");
+  REQUIRE(err == 0);
+  CHECK_FALSE(bytes.empty());
+
+  const std::string base = "team/" + rel_of(0);
+  CHECK(s3->get(base + "/model.hlo_module.pb").value() == test::slurp(test::corpus_files()[0]));
+  CHECK(s3->get(base + "/compile_flags.json").value() == R"(["--target=trn1"])");
+  CHECK(s3->get(base + "/model.neff").value() == bytes);
+  CHECK(has_object(*s3, base + "/model.done"));
+  CHECK_FALSE(has_object(*s3, base + "/model.hlo_module.pb.lock"));  // done: the lease is gone
+  CHECK(test::count_lines(log) == 1);
+  // The NEFF compiled here stays here; nothing was fetched.
+  auto stats = m.stats();
+  CHECK(stats["s3"]["fetches"] == 0);
+  CHECK(stats["s3"]["uploads"] == 1);
+  CHECK(test::slurp(m.local() / rel_of(0) / "model.neff") == bytes);
+}
+
+TEST_CASE("without eager compiles, an HLO written through an s3:// mount is still uploaded", "[s3][mount]") {
+  auto s3 = test::fresh_bucket("mountlazy");
+  test::TempDir dir;
+  S3Mount m(fmt::format("s3://{}", s3->bucket()), dir / "compiles.log", {"--no-eager"});
+  const fs::path entry = m.mnt() / rel_of(0);
+  fs::create_directories(entry);
+  fs::copy_file(test::corpus_files()[1], entry / "model.hlo_module.pb");
+  bool up = false;
+  for (int i = 0; i < 200 && !(up = has_object(*s3, rel_of(0) + "/model.hlo_module.pb")); ++i)
+    std::this_thread::sleep_for(50ms);
+  CHECK(up);
+  CHECK_FALSE(fs::exists(dir / "compiles.log"));
+  CHECK_FALSE(has_object(*s3, rel_of(0) + "/model.neff"));
+}
+
+TEST_CASE("three daemons over one bucket compile each entry once for many readers", "[s3][mount]") {
+  auto s3 = test::fresh_bucket("threedaemons");
+  const int n = 6;
+  put_pending(*s3, n);
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  fs::create_directories(dir / "exclusive");
+  std::vector<std::string> env{"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1",
+                               "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + (dir / "exclusive").string()};
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  std::vector<std::unique_ptr<S3Mount>> mounts;
+  for (int d = 0; d < 3; ++d) mounts.push_back(std::make_unique<S3Mount>(url, log, std::vector<std::string>{}, env));
+
+  // Two readers of every entry through every mount, all at once.
+  struct Read {
+    int mount, entry, err = -1;
+    std::string bytes = {};
+  };
+  std::vector<Read> reads;
+  for (int d = 0; d < 3; ++d)
+    for (int e = 0; e < n; ++e)
+      for (int k = 0; k < 2; ++k) reads.push_back({d, e});
+  std::vector<std::thread> threads;
+  for (auto& r : reads)
+    threads.emplace_back([&r, &mounts] {
+      std::tie(r.err, r.bytes) = read_all(mounts[static_cast<std::size_t>(r.mount)]->mnt() / rel_of(r.entry) / "model.neff");
+    });
+  for (auto& t : threads) t.join();
+
+  std::map<int, std::string> neff_of;
+  for (const auto& r : reads) {
+    INFO("mount " << r.mount << " entry " << r.entry);
+    CHECK(r.err == 0);
+    CHECK_FALSE(r.bytes.empty());
+    auto [it, first] = neff_of.emplace(r.entry, r.bytes);
+    CHECK(it->second == r.bytes);  // one NEFF per entry, whichever daemon compiled it
+  }
+  auto per_entry = compiles_per_entry(log);
+  CHECK(per_entry.size() == static_cast<std::size_t>(n));
+  for (const auto& [entry, count] : per_entry) {
+    INFO(entry);
+    CHECK(count == 1);
+  }
+  CHECK_FALSE(fs::exists(dir / "exclusive" / "clashes"));
+  for (int e = 0; e < n; ++e) CHECK(s3->get(rel_of(e) + "/model.neff").value() == neff_of[e]);
+}
+
+TEST_CASE("a daemon killed mid-compile loses its S3 lease and another daemon finishes the entry", "[s3][mount]") {
+  auto s3 = test::fresh_bucket("killeddaemon");
+  put_pending(*s3, 1);
+  test::TempDir dir;
+  const fs::path slow_log = dir / "slow.log", log = dir / "compiles.log";
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  const std::vector<std::string> ttl{"--lease-ttl", "2"};
+  auto slow = std::make_unique<S3Mount>(url, slow_log, ttl,
+                                        std::vector<std::string>{"NEFFCACHE_FAKE_SECONDS=60", "NEFFCACHE_FAKE_IDLE=1"});
+  S3Mount other(url, log, ttl);
+
+  // A reader starts the compile on the slow daemon; its lease appears.
+  test::Child reader({"cat", (slow->mnt() / rel_of(0) / "model.neff").string()});
+  const std::string lease_key = rel_of(0) + "/model.hlo_module.pb.lock";
+  bool leased = false;
+  for (int i = 0; i < 200 && !(leased = has_object(*s3, lease_key) && fs::exists(slow_log)); ++i)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(leased);
+  auto before = read_lease(*s3, lease_key);
+  REQUIRE(before.has_value());
+  CHECK_FALSE(before->expired);
+
+  slow->kill9();
+  // Its compiler outlives it (nothing tells it the daemon died): stop it too, as an
+  // operator would; its lease is what matters here.
+  std::istringstream line(test::slurp(slow_log));
+  pid_t compiler = 0;
+  line >> compiler;
+  if (compiler > 0) ::kill(compiler, SIGKILL);
+  CHECK(reader.wait() != 0);
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto [err, bytes] = read_all(other.mnt() / rel_of(0) / "model.neff");
+  auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(err == 0);
+  CHECK_FALSE(bytes.empty());
+  CHECK(test::count_lines(log) == 1);  // the other daemon compiled it
+  CHECK(waited < 60s);                 // by taking the lease over, not by outwaiting the slow compile
+  CHECK(s3->get(rel_of(0) + "/model.neff").value() == bytes);
+  CHECK(has_object(*s3, rel_of(0) + "/model.done"));
+}
+
+TEST_CASE("neffcachefs refuses a bad s3:// set-up with one line", "[s3][mount]") {
+  auto s3 = test::fresh_bucket("mountbad");
+  test::TempDir dir;
+  fs::create_directories(dir / "mnt");
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  auto no_local = test::run(test::s3_tool_argv({"-f", url, (dir / "mnt").string()}, {}, k_daemon));
+  test::check_one_line_error(no_local, "--local-cache", "neffcachefs");
+  auto wrong = test::run(test::s3_tool_argv({"-f", "--local-cache", (dir / "local").string(), url, (dir / "mnt").string()},
+                                            {"AWS_SECRET_ACCESS_KEY=wrong"}, k_daemon));
+  test::check_one_line_error(wrong, "SignatureDoesNotMatch", "neffcachefs");
+  auto dir_backing = test::run(test::s3_tool_argv(
+      {"-f", "--local-cache", (dir / "local").string(), dir.path().string(), (dir / "mnt").string()}, {}, k_daemon));
+  test::check_one_line_error(dir_backing, "--local-cache is for an s3:// cache", "neffcachefs");
+  CHECK_FALSE(mounted(dir / "mnt"));
+}
+
+TEST_CASE("the local tier keeps its NEFFs under the cap, least recently used leaving first", "[s3][mount]") {
+  auto s3 = test::fresh_bucket("tiercap");
+  put_pending(*s3, 3);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(s3->put(rel_of(i) + "/model.neff", random_bytes(1000, static_cast<unsigned>(i))).has_value());
+    REQUIRE(s3->put(rel_of(i) + "/model.done", "").has_value());
+  }
+  test::TempDir dir;
+  S3Tier::Options o;
+  o.root = dir.path().string();
+  o.cap_bytes = 2000;
+  o.keep_after_use = 0s;
+  auto url = parse_cache_url(fmt::format("s3://{}", s3->bucket()));
+  auto client = S3Client::open(*url, test::S3Env{}.lookup());
+  REQUIRE(client.has_value());
+  S3Tier tier(std::move(*client), o);
+  auto entry = [&](int i) { return (dir / rel_of(i)).string(); };
+  CompileSettings s;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(tier.fill((dir / k_compiler_dir).string(), fs::path(rel_of(i)).filename().string()));
+    if (i == 2) tier.opened(entry(0));  // 0 read again: 1 is now the least recently used
+    CHECK(is_success(tier.settle(entry(i), s).outcome));
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(fs::exists(fs::path(entry(0)) / "model.neff"));
+  CHECK_FALSE(fs::exists(fs::path(entry(1)) / "model.neff"));  // evicted
+  CHECK_FALSE(fs::exists(fs::path(entry(1)) / "model.done"));
+  CHECK(fs::exists(fs::path(entry(1)) / "model.hlo_module.pb"));  // pending again here
+  CHECK(fs::exists(fs::path(entry(2)) / "model.neff"));
+  CHECK(tier.stats()["evictions"] == 1);
+  CHECK(has_object(tier.s3(), rel_of(1) + "/model.neff"));  // S3 keeps it
+  // Asked for again, it is fetched again.
+  CHECK(is_success(tier.settle(entry(1), s).outcome));
+  CHECK(fs::file_size(fs::path(entry(1)) / "model.neff") == 1000);
+  CHECK(tier.stats()["fetches"] == 4);
+}
