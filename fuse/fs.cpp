@@ -803,8 +803,10 @@ void Filesystem::rename(fuse_req_t req, fuse_ino_t parent, const char* name, fus
   moved(np, npfd->fd, newname);
   if (flags & RENAME_EXCHANGE) moved(p, pfd->fd, name);
   fuse_reply_err(req, 0);
-  // An HLO renamed into place is a finished write: start its compile (eager).
-  if (opts_.eager && is_hlo_name(newname)) request_compile(path_of(np), Priority::background, nullptr);
+  // An HLO renamed into place is a finished write: start its compile (eager), or with an
+  // S3 cache at least its upload.
+  if (is_hlo_name(newname) && (opts_.eager || opts_.tier))
+    request_compile(path_of(np), Priority::background, nullptr, /*upload_only=*/!opts_.eager);
 }
 
 void Filesystem::link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include <unistd.h>
@@ -81,6 +82,19 @@ inline std::vector<std::string> s3_tool_argv(const std::vector<std::string>& arg
   argv.push_back(tool);
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
+}
+
+// How many times the fake compiler compiled each entry (MODULE_...), from its log of
+// "pid uid input" lines.
+inline std::map<std::string, int> compiles_per_entry(const fs::path& log) {
+  std::map<std::string, int> out;
+  if (!fs::exists(log)) return out;
+  std::istringstream in(slurp(log));
+  for (std::string pid, uid, input; in >> pid >> uid >> input;) {
+    auto at = input.find("MODULE_");
+    ++out[input.substr(at, input.find('/', at) - at)];
+  }
+  return out;
 }
 
 // A bucket name no other test (nor an earlier run) uses.

@@ -16,9 +16,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -111,6 +113,29 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   auto r = neffcache::detail::run_capture(argv, std::chrono::seconds(60));
   REQUIRE(r.has_value());
   return {r->exit_code, r->output};
+}
+
+// Whether `dir` is a mount point now.
+inline bool mounted(const fs::path& dir) {
+  struct stat a {}, b {};
+  return ::stat(dir.c_str(), &a) == 0 && ::stat((dir / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
+}
+
+// Waits up to 10 s for a daemon just started to mount `dir`.
+inline void await_mount(const fs::path& dir) {
+  for (int i = 0; i < 1000 && !mounted(dir); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(mounted(dir));
+}
+
+// Reads a whole file with open/read; errno on failure.
+inline std::pair<int, std::string> read_all(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {errno, {}};
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return {0, out};
 }
 
 // A refusal as the tools make it: exit 1 and one line on stderr, "<program>: error: ...",
@@ -250,6 +275,18 @@ class Child {
   pid_t pid_ = -1;
   FILE* out_ = nullptr;
 };
+
+// Unmounts `dir` (lazily) and stops its daemon, if it still runs, with SIGTERM. The
+// signal may come after the unmount ended the loop and the daemon put its handlers
+// away: death by SIGTERM is a clean stop too. A sanitizer's report in the daemon (a
+// leak found at exit) is neither.
+inline void unmount_and_stop(const fs::path& dir, std::unique_ptr<Child>& daemon) {
+  run({"fusermount3", "-u", "-z", dir.string()});
+  if (!daemon) return;
+  daemon->kill(SIGTERM);
+  int rc = daemon->wait();
+  CHECK((rc == 0 || rc == -SIGTERM));
+}
 
 inline std::string hex_decode(const std::string& hex) {
   std::string out;

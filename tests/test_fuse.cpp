@@ -37,10 +37,8 @@ namespace {
 const std::string k_daemon = NEFFCACHE_DAEMON;
 const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
 
-bool mounted(const fs::path& dir) {
-  struct stat a {}, b {};
-  return ::stat(dir.c_str(), &a) == 0 && ::stat((dir / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
-}
+using test::mounted;
+using test::read_all;
 
 // A daemon mounted for the scope of a test; always unmounted (lazily) at the end.
 class Mount {
@@ -65,20 +63,9 @@ class Mount {
     argv.push_back(backing().string());
     argv.push_back(mnt().string());
     daemon_ = std::make_unique<test::Child>(argv);
-    for (int i = 0; i < 1000 && !mounted(mnt()); ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(mounted(mnt()));
+    test::await_mount(mnt());
   }
-  ~Mount() {
-    test::run({"fusermount3", "-u", "-z", mnt().string()});
-    if (daemon_) {
-      daemon_->kill(SIGTERM);
-      // The signal may come after the unmount ended the loop and the daemon put its
-      // handlers away: death by SIGTERM is a clean stop too. A sanitizer's report in
-      // the daemon (a leak found at exit) is neither.
-      int rc = daemon_->wait();
-      CHECK((rc == 0 || rc == -SIGTERM));
-    }
-  }
+  ~Mount() { test::unmount_and_stop(mnt(), daemon_); }
   fs::path backing() const { return backing_; }
   test::Child& daemon() { return *daemon_; }
   // Stops the daemon with `sig` and waits for it; the mount may stay behind (kill -9).
@@ -109,17 +96,6 @@ class Mount {
 // (0: read a whole fake NEFF, 5: EIO, 4: EINTR, 3: other error, 2: partial NEFF).
 std::unique_ptr<test::Child> reader_process(const fs::path& path) {
   return std::make_unique<test::Child>(std::vector<std::string>{NEFFCACHE_READER, path.string()});
-}
-
-// Reads a whole file with open/read; returns errno on failure.
-std::pair<int, std::string> read_all(const fs::path& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {errno, {}};
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return {0, out};
 }
 
 // Writes a file in place, without fsync: kernel knobs under /proc, large test trees.
@@ -412,8 +388,7 @@ TEST_CASE("a mount point given relative to the working directory is unmounted at
   fs::create_directories(dir / "mnt");
   test::Child daemon({"env", "-C", dir.path().string(), k_daemon, "--foreground", "--compiler",
                       k_fake + " {hlo} --output {neff}", "backing", "mnt"});
-  for (int i = 0; i < 1000 && !mounted(dir / "mnt"); ++i) std::this_thread::sleep_for(10ms);
-  REQUIRE(mounted(dir / "mnt"));
+  test::await_mount(dir / "mnt");
   daemon.kill(SIGTERM);
   CHECK(daemon.wait() == 0);
   CHECK_FALSE(mounted(dir / "mnt"));

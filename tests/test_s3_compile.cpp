@@ -44,17 +44,6 @@ std::map<std::string, std::string> objects(S3Client& s3) {
   return out;
 }
 
-// How many times the fake compiled each entry, from its log ("pid uid input").
-std::map<std::string, int> compiles_per_entry(const fs::path& log) {
-  std::map<std::string, int> out;
-  if (!fs::exists(log)) return out;
-  std::istringstream in(test::slurp(log));
-  for (std::string pid, uid, input; in >> pid >> uid >> input;) {
-    auto at = input.find("MODULE_");
-    ++out[input.substr(at, input.find('.', at) - at)];
-  }
-  return out;
-}
 
 CompileSettings fake_settings() {
   CompileSettings s;
@@ -121,7 +110,7 @@ TEST_CASE("two compilers on one S3 cache compile every entry exactly once", "[s3
   INFO(out_a << out_b);
   CHECK(a.wait() == 0);
   CHECK(b.wait() == 0);
-  auto per_entry = compiles_per_entry(log);
+  auto per_entry = test::compiles_per_entry(log);
   CHECK(per_entry.size() == static_cast<std::size_t>(n));
   for (const auto& [entry, count] : per_entry) {
     INFO(entry);

@@ -8,6 +8,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/hlo.hpp>
 #include <neffcache/s3_cache.hpp>
 #include <neffcache/s3_lease.hpp>
 
@@ -120,4 +121,29 @@ TEST_CASE("neffcache maintenance commands work on an s3:// cache", "[s3][mainten
     CHECK(names_in(*s3, key(0)).empty());
     CHECK(names_in(*s3, key(1)).size() == 3);  // left alone: being compiled elsewhere
   }
+}
+
+TEST_CASE("neffcache analyze reads the graphs of an s3:// cache", "[s3][maintenance]") {
+  auto s3 = test::fresh_bucket("analyze");
+  const std::string url = fmt::format("s3://{}/p", s3->bucket());
+  const std::string a = put(url, 0), b = put(url, 1);
+  test::TempDir dir;
+  auto r = tool({"analyze", "--cache", url, "--output", (dir / "out").string()});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  auto result = nlohmann::json::parse(test::slurp(dir / "out" / "result.json"));
+  CHECK(result["cache"] == url);
+  CHECK(result["total"]["graphs"] == 2);
+  uint64_t expected = 0;
+  for (int i : {0, 1}) expected += analyze_hlo_file(test::corpus_files()[static_cast<std::size_t>(i)].string())->stats.instructions;
+  CHECK(result["total"]["instructions"] == expected);
+  CHECK(result["graphs"].contains(url + "/" + a + "/model.hlo_module.pb"));
+  CHECK(result["graphs"][url + "/" + a + "/model.hlo_module.pb"]["state"] == "pending");
+
+  // One entry by its path in the cache; a name that is not an entry is refused.
+  r = tool({"analyze", "--cache", url, "--output", (dir / "one").string(), b});
+  CHECK(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(test::slurp(dir / "one" / "result.json"))["total"]["graphs"] == 1);
+  test::check_one_line_error(tool({"analyze", "--cache", url, "--output", (dir / "x").string(), "MODULE_nope"}),
+                             "not an entry of");
 }

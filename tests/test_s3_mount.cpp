@@ -37,21 +37,8 @@ const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
 
 std::string rel_of(int i) { return fmt::format("{}/MODULE_{}+4f2d9c1a", k_compiler_dir, 2000 + i); }
 
-bool mounted(const fs::path& dir) {
-  struct stat a {}, b {};
-  return ::stat(dir.c_str(), &a) == 0 && ::stat((dir / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
-}
-
-// Reads a whole file; errno on failure.
-std::pair<int, std::string> read_all(const fs::path& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {errno, {}};
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return {0, out};
-}
+using test::mounted;
+using test::read_all;
 
 // Stores `n` pending entries (distinct corpus graphs) in the bucket.
 void put_pending(S3Client& s3, int n) {
@@ -71,17 +58,6 @@ std::string random_bytes(std::size_t n, unsigned seed) {
 
 bool has_object(S3Client& s3, const std::string& key) { return s3.head(key).has_value(); }
 
-// How many compiles of each entry the fake compiler logged ("pid uid input").
-std::map<std::string, int> compiles_per_entry(const fs::path& log) {
-  std::map<std::string, int> out;
-  if (!fs::exists(log)) return out;
-  std::istringstream in(test::slurp(log));
-  for (std::string pid, uid, input; in >> pid >> uid >> input;) {
-    auto at = input.find("MODULE_");
-    ++out[input.substr(at, input.find('/', at) - at)];
-  }
-  return out;
-}
 
 // A daemon serving the bucket at `url` through its own local tier, for the scope of a
 // test; always unmounted at the end.
@@ -98,17 +74,9 @@ class S3Mount {
     args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {url, mnt().string()});
     daemon_ = std::make_unique<test::Child>(test::s3_tool_argv(args, env, k_daemon));
-    for (int i = 0; i < 1000 && !mounted(mnt()); ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(mounted(mnt()));
+    test::await_mount(mnt());
   }
-  ~S3Mount() {
-    test::run({"fusermount3", "-u", "-z", mnt().string()});
-    if (daemon_) {
-      daemon_->kill(SIGTERM);
-      int rc = daemon_->wait();
-      CHECK((rc == 0 || rc == -SIGTERM));
-    }
-  }
+  ~S3Mount() { test::unmount_and_stop(mnt(), daemon_); }
   // Kills the daemon with SIGKILL and takes its dead mount away.
   void kill9() {
     daemon_->kill(SIGKILL);
@@ -248,7 +216,7 @@ TEST_CASE("three daemons over one bucket compile each entry once for many reader
     auto [it, first] = neff_of.emplace(r.entry, r.bytes);
     CHECK(it->second == r.bytes);  // one NEFF per entry, whichever daemon compiled it
   }
-  auto per_entry = compiles_per_entry(log);
+  auto per_entry = test::compiles_per_entry(log);
   CHECK(per_entry.size() == static_cast<std::size_t>(n));
   for (const auto& [entry, count] : per_entry) {
     INFO(entry);
@@ -298,6 +266,35 @@ TEST_CASE("a daemon killed mid-compile loses its S3 lease and another daemon fin
   CHECK(waited < 60s);                 // by taking the lease over, not by outwaiting the slow compile
   CHECK(s3->get(rel_of(0) + "/model.neff").value() == bytes);
   CHECK(has_object(*s3, rel_of(0) + "/model.done"));
+}
+
+TEST_CASE("neuron_parallel_compile on an s3:// mount: the graphs go to the bucket and compile there", "[s3][mount]") {
+  auto s3 = test::fresh_bucket("mountnpc");
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  S3Mount m(fmt::format("s3://{}", s3->bucket()), log);
+  // A trial run that writes two graphs into the cache, as graph extraction does.
+  std::string body = "#!/bin/sh\n";
+  for (int i : {0, 1})
+    body += fmt::format(
+        "p=$('{}' put --compiler-version 2.21.0 '{}') || exit 9\n"
+        "echo \"INFO ||NEURON_CC_WRAPPER||: Extracting graphs ($p/model.hlo_module.pb) for ahead-of-time parallel "
+        "compilation. No compilation was done.\"\n",
+        test::k_tool, test::corpus_files()[static_cast<std::size_t>(i)].string());
+  test::spit(dir / "train.sh", body);
+  fs::permissions(dir / "train.sh", fs::perms::owner_all);
+  // The tool's own compiler does not exist: every compile must be the daemon's.
+  auto r = test::run(test::s3_tool_argv({"--compiler", "no-such-cc {hlo} {neff}", (dir / "train.sh").string()},
+                                        {"NEURON_COMPILE_CACHE_URL=" + m.mnt().string()}, NEFFCACHE_NPC));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, ContainsSubstring("Total successful compilations: 2"));
+  CHECK(test::count_lines(log) == 2);
+  auto listing = s3->list("");
+  REQUIRE(listing.has_value());
+  int done = 0;
+  for (const auto& o : listing->objects) done += o.key.ends_with("/model.done");
+  CHECK(done == 2);
 }
 
 TEST_CASE("neffcachefs refuses a bad s3:// set-up with one line", "[s3][mount]") {

@@ -39,6 +39,13 @@ inline std::string s3_key(const std::string& prefix, std::string_view rel) {
   return prefix.empty() ? std::string(rel) : fmt::format("{}/{}", prefix, rel);
 }
 
+// Whether `rel` names an entry by its path in a cache: neuronxcc-*/MODULE_*.
+inline bool is_entry_path(std::string_view rel) {
+  auto slash = rel.find('/');
+  return rel.starts_with(k_compiler_dir_prefix) && slash != std::string_view::npos &&
+         rel.substr(slash + 1).starts_with(k_module_dir_prefix) && rel.find('/', slash + 1) == std::string_view::npos;
+}
+
 // Groups keys under `prefix` into entries: "neuronxcc-X/MODULE_Y" -> its objects. Keys
 // outside the layout are ignored.
 inline std::map<std::string, S3EntryObjects> group_s3_entries(const std::vector<ObjectInfo>& objects,

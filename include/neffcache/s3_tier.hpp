@@ -28,6 +28,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,11 +81,13 @@ class S3Tier {
     auto rel = relative(dir);
     if (!rel) return false;
     int depth = rel->empty() ? 0 : 1 + static_cast<int>(std::count(rel->begin(), rel->end(), '/'));
-    if (depth == 0 && name.starts_with(k_compiler_dir_prefix) && looked_again(std::string(name))) {
-      auto l = s3_->list(fmt::format("{}/", s3_key(o_.prefix, name)), "/", 1);
-      ++counters_.lookups;
-      return l && !(l->objects.empty() && l->prefixes.empty()) && make_dir(fmt::format("{}/{}", dir, name));
-    }
+    if (depth == 0 && name.starts_with(k_compiler_dir_prefix))
+      return single_flight(std::string(name), [&] {
+        if (!looked_again(std::string(name))) return false;
+        auto l = s3_->list(fmt::format("{}/", s3_key(o_.prefix, name)), "/", 1);
+        ++counters_.lookups;
+        return l && !(l->objects.empty() && l->prefixes.empty()) && make_dir(fmt::format("{}/{}", dir, name));
+      });
     if (depth == 1 && name.starts_with(k_module_dir_prefix)) return fill_entry(fmt::format("{}/{}", *rel, name));
     if (depth == 2) return fill_entry(*rel);
     return false;
@@ -112,8 +116,8 @@ class S3Tier {
 
   // Uploads the inputs of the local entry `entry_dir` if S3 has no HLO for it.
   Result<void> upload_inputs(const std::string& entry_dir) {
-    auto rel = relative(entry_dir);
-    if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not in the local tier {}", entry_dir, o_.root)};
+    auto rel = entry_rel(entry_dir);
+    if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
     auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
     if (!names) return names.error();
     if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*names)); !up) return up.error();
@@ -123,8 +127,8 @@ class S3Tier {
   // Brings the local entry `entry_dir` to its state on S3, compiling it there first if
   // it needs it (see the top of this file). Outcomes as compile_s3_entry's.
   CompileResult settle(const std::string& entry_dir, const CompileSettings& s) {
-    auto rel = relative(entry_dir);
-    if (!rel) return transient(fmt::format("{} is not in the local tier {}", entry_dir, o_.root));
+    auto rel = entry_rel(entry_dir);
+    if (!rel) return transient(fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root));
     const std::string base = s3_key(o_.prefix, *rel);
     auto names = detail::s3_entry_names(*s3_, base);
     if (!names) return transient(names.error().message);
@@ -187,6 +191,13 @@ class S3Tier {
     return rel;
   }
 
+  // The path of the entry folder `entry_dir` in the cache (neuronxcc-*/MODULE_*).
+  std::optional<std::string> entry_rel(const std::string& entry_dir) const {
+    auto rel = relative(entry_dir);
+    if (!rel || !is_entry_path(*rel)) return std::nullopt;
+    return rel;
+  }
+
   // True (and noted) unless `what` was looked up on S3 within k_recheck.
   bool looked_again(const std::string& what) {
     auto now = std::chrono::steady_clock::now();
@@ -214,6 +225,31 @@ class S3Tier {
   bool fill_entry(const std::string& rel) {
     const std::string dir = fmt::format("{}/{}", o_.root, rel);
     if (auto here = read_entry_files(dir); here && here->has_hlo()) return true;
+    return single_flight(rel, [&] { return fetch_inputs(rel, dir); });
+  }
+
+  // Runs look() for `what` unless it is running already: then waits for its answer.
+  // Lookups of two names in one entry (model.neff and model.done) come at once.
+  bool single_flight(const std::string& what, const std::function<bool()>& look) {
+    std::promise<bool> mine;
+    std::shared_future<bool> answer;
+    {
+      std::lock_guard lk(mu_);
+      auto [it, first] = in_flight_.try_emplace(what);
+      if (first) it->second = mine.get_future().share();
+      else answer = it->second;
+    }
+    if (answer.valid()) return answer.get();
+    bool found = look();
+    mine.set_value(found);
+    std::lock_guard lk(mu_);
+    in_flight_.erase(what);
+    return found;
+  }
+
+  // The entry's inputs from S3 into the folder `dir`, unless S3 was asked within
+  // k_recheck. True if the entry has its HLO here.
+  bool fetch_inputs(const std::string& rel, const std::string& dir) {
     if (!looked_again(rel)) return false;
     const std::string base = s3_key(o_.prefix, rel);
     auto names = detail::s3_entry_names(*s3_, base);
@@ -368,8 +404,9 @@ class S3Tier {
 
   std::unique_ptr<S3Client> s3_;
   Options o_;
-  mutable std::mutex mu_;  // guards looked_ and kept_; never held across a request
+  mutable std::mutex mu_;  // guards looked_, in_flight_ and kept_; never held across a request
   std::map<std::string, std::chrono::steady_clock::time_point> looked_;
+  std::map<std::string, std::shared_future<bool>> in_flight_;
   std::map<std::string, Kept> kept_;
   std::mutex slots_mu_;
   std::condition_variable slot_cv_;

@@ -20,8 +20,9 @@ namespace {
 using Histogram = std::map<std::string, uint64_t, std::less<>>;
 
 struct Graph {
-  std::string path;       // as reported: under the cache as given
-  std::string read_from;  // where the bytes are read: the backing directory of a mount
+  std::string path;  // as reported: under the cache as given (a folder or a URL)
+  std::string rel;   // the entry's path in the cache
+  std::string name;  // its HLO file
   std::string state;
 };
 
@@ -30,19 +31,18 @@ void add_into(Histogram& total, const Histogram& part) {
 }
 
 // The graphs to analyze: the entries named, else every entry with an HLO.
-Result<std::vector<Graph>> graphs_of(const AnalyzeOptions& opts, const CacheDirs& dirs) {
+Result<std::vector<Graph>> graphs_of(const AnalyzeOptions& opts, const MaintainedCache& cache) {
   std::vector<Graph> graphs;
-  auto entries = list_entries(dirs.backing);
+  auto entries = cache.entries();
   if (!entries) return entries.error();
   std::map<std::string, const EntryInfo*, std::less<>> by_path;
   for (const auto& e : *entries) by_path.emplace(e.path, &e);
   auto add = [&](const std::string& relative) -> Result<void> {
     auto it = by_path.find(relative);
     if (it == by_path.end() || !it->second->files.has_hlo())
-      return Error{Errc::not_found, fmt::format("{}/{}: no HLO file in this entry", dirs.view, relative)};
-    auto name = *it->second->files.hlo_name();
-    graphs.push_back({fmt::format("{}/{}/{}", dirs.view, relative, name),
-                      fmt::format("{}/{}/{}", dirs.backing, relative, name), to_string(it->second->state)});
+      return Error{Errc::not_found, fmt::format("{}: no HLO file in this entry", cache.view_of(relative))};
+    std::string name(*it->second->files.hlo_name());
+    graphs.push_back({fmt::format("{}/{}", cache.view_of(relative), name), relative, name, to_string(it->second->state)});
     return {};
   };
   if (opts.entries.empty()) {
@@ -51,9 +51,9 @@ Result<std::vector<Graph>> graphs_of(const AnalyzeOptions& opts, const CacheDirs
     return graphs;
   }
   for (const auto& arg : opts.entries) {
-    auto entry = named_entry(dirs, arg);
-    if (!entry) return entry.error();
-    if (auto r = add(entry->view.substr(dirs.view.size() + 1)); !r) return r.error();
+    auto rel = cache.named(arg);
+    if (!rel) return rel.error();
+    if (auto r = add(*rel); !r) return r.error();
   }
   return graphs;
 }
@@ -76,20 +76,34 @@ void setup_analyze(CLI::App& app, int& exit_code) {
 }
 
 int run_analyze(const AnalyzeOptions& opts) {
-  auto dirs = CacheDirs::resolve(opts.cache);
-  if (!dirs) return report(dirs.error());
+  auto cache = MaintainedCache::open(opts.cache);
+  if (!cache) return report(cache.error());
   std::error_code ec;
   std::filesystem::create_directories(opts.output, ec);
   if (ec) return report(fmt::format("{}: cannot create the output directory: {}", opts.output, ec.message()));
-  auto graphs = graphs_of(opts, *dirs);
+  auto graphs = graphs_of(opts, *cache);
   if (!graphs) return report(graphs.error());
+  // The graphs of an S3 cache are read from copies here, one at a time.
+  std::string scratch;
+  if (cache->is_s3()) {
+    scratch = fmt::format("{}/neffcache-analyze-XXXXXX", detail::getenv_or("TMPDIR", "/tmp"));
+    if (!sys::mkdtemp(scratch.data())) return report(sys_error("create a folder in", detail::getenv_or("TMPDIR", "/tmp")));
+  }
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
+    }
+  } cleanup{scratch};
 
   nlohmann::ordered_json per_graph = nlohmann::ordered_json::object();
   nlohmann::ordered_json unreadable = nlohmann::ordered_json::object();
   Histogram opcodes, framework_ops;
   uint64_t instructions = 0;
   for (const auto& g : *graphs) {
-    auto a = analyze_hlo_file(g.read_from);
+    auto file = cache->readable(g.rel, g.name, scratch);
+    auto a = file ? analyze_hlo_file(*file) : Result<HloAnalysis>(file.error());
+    if (file && cache->is_s3()) ::unlink(file->c_str());
     if (!a) {
       report(a.error());
       unreadable[g.path] = a.error().message;
@@ -111,7 +125,7 @@ int run_analyze(const AnalyzeOptions& opts) {
   }
   nlohmann::ordered_json total{{"graphs", per_graph.size()}, {"instructions", instructions}, {"opcodes", opcodes}};
   if (opts.verbosity >= 2) total["framework_ops"] = framework_ops;
-  nlohmann::ordered_json result{{"cache", dirs->view},
+  nlohmann::ordered_json result{{"cache", cache->name()},
                                 {"verbosity", opts.verbosity},
                                 {"total", std::move(total)},
                                 {"graphs", std::move(per_graph)},

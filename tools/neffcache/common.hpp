@@ -69,10 +69,7 @@ struct S3Target {
 // neuronxcc-*/MODULE_* (a trailing '/' is fine); anything else is an error.
 inline Result<std::string> s3_entry_path(std::string arg, const CacheUrl& url) {
   while (!arg.empty() && arg.back() == '/') arg.pop_back();
-  auto slash = arg.find('/');
-  if (!arg.starts_with(k_compiler_dir_prefix) || slash == std::string::npos ||
-      !std::string_view(arg).substr(slash + 1).starts_with(k_module_dir_prefix) ||
-      arg.find('/', slash + 1) != std::string::npos)
+  if (!is_entry_path(arg))
     return Error{Errc::invalid_argument, fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, url.text)};
   return arg;
 }
@@ -266,6 +263,15 @@ class MaintainedCache {
     if (!e.files.has(EntryFile::neff)) return {NeffCheck::broken, "model.done without model.neff"};
     if (e.neff_bytes == 0) return {NeffCheck::broken, "model.neff is empty"};
     return {NeffCheck::unrecorded, ""};
+  }
+  // A file of an entry where it can be read: in the backing directory, or for an S3
+  // cache a copy downloaded into the folder `scratch` (the caller removes it).
+  Result<std::string> readable(const std::string& rel, std::string_view name, const std::string& scratch) const {
+    if (!s3_) return fmt::format("{}/{}/{}", dirs_->backing, rel, name);
+    std::string copy = fmt::format("{}/{}", scratch, detail::random_hex64());
+    auto got = s3_->s3->download(fmt::format("{}/{}", s3_key(s3_->url.prefix, rel), name), copy);
+    if (!got) return got.error();
+    return copy;
   }
   // After entries were removed: compiler folders left empty go (directories only).
   void remove_empty_compiler_dirs(const std::set<std::string>& compiler_dirs) const {
