@@ -1093,7 +1093,7 @@ void Filesystem::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (!p.parent_path().filename().string().starts_with(k_module_dir_prefix)) return;
     if (opts_.eager && is_hlo_name(name)) request_compile(p.parent_path().string(), Priority::background, nullptr);
     else if (opts_.tier && (is_hlo_name(name) || name == k_compile_flags_file))
-      request_compile(p.parent_path().string(), Priority::background, nullptr, true);
+      request_compile(p.parent_path().string(), Priority::background, nullptr, /*upload_only=*/true);
   }
 }
 

@@ -164,7 +164,7 @@ TEST_CASE("an HLO written through an s3:// mount is uploaded, compiled once, and
   CHECK(test::slurp(m.local() / rel_of(0) / "model.neff") == bytes);
 }
 
-TEST_CASE("without eager compiles, an HLO written through an s3:// mount is still uploaded", "[s3][mount]") {
+TEST_CASE("without eager compiles, HLOs written or renamed into an s3:// mount are still uploaded", "[s3][mount]") {
   auto s3 = test::fresh_bucket("mountlazy");
   test::TempDir dir;
   S3Mount m(fmt::format("s3://{}", s3->bucket()), dir / "compiles.log", {"--no-eager"});
@@ -175,6 +175,16 @@ TEST_CASE("without eager compiles, an HLO written through an s3:// mount is stil
   for (int i = 0; i < 200 && !(up = has_object(*s3, rel_of(0) + "/model.hlo_module.pb")); ++i)
     std::this_thread::sleep_for(50ms);
   CHECK(up);
+  // Written as neffcache put writes (a temporary file renamed into place): uploaded too.
+  auto put = test::run({"env", "-u", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL=" + m.mnt().string(), test::k_tool,
+                        "put", "--compiler-version", "2.21.0", test::corpus_files()[2].string()});
+  REQUIRE(put.exit_code == 0);
+  // It prints the entry's folder in the mount.
+  std::string key = put.output.substr(m.mnt().string().size() + 1, put.output.find('\n') - m.mnt().string().size() - 1);
+  bool renamed_up = false;
+  for (int i = 0; i < 200 && !(renamed_up = has_object(*s3, key + "/model.hlo_module.pb")); ++i)
+    std::this_thread::sleep_for(50ms);
+  CHECK(renamed_up);
   CHECK_FALSE(fs::exists(dir / "compiles.log"));
   CHECK_FALSE(has_object(*s3, rel_of(0) + "/model.neff"));
 }
