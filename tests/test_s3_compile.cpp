@@ -7,6 +7,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <nlohmann/json.hpp>
 
 #include <neffcache/s3_cache.hpp>
 #include <neffcache/s3_lease.hpp>
@@ -164,4 +165,48 @@ TEST_CASE("a compile whose S3 lease is taken over stops and publishes nothing", 
   CHECK_FALSE(have.contains(rel_of(0) + "/model.done"));
   // The other host's lease is untouched.
   CHECK(read_lease(*s3, rel_of(0) + "/model.hlo_module.pb.lock")->record->host == "other-host");
+}
+
+TEST_CASE("neuron_parallel_compile's trial runs on an s3:// cache: collect, collect-and-compile, analyze",
+          "[s3][compile]") {
+  auto s3 = test::fresh_bucket("npc");
+  test::TempDir dir;
+  const fs::path log = dir / "fake.log";
+  const std::string url = fmt::format("s3://{}/team", s3->bucket());
+  // The client simulator stores the graphs in the bucket as graph extraction does.
+  std::vector<std::string> trial{NEFFCACHE_CLIENT_SIM, "--extract-interval", "0.05", "--compiler-version", "2.21.0"};
+  for (int i = 0; i < 3; ++i) trial.push_back(test::corpus_files()[static_cast<std::size_t>(i)].string());
+  auto npc = [&](std::vector<std::string> args) {
+    args.insert(args.end(), trial.begin(), trial.end());
+    return test::run(test::s3_tool_argv(args, {"NEURON_COMPILE_CACHE_URL=" + url, "NEFFCACHE_FAKE_RATE=0",
+                                               "NEFFCACHE_FAKE_LOG=" + log.string()}, NEFFCACHE_NPC));
+  };
+  auto count = [&](std::string_view suffix) {
+    auto l = s3->list("team/");
+    REQUIRE(l.has_value());
+    return std::count_if(l->objects.begin(), l->objects.end(), [&](const auto& o) { return o.key.ends_with(suffix); });
+  };
+
+  auto collect = npc({"--command", "collect"});
+  INFO(collect.output);
+  CHECK(collect.exit_code == 0);
+  CHECK_THAT(collect.output, ContainsSubstring("3 graphs extracted"));
+  CHECK(count("/model.hlo_module.pb") == 3);
+  CHECK(count("/model.neff") == 0);
+  CHECK_FALSE(fs::exists(log));
+
+  auto analyze = npc({"--command", "analyze", "--analyze-output", (dir / "analysis").string()});
+  INFO(analyze.output);
+  CHECK(analyze.exit_code == 0);
+  auto result = nlohmann::json::parse(test::slurp(dir / "analysis" / "result.json"));
+  CHECK(result["total"]["graphs"] == 3);
+  CHECK(result["cache"] == url);
+
+  auto both = npc({"--command", "collect-and-compile", "--compiler", k_fake_template, "--num_parallel", "2"});
+  INFO(both.output);
+  CHECK(both.exit_code == 0);
+  CHECK_THAT(both.output, ContainsSubstring("Total successful compilations: 3"));
+  CHECK(count("/model.neff") == 3);
+  CHECK(count("/model.done") == 3);
+  CHECK(test::count_lines(log) == 3);
 }

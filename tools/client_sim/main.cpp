@@ -264,7 +264,16 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  auto root = cli::cache_root("");
+  // An s3:// cache is for graph extraction only: the simulator stores graphs there as
+  // the Neuron wrapper does; training reads an S3 cache through a neffcachefs mount.
+  auto s3 = cli::s3_target("");
+  if (!s3) return fail(s3.error().message);
+  const std::string extract_env = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("");
+  const bool extract = !extract_env.empty() && extract_env != "0";
+  if (*s3 && !extract)
+    return fail(fmt::format("{}: only graph extraction is simulated on an s3:// cache (mount it with neffcachefs "
+                            "to train)", (*s3)->url.text));
+  auto root = *s3 ? Result<std::string>((*s3)->entry_url("")) : cli::cache_root("");
   if (!root) return fail(root.error().message);
   auto flags = cli::compiler_flags(opts.flags);
   if (!flags) return fail(flags.error().message);
@@ -284,20 +293,25 @@ int main(int argc, char** argv) {
     if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));
     auto key = entry_key(*bytes, flags->compiler_flags, *version);
     if (!key) return fail(fmt::format("{}: {}", f, key.error().message));
-    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, fmt::format("{}/{}", *root, key->relative_path())});
+    std::string entry = *s3 ? (*s3)->entry_url(key->relative_path()) : fmt::format("{}/{}", *root, key->relative_path());
+    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, std::move(entry)});
     keys.push_back(*key);
   }
 
-  const std::string extract_env = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("");
-  const bool extract = !extract_env.empty() && extract_env != "0";
   std::vector<GraphResult> results(graphs.size());
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   const auto start = SteadyClock::now();
   if (extract) {
     for (std::size_t i = 0; i < graphs.size(); ++i) {
       if (i > 0) sleep_for(opts.extract_interval);
-      auto entry = make_entry_folder(*root, keys[i]);
-      auto stored = entry ? store_graph(*entry, graphs[i].bytes, flags->compiler_flags) : Result<bool>(entry.error());
+      Result<bool> stored = false;
+      if (*s3) {
+        stored = store_s3_graph(*(*s3)->s3, (*s3)->url.prefix, keys[i].relative_path(), graphs[i].bytes,
+                                flags->compiler_flags);
+      } else {
+        auto entry = make_entry_folder(*root, keys[i]);
+        stored = entry ? store_graph(*entry, graphs[i].bytes, flags->compiler_flags) : Result<bool>(entry.error());
+      }
       if (!stored) {
         results[i] = {Outcome::failed, 0, 0, stored.error().message};
         continue;

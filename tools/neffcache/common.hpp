@@ -66,9 +66,11 @@ struct S3Target {
 };
 
 // An entry of an S3 cache named on the command line by its path in the cache,
-// neuronxcc-*/MODULE_* (a trailing '/' is fine); anything else is an error.
+// neuronxcc-*/MODULE_*, or by its URL (a trailing '/' is fine); anything else is an error.
 inline Result<std::string> s3_entry_path(std::string arg, const CacheUrl& url) {
   while (!arg.empty() && arg.back() == '/') arg.pop_back();
+  if (const std::string root = fmt::format("s3://{}/{}", url.bucket, s3_key(url.prefix, "")); arg.starts_with(root))
+    arg.erase(0, root.size());
   if (!is_entry_path(arg))
     return Error{Errc::invalid_argument, fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, url.text)};
   return arg;

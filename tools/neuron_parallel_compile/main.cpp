@@ -137,10 +137,14 @@ int main(int argc, char** argv) {
   if (command == "compile") return run_compile(copts);
 
   if (run.empty()) return fail(fmt::format("--command {} needs the training command to run", command));
-  auto root = cache_root("");
+  // An s3:// cache: the trial run stores its graphs in the bucket, named by their URLs,
+  // and they compile here under their leases.
+  auto s3 = s3_target("");
+  if (!s3) return fail(s3.error().message);
+  auto root = *s3 ? Result<std::string>((*s3)->url.text) : cache_root("");
   if (!root) return fail(root.error().message);
   fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
-  const bool on_mount = mount_backing(*root).has_value();
+  const bool on_mount = !*s3 && mount_backing(*root).has_value();
   const bool overlap = command == "collect-and-compile" && !on_mount;
   if (command == "analyze" && std::filesystem::exists(analyze_output) && !std::filesystem::is_directory(analyze_output))
     return fail(fmt::format("--analyze-output {}: not a directory", analyze_output));
@@ -152,6 +156,12 @@ int main(int argc, char** argv) {
   if (overlap) {
     auto so = scheduler_options(copts, *env, /*need_compiler=*/true);
     if (!so) return fail(so.error().message);
+    if (*s3) {
+      // Entries are named by their URL; the scheduler hands the name back to compile.
+      so->compile = [&target = **s3](const std::string& entry, const CompileSettings& settings) {
+        return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(target.entry_url("").size()), settings);
+      };
+    }
     batch = std::make_unique<Batch>(std::move(*so), env->compiler_flags);
   }
   const auto start = std::chrono::system_clock::now();
@@ -171,7 +181,7 @@ int main(int argc, char** argv) {
   if (command == "collect") return k_exit_ok;
   if (command == "analyze") {
     if (trial->graphs.empty()) return fail("the trial run extracted no graphs, so there is nothing to analyze");
-    AnalyzeOptions aopts{"", {}, analyze_output, analyze_verbosity};
+    AnalyzeOptions aopts{*s3 ? *root : "", {}, analyze_output, analyze_verbosity};
     for (const auto& g : trial->graphs) aopts.entries.push_back(std::filesystem::path(g).parent_path().string());
     return run_analyze(aopts);
   }
@@ -183,10 +193,11 @@ int main(int argc, char** argv) {
   }
 
   // Pending entries the trial run wrote without announcing them count too.
-  auto entries = list_entries(*root);
+  auto entries = *s3 ? list_s3_entries(*(*s3)->s3, (*s3)->url.prefix) : list_entries(*root);
   if (!entries) return fail(entries.error().message);
   for (const auto& e : *entries)
-    if (e.state == EntryState::pending || e.state == EntryState::stale_lock) batch->add(fmt::format("{}/{}", *root, e.path));
+    if (e.state == EntryState::pending || e.state == EntryState::stale_lock)
+      batch->add(*s3 ? (*s3)->entry_url(e.path) : fmt::format("{}/{}", *root, e.path));
   tools::ProgressDisplay display;
   while (!batch->wait_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) display.update(batch->counts());
   display.finish(batch->counts());
