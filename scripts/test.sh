@@ -17,7 +17,7 @@ cmake --build build -j"$jobs"
 echo "== build with TSan and run the concurrency tests (locks, compile jobs, scheduler, the daemon, S3)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_TSAN=ON -DNEFFCACHE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target neffcache_tests neffcache_s3_tests lock_helper fake-neuronx-cc neffcache \
-  neffcachefs fuse_reader
+  neuron_parallel_compile neuron-client-sim neffcachefs fuse_reader
 # Catch2's tag filter selects them (the Catch2 in bookworm-backports cannot turn tags into ctest labels).
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/../tests/tsan.supp" \
    ./tests/neffcache_tests '[lock],[compile],[scheduler],[fuse]~[load]')

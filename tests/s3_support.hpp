@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/s3.hpp>
+#include <neffcache/s3_cache.hpp>
 
 #include "support.hpp"
 
@@ -84,6 +85,25 @@ inline std::vector<std::string> s3_tool_argv(const std::vector<std::string>& arg
   return argv;
 }
 
+// The fake compiler as the S3 tests run it.
+inline const std::string k_fake_template =
+    std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+
+// The path in the cache of a test's i-th entry; `first` keeps the tests of one file apart.
+inline std::string fake_entry(int i, int first) {
+  return fmt::format("neuronxcc-2.21.0.0+fake/MODULE_{}+4f2d9c1a", first + i);
+}
+
+// Stores `n` pending entries (distinct corpus graphs, with flags) under `prefix`.
+inline void put_pending_entries(neffcache::S3Client& s3, const std::string& prefix, int n, int first) {
+  auto corpus = corpus_files();
+  for (int i = 0; i < n; ++i) {
+    const std::string base = neffcache::s3_key(prefix, fake_entry(i, first));
+    REQUIRE(s3.put(base + "/compile_flags.json", R"(["--target=trn1"])").has_value());
+    REQUIRE(s3.put(base + "/model.hlo_module.pb", slurp(corpus[static_cast<std::size_t>(i)])).has_value());
+  }
+}
+
 // How many times the fake compiler compiled each entry (MODULE_...), from its log of
 // "pid uid input" lines.
 inline std::map<std::string, int> compiles_per_entry(const fs::path& log) {
@@ -95,6 +115,18 @@ inline std::map<std::string, int> compiles_per_entry(const fs::path& log) {
     ++out[input.substr(at, input.find('/', at) - at)];
   }
   return out;
+}
+
+// Checks that the fake compiler compiled each of `n` entries exactly once, and never two
+// compiles of one entry at a time (NEFFCACHE_FAKE_EXCLUSIVE_DIR=`exclusive`).
+inline void check_compiled_once(const fs::path& log, const fs::path& exclusive, int n) {
+  auto per_entry = compiles_per_entry(log);
+  CHECK(per_entry.size() == static_cast<std::size_t>(n));
+  for (const auto& [entry, count] : per_entry) {
+    INFO(entry);
+    CHECK(count == 1);
+  }
+  CHECK_FALSE(fs::exists(exclusive / "clashes"));
 }
 
 // A bucket name no other test (nor an earlier run) uses.

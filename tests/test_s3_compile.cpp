@@ -22,20 +22,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
-const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
-const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
+using test::k_fake_template;
 
-std::string rel_of(int i) { return fmt::format("{}/MODULE_{}+4f2d9c1a", k_compiler_dir, 1000 + i); }
+std::string rel_of(int i) { return test::fake_entry(i, 1000); }
 
-// Stores `n` pending entries (distinct corpus graphs) under `prefix`.
-void put_entries(S3Client& s3, const std::string& prefix, int n) {
-  auto corpus = test::corpus_files();
-  for (int i = 0; i < n; ++i) {
-    REQUIRE(s3.put(s3_key(prefix, rel_of(i) + "/model.hlo_module.pb"), test::slurp(corpus[i])).has_value());
-    REQUIRE(s3.put(s3_key(prefix, rel_of(i) + "/compile_flags.json"), R"(["--target=trn1"])").has_value());
-  }
-}
+void put_entries(S3Client& s3, const std::string& prefix, int n) { test::put_pending_entries(s3, prefix, n, 1000); }
 
 std::map<std::string, std::string> objects(S3Client& s3) {
   auto l = s3.list("");
@@ -111,13 +102,7 @@ TEST_CASE("two compilers on one S3 cache compile every entry exactly once", "[s3
   INFO(out_a << out_b);
   CHECK(a.wait() == 0);
   CHECK(b.wait() == 0);
-  auto per_entry = test::compiles_per_entry(log);
-  CHECK(per_entry.size() == static_cast<std::size_t>(n));
-  for (const auto& [entry, count] : per_entry) {
-    INFO(entry);
-    CHECK(count == 1);
-  }
-  CHECK_FALSE(fs::exists(dir / "exclusive" / "clashes"));
+  test::check_compiled_once(log, dir / "exclusive", n);
   auto have = objects(*s3);
   for (int i = 0; i < n; ++i) CHECK(have.contains(rel_of(i) + "/model.done"));
 }

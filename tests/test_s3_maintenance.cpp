@@ -21,8 +21,7 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-const std::string k_fake_template =
-    std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+using test::k_fake_template;
 
 test::ToolRun tool(std::vector<std::string> args) {
   return test::run(test::s3_tool_argv(args, {"NEFFCACHE_FAKE_RATE=0"}));

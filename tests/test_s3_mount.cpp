@@ -31,23 +31,15 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string k_daemon = NEFFCACHE_DAEMON;
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
-const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
+using test::k_fake_template;
 
-std::string rel_of(int i) { return fmt::format("{}/MODULE_{}+4f2d9c1a", k_compiler_dir, 2000 + i); }
+std::string rel_of(int i) { return test::fake_entry(i, 2000); }
 
 using test::mounted;
 using test::read_all;
 
-// Stores `n` pending entries (distinct corpus graphs) in the bucket.
-void put_pending(S3Client& s3, int n) {
-  auto corpus = test::corpus_files();
-  for (int i = 0; i < n; ++i) {
-    REQUIRE(s3.put(rel_of(i) + "/compile_flags.json", R"(["--target=trn1"])").has_value());
-    REQUIRE(s3.put(rel_of(i) + "/model.hlo_module.pb", test::slurp(corpus[static_cast<std::size_t>(i)])).has_value());
-  }
-}
+void put_pending(S3Client& s3, int n) { test::put_pending_entries(s3, "", n, 2000); }
 
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -226,13 +218,7 @@ TEST_CASE("three daemons over one bucket compile each entry once for many reader
     auto [it, first] = neff_of.emplace(r.entry, r.bytes);
     CHECK(it->second == r.bytes);  // one NEFF per entry, whichever daemon compiled it
   }
-  auto per_entry = test::compiles_per_entry(log);
-  CHECK(per_entry.size() == static_cast<std::size_t>(n));
-  for (const auto& [entry, count] : per_entry) {
-    INFO(entry);
-    CHECK(count == 1);
-  }
-  CHECK_FALSE(fs::exists(dir / "exclusive" / "clashes"));
+  test::check_compiled_once(log, dir / "exclusive", n);
   for (int e = 0; e < n; ++e) CHECK(s3->get(rel_of(e) + "/model.neff").value() == neff_of[e]);
 }
 
