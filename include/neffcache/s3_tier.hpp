@@ -80,7 +80,7 @@ class S3Tier {
   bool fill(const std::string& dir, std::string_view name) {
     auto rel = relative(dir);
     if (!rel) return false;
-    int depth = rel->empty() ? 0 : 1 + static_cast<int>(std::count(rel->begin(), rel->end(), '/'));
+    const int depth = depth_of(*rel);
     if (depth == 0 && name.starts_with(k_compiler_dir_prefix))
       return single_flight(std::string(name), [&] {
         if (!looked_again(std::string(name))) return false;
@@ -99,7 +99,7 @@ class S3Tier {
   void fill_listing(const std::string& dir) {
     auto rel = relative(dir);
     if (!rel) return;
-    int depth = rel->empty() ? 0 : 1 + static_cast<int>(std::count(rel->begin(), rel->end(), '/'));
+    const int depth = depth_of(*rel);
     if (depth == 2) return (void)fill_entry(*rel);
     if (depth > 1 || !looked_again(*rel + "/")) return;
     std::string base = rel->empty() ? o_.prefix : s3_key(o_.prefix, *rel);
@@ -189,6 +189,11 @@ class S3Tier {
     std::string rel = path.substr(o_.root.size() + 1);
     if (rel.starts_with(k_private_prefix)) return std::nullopt;
     return rel;
+  }
+
+  // 0 for the root, 1 for a compiler folder, 2 for an entry.
+  static int depth_of(std::string_view rel) {
+    return rel.empty() ? 0 : 1 + static_cast<int>(std::count(rel.begin(), rel.end(), '/'));
   }
 
   // The path of the entry folder `entry_dir` in the cache (neuronxcc-*/MODULE_*).
