@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
   if (s3) {
     auto cap = neffcache::parse_size(local_cache_size);
     if (!cap) return fail(fmt::format("--local-cache-size '{}' is not a size like 50G", local_cache_size));
-    if (lease_ttl < 1) return fail("--lease-ttl must be at least 1 second");
+    if (lease_ttl < 1 || lease_ttl > static_cast<double>(neffcache::k_max_lease_ttl.count()))
+      return fail(fmt::format("--lease-ttl must be from 1 to {} seconds", neffcache::k_max_lease_ttl.count()));
     neffcache::S3Tier::Options t;
     t.prefix = s3_url->prefix;
     t.root = opts.backing;

@@ -135,3 +135,23 @@ TEST_CASE("a lock object that is not a lease holds until the default ttl", "[s3]
   CHECK(r.error().code == Errc::busy);
   CHECK_THAT(r.error().message, ContainsSubstring("not ours"));
 }
+
+TEST_CASE("a lease record with a number out of range is not a lease", "[s3][lease]") {
+  auto record = [](std::string_view pid, std::string_view ttl, std::string_view seq) {
+    return fmt::format(R"({{"neffcache_lease":1,"host":"h","pid":{},"instance":"i","ttl_seconds":{},"released":false,"seq":{}}})",
+                       pid, ttl, seq);
+  };
+  auto good = detail::parse_lease(record("12", "60", "3"));
+  REQUIRE(good.has_value());
+  CHECK(good->pid == 12);
+  CHECK(good->ttl == 60s);
+  CHECK(good->seq == 3);
+  // A number beyond 64 bits parses as a float (the fuzzer's find): refused, not converted.
+  CHECK_FALSE(detail::parse_lease(record(std::string(89, '4'), "60", "3")).has_value());
+  CHECK_FALSE(detail::parse_lease(record("12", "60.5", "3")).has_value());
+  CHECK_FALSE(detail::parse_lease(record("12", "60", "1e30")).has_value());
+  // A ttl outside 0 s to a day.
+  CHECK_FALSE(detail::parse_lease(record("12", "-5", "3")).has_value());
+  CHECK_FALSE(detail::parse_lease(record("12", "86401", "3")).has_value());
+  CHECK(detail::parse_lease(record("12", "86400", "3")).has_value());
+}

@@ -31,6 +31,8 @@
 namespace neffcache {
 
 inline constexpr std::chrono::seconds k_default_lease_ttl{60};
+// A lease record with a longer ttl is not ours: an hour's compile renews every 15 s.
+inline constexpr std::chrono::seconds k_max_lease_ttl{86400};
 
 struct LeaseRecord {
   std::string host;
@@ -63,6 +65,10 @@ inline std::string lease_json(const LeaseRecord& r) {
 inline std::optional<LeaseRecord> parse_lease(std::string_view text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("neffcache_lease")) return std::nullopt;
+  // Integers only: a number beyond 64 bits parses as a float, and converting that to an
+  // integer is undefined (the fuzzer found one).
+  for (const char* k : {"pid", "ttl_seconds", "seq"})
+    if (!j.contains(k) || !j[k].is_number_integer()) return std::nullopt;
   try {
     LeaseRecord r;
     r.host = j.at("host").get<std::string>();
@@ -71,6 +77,8 @@ inline std::optional<LeaseRecord> parse_lease(std::string_view text) {
     r.ttl = std::chrono::seconds(j.at("ttl_seconds").get<int64_t>());
     r.released = j.at("released").get<bool>();
     r.seq = j.at("seq").get<uint64_t>();
+    // Within bounds, so that time arithmetic on it cannot overflow.
+    if (r.ttl < std::chrono::seconds(0) || r.ttl > k_max_lease_ttl) return std::nullopt;
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
