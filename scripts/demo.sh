@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target neffcache neffcachefs fake-neuronx-cc neuron-client-sim >/dev/null
 tool=build/tools/neffcache
 version=2.21.0  # no Neuron SDK here, so the compiler version is given, not detected

@@ -39,7 +39,11 @@ inline std::optional<FakeNeff> parse_fake_neff(std::string_view bytes) {
   sha.update(body);
   if (trailer != std::string(k_trailer) + sha.hex() + "\n") return std::nullopt;
   auto field = [&](std::string_view name) -> std::string {
-    auto at = body.find("\n" + std::string(name) + " ");
+    // Appended piece by piece: GCC 12's -Wrestrict misreads `"\n" + std::string(name)`
+    // once inlined at -O2 and fails the Release build.
+    std::string needle(1, '\n');
+    needle.append(name).append(1, ' ');
+    auto at = body.find(needle);
     if (at == std::string_view::npos) return {};
     at += name.size() + 2;
     return std::string(body.substr(at, body.find('\n', at) - at));
