@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -26,16 +27,20 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
+#include <neffcache/detail/fs.hpp>
 #include <neffcache/layout.hpp>
 #include <neffcache/lock.hpp>
 #include <neffcache/maintenance.hpp>
@@ -148,6 +153,51 @@ bool killed_while_exiting(pid_t tid) {
 int gone_or(int err, int dir_fd) {
   struct stat st {};
   return err == ENOENT && ::fstat(dir_fd, &st) == 0 && st.st_nlink == 0 ? ESTALE : err;
+}
+
+// The mode of a create, mkdir or mknod arrives with the caller's umask already applied
+// by the kernel, so the daemon must apply none of its own to it. A umask belongs to the
+// fs_struct that a process's threads share, so a request thread takes one of its own
+// (once), and sets its umask to 0 only for the scope of a client's create: whatever else
+// the daemon creates (tier folders, published NEFFs) gets the daemon's umask.
+class CallersMode {
+ public:
+  CallersMode() {
+    if (own_umask()) old_ = ::umask(0);
+  }
+  ~CallersMode() {
+    if (old_) ::umask(*old_);
+  }
+  CallersMode(const CallersMode&) = delete;
+  CallersMode& operator=(const CallersMode&) = delete;
+
+ private:
+  static bool own_umask() {
+    thread_local const bool own = [] {
+      if (::unshare(CLONE_FS) == 0) return true;
+      static std::atomic<bool> told{false};
+      if (!told.exchange(true))
+        fmt::print(stderr, "neffcachefs: warning: a request thread cannot take a umask of its own ({}); "
+                           "files created through the mount get the daemon's umask as well\n", std::strerror(errno));
+      return false;
+    }();
+    return own;
+  }
+  std::optional<mode_t> old_;
+};
+
+// Whether the caller of `req` is in group `gid` (its own or a supplementary one).
+bool caller_in_group(fuse_req_t req, gid_t gid) {
+  if (fuse_req_ctx(req)->gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {  // it says how many there are
+    groups.resize(static_cast<std::size_t>(n));
+    n = fuse_req_getgroups(req, n, groups.data());
+  }
+  if (n <= 0) return false;
+  groups.resize(std::min(groups.size(), static_cast<std::size_t>(n)));
+  return std::find(groups.begin(), groups.end(), gid) != groups.end();
 }
 
 
@@ -626,6 +676,10 @@ void Filesystem::init(fuse_conn_info* conn) {
   no_opendir_ = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
   if (no_opendir_) conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;  // no ".." lookups from NFS re-export
+  // A write or truncate by someone who may not keep a file's set-user-ID and
+  // set-group-ID bits clears them. The kernel knows who that is (the daemon writes as
+  // itself, and as root it would keep them): it does it, with a change of mode.
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   conn->max_write = 1 << 20;
   conn->max_readahead = 1 << 20;
   // Parallel readers of many NEFFs: the kernel default of 12 throttles them.
@@ -759,25 +813,44 @@ void Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name,
   Inode& p = inode(parent);
   if (p.placeholder || p.special != Inode::Special::none)
     return (void)fuse_reply_err(req, p.placeholder ? ENOTDIR : EACCES);
+  // Device nodes are refused: a compile cache has no use for them, the mount is nodev,
+  // and the backing directory may not be (a root daemon would make them for the caller).
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return (void)fuse_reply_err(req, EPERM);
   int err = 0;
   PathRef dir = path_fd(p, err);
   if (!dir) return (void)fuse_reply_err(req, err);
-  int rc = target ? ::symlinkat(target, dir->fd, name)
-           : S_ISDIR(mode) ? ::mkdirat(dir->fd, name, mode)
-                           : ::mknodat(dir->fd, name, mode, 0);
+  int rc;
+  {
+    CallersMode exact;
+    rc = target ? ::symlinkat(target, dir->fd, name)
+         : S_ISDIR(mode) ? ::mkdirat(dir->fd, name, mode)
+                         : ::mknodat(dir->fd, name, mode, 0);
+  }
   if (rc != 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
-  give_to_caller(req, dir->fd, name);
+  if (as_root_) {
+    detail::UniqueFd made(::openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (made.get() >= 0) give_to_caller(req, dir->fd, made.get());
+  }
   reply_entry(req, p, name);
 }
 
-void Filesystem::give_to_caller(fuse_req_t req, int dir_fd, const char* name) {
+void Filesystem::give_to_caller(fuse_req_t req, int dir_fd, int fd) {
   if (!as_root_) return;  // then the caller is us
   const fuse_ctx* caller = fuse_req_ctx(req);
-  struct stat parent {};
+  struct stat parent {}, st {};
+  if (::fstat(fd, &st) != 0) return;
   // In a set-group-ID folder the file keeps the folder's group, as on a local disk.
   const bool inherit_group = ::fstat(dir_fd, &parent) == 0 && (parent.st_mode & S_ISGID);
-  (void)!::fchownat(dir_fd, name, caller->uid, inherit_group ? static_cast<gid_t>(-1) : caller->gid,
-                    AT_SYMLINK_NOFOLLOW);
+  const gid_t gid = inherit_group ? st.st_gid : caller->gid;
+  if (st.st_uid == caller->uid && st.st_gid == gid) return;  // a root caller's own
+  if (::fchownat(fd, "", caller->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return;
+  // A change of owner clears a file's set-user-ID and set-group-ID bits; the caller asked
+  // for them, and a local disk keeps them for the file's owner, set-group-ID only when the
+  // owner is in the file's group.
+  mode_t keep = st.st_mode & (S_ISUID | S_ISGID);
+  if (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode) || keep == 0) return;
+  if ((keep & S_ISGID) && !caller_in_group(req, gid)) keep &= ~S_ISGID;
+  if (keep != 0) (void)!::chmod(proc_path(fd).c_str(), st.st_mode & 07777 & ~((S_ISUID | S_ISGID) & ~keep));
 }
 
 void Filesystem::unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
@@ -999,11 +1072,15 @@ void Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mod
   bool existed = ::faccessat(dir->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   // Never through a link: one planted in the backing directory between the kernel's
   // lookup and this create would make a root daemon create or truncate its target.
-  int fd = ::openat(dir->fd, name, fi->flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+  int fd;
+  {
+    CallersMode exact;
+    fd = ::openat(dir->fd, name, fi->flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+  }
   if (fd < 0) return (void)fuse_reply_err(req, gone_or(errno, dir->fd));
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) {
-    give_to_caller(req, dir->fd, name);
+    give_to_caller(req, dir->fd, fd);
     track_client_lock(req, dir->fd, name);
   }
   fuse_entry_param e{};

@@ -160,8 +160,9 @@ class Filesystem {
   void answer_queued(const std::string& entry_dir, const neffcache::CompileResult& r);
   void track_client_lock(fuse_req_t req, int dir_fd, const char* name);
   // A daemon running as root gives what it creates for a caller to that caller: their
-  // files stay theirs, and the NEFFs compiled from their HLOs are theirs too.
-  void give_to_caller(fuse_req_t req, int dir_fd, const char* name);
+  // files stay theirs, and the NEFFs compiled from their HLOs are theirs too. `fd` is the
+  // new file's (any kind of descriptor, O_PATH included), in the folder `dir_fd`.
+  void give_to_caller(fuse_req_t req, int dir_fd, int fd);
   void forget_client_lock(int dir_fd, const char* name);
   void reap_loop();
   void deadline_loop();
