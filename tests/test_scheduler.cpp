@@ -191,7 +191,7 @@ TEST_CASE("running compiles never exceed jobs", "[scheduler]") {
   CHECK(runner.order().size() == futures.size());
 }
 
-TEST_CASE("waited-on requests go first, then the largest graphs", "[scheduler]") {
+TEST_CASE("waited-on requests go first, then the largest graphs, deferred work last", "[scheduler]") {
   test::TempDir root, work;
   RecordingRunner runner;
   runner.hold_first();
@@ -205,21 +205,23 @@ TEST_CASE("waited-on requests go first, then the largest graphs", "[scheduler]")
   auto waited = entry("gopjrt_tuple.hlo.pb");
   auto medium = entry("rocm_normal_9.hlo_proto.pb");
   auto lifted = entry("spu_empty_return_tuple.hlo.pb");
+  auto other_node = entry("spu_credit_fraud_predict.hlo.pb");  // larger than `small`, but another node's
   std::vector<std::shared_future<CompileResult>> f;
+  f.push_back(sched.submit(other_node, Priority::deferred));
   f.push_back(sched.submit(small, Priority::background));
   f.push_back(sched.submit(lifted, Priority::background));
   f.push_back(sched.submit(big, Priority::background));
   f.push_back(sched.submit(waited, Priority::waiting));
   f.push_back(sched.submit(medium, Priority::background));
   f.push_back(sched.submit(lifted, Priority::waiting));  // a reader arrives: lifted ahead
-  CHECK(sched.progress().queued == 5);
+  CHECK(sched.progress().queued == 6);
   CHECK(sched.progress().running == 1);
   runner.open();
   for (auto& x : f) CHECK(x.get().outcome == CompileOutcome::success);
   first.get();
   auto name = [](const JobSpec& s) { return test::fs::path(s.entry_dir).filename().string(); };
   CHECK(runner.order() == std::vector<std::string>{"MODULE_gopjrt_jax_xp1.hlo.pb", name(lifted), name(waited),
-                                                   name(big), name(medium), name(small)});
+                                                   name(big), name(medium), name(small), name(other_node)});
 }
 
 TEST_CASE("an entry already done or failed is answered at submit, not behind the queue", "[scheduler]") {

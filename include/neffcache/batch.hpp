@@ -40,15 +40,16 @@ class Batch {
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
-  // Adds an entry folder and submits its compile; adding one twice does nothing. Reads
-  // the entry's HLO (for the job's size and dedup key), so it may take a moment.
-  void add(const std::string& entry_dir) {
+  // Adds an entry folder and submits its compile at `priority` (deferred: after the
+  // other work, see Priority); adding one twice does nothing. Reads the entry's HLO (for
+  // the job's size and dedup key), so it may take a moment.
+  void add(const std::string& entry_dir, Priority priority = Priority::background) {
     {
       std::lock_guard lk(mu_);
       if (!items_.try_emplace(entry_dir, Item{entry_dir, hlo_path_of(entry_dir), {}}).second) return;
       order_.push_back(entry_dir);
     }
-    scheduler_.submit(prepare_job(entry_dir, default_flags_), Priority::background,
+    scheduler_.submit(prepare_job(entry_dir, default_flags_), priority,
                       [this, entry_dir](const CompileResult& r) {
                         std::lock_guard lk(mu_);
                         items_.at(entry_dir).result = r;

@@ -73,7 +73,10 @@ inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::
   return spec;
 }
 
-enum class Priority { background, waiting };
+// The order in which queued work is taken: waited-on work first, then background work,
+// then deferred work (work another process is expected to take first, e.g. another
+// node's share of a multi-node compile, taken when nothing else is left here).
+enum class Priority { deferred, background, waiting };
 
 struct Progress {
   std::size_t queued = 0;   // waiting for a compile slot
@@ -240,7 +243,7 @@ class Scheduler {
     }
   };
 
-  // Waiting before background, then larger graphs, then first come first served.
+  // Waiting before background before deferred, then larger graphs, then first come first served.
   struct Order {
     bool operator()(const Job* a, const Job* b) const {
       if (a->priority != b->priority) return a->priority > b->priority;
