@@ -6,8 +6,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -15,9 +18,11 @@
 #include <neffcache/detail/fs.hpp>
 #include <neffcache/url.hpp>
 
+#include "common/log.hpp"
+
 namespace neffcache::tools {
 
-// On a terminal, a bar redrawn in place; otherwise the Neuron progress line, printed
+// On a terminal, a bar redrawn in place; otherwise the Neuron progress line (an INFO line), printed
 // when the counts change (and at most once per `k_line_interval`), as log readers
 // and scripts that grep it expect.
 class ProgressDisplay {
@@ -38,6 +43,7 @@ class ProgressDisplay {
       drawn_ = true;
       return;
     }
+    if (!logs(LogLevel::info)) return;
     bool changed = c.total != last_.total || c.remaining != last_.remaining || c.locked != last_.locked ||
                    c.done != last_.done || c.failed != last_.failed;
     if (!changed || (printed_ && now - last_print_ < k_line_interval && c.remaining + c.locked > 0)) return;
@@ -61,8 +67,9 @@ class ProgressDisplay {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_print_{};
 };
 
-// Prints the Neuron report and totals, as the Neuron tool logs them.
+// Prints the Neuron report and totals, as the Neuron tool logs them (INFO lines).
 inline void print_neuron_report(std::FILE* out, const nlohmann::ordered_json& report) {
+  if (!logs(LogLevel::info)) return;
   std::size_t ok = report["compilation_summary"].value("true", 0);
   std::size_t failed = report["compilation_summary"].value("false", 0);
   fmt::print(out, "INFO ||NEURON_PARALLEL_COMPILE||: {}\n", report.dump(4));
@@ -71,9 +78,9 @@ inline void print_neuron_report(std::FILE* out, const nlohmann::ordered_json& re
   fmt::print(out, "INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: {}\n", failed);
 }
 
-// Where NEURON_PARALLEL_COMPILE_DUMP_RESULTS asks the report to be kept as a JSON file:
-// "1" or "true" name ./neuron_parallel_compile_report.json, any other value is the path;
-// unset, empty or "0": nowhere.
+// Where NEURON_PARALLEL_COMPILE_DUMP_RESULTS asks the report to be kept as a JSON file of
+// ours: "1" or "true" name ./neuron_parallel_compile_report.json, any other value is the
+// path; unset, empty or "0": nowhere (and no dump at all).
 inline std::optional<std::string> report_dump_path() {
   auto v = process_env("NEURON_PARALLEL_COMPILE_DUMP_RESULTS");
   if (!v || v->empty() || *v == "0") return std::nullopt;
@@ -81,15 +88,33 @@ inline std::optional<std::string> report_dump_path() {
   return v;
 }
 
-// Keeps the report where NEURON_PARALLEL_COMPILE_DUMP_RESULTS says, written whole; a
-// failure to write it is reported on stderr and does not change the run's outcome.
-inline void dump_report(const nlohmann::ordered_json& report) {
+// The files the Neuron tool dumps in the working directory, named by the Unix time
+// `now` (which keeps the files of several nodes apart): the report, and the run's total
+// time (`total_neuron_parallel_compile_time`, seconds).
+inline std::vector<std::pair<std::string, std::string>> neuron_dump_files(const nlohmann::ordered_json& report,
+                                                                          double total_seconds, std::time_t now) {
+  nlohmann::ordered_json total{{"total_neuron_parallel_compile_time", total_seconds}};
+  return {{fmt::format("neuron_parallel_compile_results_{}.json", now), report.dump(4) + "\n"},
+          {fmt::format("total_neuron_parallel_compile_results_{}.json", now), total.dump(4) + "\n"}};
+}
+
+// With NEURON_PARALLEL_COMPILE_DUMP_RESULTS set: keeps the report where it says (see
+// report_dump_path), and writes the Neuron tool's two files (see neuron_dump_files),
+// each whole. A failure to write one is a warning on stderr and does not change the
+// run's outcome. `total_seconds` is the whole run's time, trial run included.
+inline void dump_report(const nlohmann::ordered_json& report, double total_seconds) {
   auto path = report_dump_path();
   if (!path) return;
-  if (auto w = detail::write_file_atomic(*path, report.dump(4) + "\n"); !w)
-    fmt::print(stderr, "WARNING ||NEURON_PARALLEL_COMPILE||: cannot keep the report: {}\n", w.error().message);
-  else
-    fmt::print(stderr, "INFO ||NEURON_PARALLEL_COMPILE||: Report kept in {}\n", *path);
+  auto files = neuron_dump_files(report, total_seconds, std::time(nullptr));
+  files.emplace_back(*path, report.dump(4) + "\n");
+  for (const auto& [name, text] : files) {
+    if (auto w = detail::write_file_atomic(name, text); !w) {
+      if (logs(LogLevel::warning))
+        fmt::print(stderr, "WARNING ||NEURON_PARALLEL_COMPILE||: cannot keep the report: {}\n", w.error().message);
+    } else if (logs(LogLevel::info)) {
+      fmt::print(stderr, "INFO ||NEURON_PARALLEL_COMPILE||: Report kept in {}\n", name);
+    }
+  }
 }
 
 // The exit status of a compile run: the number of failed graphs, as the Neuron tool

@@ -29,12 +29,18 @@ volatile std::sig_atomic_t g_stop = 0;  // SIGINT or SIGTERM arrived
 constexpr std::chrono::milliseconds k_tick{250};
 constexpr std::size_t k_max_mount_openers = 64;
 
+// An entry a run takes: a folder (or an S3 entry's URL), and when it is taken.
+struct Target {
+  std::string entry;
+  Priority priority = Priority::background;
+};
+
 // Compiles here, through the library's scheduler.
-std::vector<Batch::Item> compile_here(const std::vector<std::string>& targets, Scheduler::Options so,
+std::vector<Batch::Item> compile_here(const std::vector<Target>& targets, Scheduler::Options so,
                                       const std::vector<std::string>& default_flags) {
   Batch batch(std::move(so), default_flags);
   tools::ProgressDisplay display;
-  for (const auto& t : targets) batch.add(t);
+  for (const auto& t : targets) batch.add(t.entry, t.priority);
   while (!batch.wait_until(std::chrono::steady_clock::now() + k_tick)) {
     if (g_stop) batch.shutdown();  // running compiles stop as transient failures
     display.update(batch.counts());
@@ -45,14 +51,14 @@ std::vector<Batch::Item> compile_here(const std::vector<std::string>& targets, S
 
 // Asks a neffcachefs daemon: opening a pending model.neff makes it compile (or join the
 // compile), and the open returns when the compile ends.
-std::vector<Batch::Item> ask_daemon(const std::vector<std::string>& targets) {
+std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
   // Shared with the openers: after a stop they may still be blocked in open().
   struct State {
     std::vector<Batch::Item> items;
     std::atomic<std::size_t> next{0}, done{0}, failed{0};
   };
   auto st = std::make_shared<State>();
-  for (const auto& t : targets) {
+  for (const auto& [t, priority] : targets) {
     auto files = read_entry_files(t);
     std::string_view hlo = files && files->hlo_name() ? *files->hlo_name() : k_hlo_module_file;
     st->items.push_back({t, fmt::format("{}/{}", t, hlo), {}});
@@ -93,6 +99,31 @@ std::vector<Batch::Item> ask_daemon(const std::vector<std::string>& targets) {
   for (auto& t : threads) g_stop ? t.detach() : t.join();
   if (g_stop) return {};
   return st->items;
+}
+
+// The entries of a listing a run takes, by their path in the cache, sorted: those that
+// need a compile (pending, stale-locked; failed ones with `retry_failed`) and those
+// compiling elsewhere (waited for, so the report covers them), within `share` when given
+// (which sees every entry listed, whatever its state, so that nodes agree on it).
+std::vector<std::pair<std::string, Priority>> pick(const std::vector<EntryInfo>& entries, bool retry_failed,
+                                                   const SharePlan& share) {
+  std::vector<const EntryInfo*> graphs;
+  for (const auto& e : entries) graphs.push_back(&e);
+  std::sort(graphs.begin(), graphs.end(), [](const auto* a, const auto* b) { return a->path < b->path; });
+  std::vector<std::optional<Priority>> shares(graphs.size(), Priority::background);
+  if (share) {
+    std::vector<std::string> paths;
+    for (const auto* e : graphs) paths.push_back(e->path);
+    shares = share(paths);
+  }
+  std::vector<std::pair<std::string, Priority>> picked;
+  for (std::size_t i = 0; i < graphs.size(); ++i) {
+    const auto s = graphs[i]->state;
+    bool wanted = s == EntryState::pending || s == EntryState::stale_lock || s == EntryState::compiling ||
+                  (s == EntryState::failed && retry_failed);
+    if (wanted && shares[i]) picked.emplace_back(graphs[i]->path, *shares[i]);
+  }
+  return picked;
 }
 
 }  // namespace
@@ -150,7 +181,7 @@ static int finish_run(const CompileOptions& opts, const std::vector<Batch::Item>
   auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (opts.json) fmt::print("{}\n", result.dump(4));
   else tools::print_neuron_report(stdout, result);
-  tools::dump_report(result);
+  tools::dump_report(result, opts.seconds_before + result["compilation_time"].get<double>());
   return tools::failed_exit_status(result["compilation_summary"].value("false", std::size_t{0}));
 }
 
@@ -159,36 +190,33 @@ static int run_compile_s3(const CompileOptions& opts, const S3Target& target, co
   const bool retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
   auto so = scheduler_options(opts, env, /*need_compiler=*/true);
   if (!so) return report(so.error());
-  std::vector<std::string> rels;
+  std::vector<std::pair<std::string, Priority>> rels;
   if (!opts.entries.empty()) {
     // Named by their path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
     for (const auto& arg : opts.entries) {
       auto rel = s3_entry_path(arg, target.url);
       if (!rel) return report(rel.error());
-      rels.push_back(*rel);
+      rels.emplace_back(*rel, Priority::background);
     }
+    std::sort(rels.begin(), rels.end());
+    rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
   } else {
     auto entries = list_s3_entries(*target.s3, target.url.prefix);
     if (!entries) return report(entries.error());
-    for (const auto& e : *entries) {
-      bool wanted = e.state == EntryState::pending || e.state == EntryState::stale_lock ||
-                    e.state == EntryState::compiling || (e.state == EntryState::failed && retry_failed);
-      if (wanted) rels.push_back(e.path);
-    }
+    rels = pick(*entries, retry_failed, opts.share);
   }
-  std::sort(rels.begin(), rels.end());
-  rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
   // Entries are named by their URL; the scheduler hands the name back to compile.
   const std::string url_prefix = target.entry_url("");
   so->compile = [&target, url_prefix](const std::string& entry, const CompileSettings& settings) {
     return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(url_prefix.size()), settings);
   };
-  std::vector<std::string> targets;
-  for (const auto& rel : rels) targets.push_back(target.entry_url(rel));
+  std::vector<Target> targets;
+  for (const auto& [rel, priority] : rels) targets.push_back({target.entry_url(rel), priority});
 
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });
-  fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", target.url.text);
+  if (tools::logs(tools::LogLevel::info))
+    fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", target.url.text);
   const auto start = std::chrono::system_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
   auto items = compile_here(targets, std::move(*so), env.compiler_flags);
@@ -214,29 +242,26 @@ int run_compile(const CompileOptions& opts) {
   auto so = scheduler_options(opts, *env, /*need_compiler=*/!on_mount);
   if (!so) return report(so.error());
 
-  std::vector<std::string> targets;
+  std::vector<Target> targets;
   if (!opts.entries.empty()) {
     for (const auto& arg : opts.entries) {
       auto dir = entry_folder(*root, arg);
       if (!dir) return report(dir.error());
-      targets.push_back(*dir);
+      targets.push_back({*dir});
     }
+    std::sort(targets.begin(), targets.end(), [](const auto& a, const auto& b) { return a.entry < b.entry; });
+    targets.erase(std::unique(targets.begin(), targets.end(), [](const auto& a, const auto& b) { return a.entry == b.entry; }),
+                  targets.end());
   } else {
     auto entries = list_entries(backing.value_or(*root));
     if (!entries) return report(entries.error());
-    for (const auto& e : *entries) {
-      // Entries compiling elsewhere are waited for, so the report covers them.
-      bool wanted = e.state == EntryState::pending || e.state == EntryState::stale_lock ||
-                    e.state == EntryState::compiling || (e.state == EntryState::failed && retry_failed);
-      if (wanted) targets.push_back(fmt::format("{}/{}", *root, e.path));
-    }
-    std::sort(targets.begin(), targets.end());
+    for (const auto& [rel, priority] : pick(*entries, retry_failed, opts.share))
+      targets.push_back({fmt::format("{}/{}", *root, rel), priority});
   }
-  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
 
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });
-  fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
+  if (tools::logs(tools::LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
   const auto start = std::chrono::system_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Batch::Item> items;
@@ -244,7 +269,7 @@ int run_compile(const CompileOptions& opts) {
     // The daemon keeps a recorded failure until it is cleared.
     if (retry_failed)
       for (const auto& t : targets)
-        if (auto f = read_entry_files(t); f && f->failed()) ::unlink(fmt::format("{}/{}", t, k_log_file).c_str());
+        if (auto f = read_entry_files(t.entry); f && f->failed()) ::unlink(fmt::format("{}/{}", t.entry, k_log_file).c_str());
     items = ask_daemon(targets);
   } else {
     items = compile_here(targets, std::move(*so), env->compiler_flags);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,12 @@
 
 namespace neffcache::cli {
 
+// A multi-node run's share of a cache: given the path in the cache of every entry
+// (neuronxcc-*/MODULE_*), sorted, what this process takes of each: nullopt (another
+// node's, left alone), Priority::background (its own), Priority::deferred (another
+// node's, taken when nothing of its own is left).
+using SharePlan = std::function<std::vector<std::optional<Priority>>(const std::vector<std::string>& entries)>;
+
 struct CompileOptions {
   std::string cache;                 // empty: the Neuron precedence
   std::vector<std::string> entries;  // empty: every entry that needs a compile
@@ -20,6 +28,8 @@ struct CompileOptions {
   std::string compiler;              // empty: the SPEC's default template
   double compile_timeout = 0;        // 0: the library default
   bool json = false;
+  SharePlan share;              // empty: every entry that needs a compile, alike
+  double seconds_before = 0;    // time the run spent before (a trial run): in the dumped total
 };
 
 void setup_compile(CLI::App& app, int& exit_code);
