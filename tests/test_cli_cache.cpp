@@ -450,3 +450,58 @@ TEST_CASE("neffcache analyze writes opcode histograms per graph and per cache", 
       tool({"analyze", "--cache", cache.string(), "--output", (dir / "out" / "result.json").string()}),
       "cannot create the output directory");
 }
+
+TEST_CASE("commands that need no compiler work without one, and scan says which compiler folders it counts", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  const auto no_compiler = dir / "empty-bin", with_fake = dir / "bin";
+  fs::create_directories(no_compiler);
+  fs::create_directories(with_fake);
+  fs::create_symlink(k_fake, with_fake / "neuronx-cc");  // reports version 2.21.0.0+fake
+  auto put_as = [&](const std::string& version, const std::string& file) {
+    auto r = tool({"put", "--cache", cache.string(), "--compiler-version", version, (test::k_corpus / file).string()});
+    REQUIRE(r.exit_code == 0);
+    return fs::path(r.output.substr(0, r.output.size() - 1));
+  };
+  put_as("2.21.0.0+fake", "gopjrt_tuple.hlo.pb");
+  put_as("2.21.0.0+fake", "rocm08_normal_9.hlo_proto.pb");
+  auto old = put_as("2.19.0", "spu_jax_cnn.hlo.pb");
+  test::spit(old / "model.log", "error");
+  auto on_path = [&](const fs::path& bin, const std::string& program, std::vector<std::string> args) {
+    std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "PATH=" + bin.string(),
+                                  "NEURON_COMPILE_CACHE_URL=" + cache.string(), program};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run(argv);
+  };
+
+  // No neuronx-cc at all: every compiler folder is counted, and named.
+  auto r = on_path(no_compiler, test::k_tool, {"scan"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("Counting neuronxcc-2.19.0, neuronxcc-2.21.0.0+fake (every compiler folder; compiler "
+                      "'neuronx-cc' not found on PATH)") != std::string::npos);
+  CHECK(r.output.find("remaining items are 2, locked are 0, failed are 1, done are 0, total is 3") != std::string::npos);
+  r = on_path(no_compiler, NEFFCACHE_NPC, {"--command", "scan"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("total is 3") != std::string::npos);
+  // With the compiler: only its folder.
+  r = on_path(with_fake, test::k_tool, {"scan", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.output);
+  CHECK(j["compiler_dirs"] == nlohmann::json::array({"neuronxcc-2.21.0.0+fake"}));
+  CHECK(j["total"] == 2);
+  r = on_path(with_fake, NEFFCACHE_NPC, {"--command", "scan-with-failed"});
+  CHECK(r.output.find("Counting neuronxcc-2.21.0.0+fake (the folder of 'neuronx-cc' 2.21.0.0+fake)") != std::string::npos);
+
+  // The rest of the commands on a cache need no compiler either.
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"ls"}, {"stats"}, {"verify"}, {"clear-locks"}, {"retry", "--all"},
+        {"analyze", "--output", (dir / "analysis").string()}, {"gc", "--max-size", "1T"}, {"clean", "--yes"}}) {
+    r = on_path(no_compiler, test::k_tool, args);
+    INFO(args[0] << ": " << r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("not found on PATH") == std::string::npos);
+  }
+  CHECK(fs::is_empty(cache));
+  test::check_one_line_error(on_path(no_compiler, NEFFCACHE_NPC, {"--command", "compile"}), "not found on PATH",
+                             "neffcache");
+}

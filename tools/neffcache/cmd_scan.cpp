@@ -2,14 +2,42 @@
 #include "neffcache/cmd_scan.hpp"
 
 #include <memory>
+#include <set>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <neffcache/inventory.hpp>
+#include <neffcache/key.hpp>
 
 #include "neffcache/common.hpp"
 
 namespace neffcache::cli {
+
+namespace {
+
+// The compiler folders a scan counts, and why those.
+struct CompilerScope {
+  std::set<std::string> dirs;
+  std::string why;
+};
+
+// The folder of `compiler`'s version when it answers `--version` and the cache has that
+// folder; else every compiler folder of `entries`. Needs no compiler.
+CompilerScope compiler_scope(const std::vector<EntryInfo>& entries, const std::string& compiler) {
+  std::set<std::string> all;
+  for (const auto& e : entries) all.insert(e.path.substr(0, e.path.find('/')));
+  auto version = detect_compiler_version(compiler);
+  if (version) {
+    std::string dir = fmt::format("{}{}", k_compiler_dir_prefix, *version);
+    if (all.contains(dir)) return {{dir}, fmt::format("the folder of '{}' {}", compiler, *version)};
+    return {all, fmt::format("every compiler folder; none is of '{}' {}", compiler, *version)};
+  }
+  return {all, fmt::format("every compiler folder; {}", version.error().message)};
+}
+
+}  // namespace
 
 void setup_scan(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ScanOptions>();
@@ -18,6 +46,10 @@ void setup_scan(CLI::App& app, int& exit_code) {
   add_cache_option(sub, opts->cache);
   sub->add_flag("--with-failed", opts->with_failed, "count failed entries as remaining (they would be retried)");
   sub->add_flag("--json", opts->json, "print a JSON object with the counts by state too");
+  sub->add_option("--compiler", opts->compiler,
+                  "count only the folder of this compiler's version when it is installed and the cache has one "
+                  "(else every compiler folder)")
+      ->capture_default_str();
   sub->callback([opts, &exit_code] { exit_code = run_scan(*opts); });
 }
 
@@ -25,41 +57,47 @@ int run_scan(const ScanOptions& opts) {
   auto s3 = s3_target(opts.cache);
   if (!s3) return report(s3.error());
   Result<std::string> root = std::string();
-  Result<StateCounts> c = StateCounts{};
+  Result<std::vector<EntryInfo>> entries = std::vector<EntryInfo>{};
   if (*s3) {
     root = (*s3)->url.text;
-    auto entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
-    if (!entries) return report(entries.error());
-    for (const auto& e : *entries) ++c->of(e.state);
+    entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
   } else {
     root = cache_root(opts.cache);
     if (!root) return report(root.error());
-    c = count_entries(entries_root(*root));
+    entries = list_entries(entries_root(*root));
   }
-  if (!c) return report(c.error());
-  const std::size_t remaining = c->remaining(opts.with_failed);
-  const std::size_t failed = opts.with_failed ? 0 : c->failed;
-  const std::size_t total = remaining + c->compiling + failed + c->done;
+  if (!entries) return report(entries.error());
+  const auto scope = compiler_scope(*entries, opts.compiler);
+  StateCounts c;
+  for (const auto& e : *entries)
+    if (scope.dirs.contains(e.path.substr(0, e.path.find('/')))) ++c.of(e.state);
+  const std::size_t remaining = c.remaining(opts.with_failed);
+  const std::size_t failed = opts.with_failed ? 0 : c.failed;
+  const std::size_t total = remaining + c.compiling + failed + c.done;
   if (opts.json) {
     nlohmann::ordered_json j{{"cache", *root},
+                             {"compiler_dirs", scope.dirs},
                              {"remaining", remaining},
-                             {"locked", c->compiling},
+                             {"locked", c.compiling},
                              {"failed", failed},
-                             {"done", c->done},
+                             {"done", c.done},
                              {"total", total},
                              {"states",
-                              {{"empty", c->empty},
-                               {"pending", c->pending},
-                               {"compiling", c->compiling},
-                               {"done", c->done},
-                               {"failed", c->failed},
-                               {"stale", c->stale}}}};
+                              {{"empty", c.empty},
+                               {"pending", c.pending},
+                               {"compiling", c.compiling},
+                               {"done", c.done},
+                               {"failed", c.failed},
+                               {"stale", c.stale}}}};
     fmt::print("{}\n", j.dump(2));
     return k_exit_ok;
   }
   fmt::print("INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
+  fmt::print("INFO ||NEURON_CACHE||: Counting {} ({})\n",
+             scope.dirs.empty() ? std::string("no compiler folder") : fmt::format("{}", fmt::join(scope.dirs, ", ")),
+             scope.why);
   fmt::print("INFO ||NEURON_CACHE||: Current remaining items are {}, locked are {}, failed are {}, done are {}, total is {}\n",
-             remaining, c->compiling, failed, c->done, total);
+             remaining, c.compiling, failed, c.done, total);
   return k_exit_ok;
 }
 
