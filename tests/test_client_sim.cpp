@@ -50,12 +50,17 @@ TEST_CASE("neuron-client-sim: after neuron_parallel_compile, training compiles n
   argv.push_back(NEFFCACHE_NPC);
   argv.push_back("--compiler");
   argv.push_back(k_template);
+  argv.push_back("--parallel_compile_workdir=" + (dir / "work").string());
   argv = sim_command(argv, {"--extract-interval", "0.05"});
   auto npc = test::run(argv);
   REQUIRE(npc.exit_code == 0);
   CHECK(npc.output.find("Total successful compilations: 3") != std::string::npos);
   CHECK(test::count_lines(log) == 3);
-  CHECK(test::count_lines(dir / "neuron_parallel_compile.log") >= 3);  // the trial run's output, kept
+  // The trial run's output, kept; the cache it used, said.
+  std::map<std::string, fs::path> kept;
+  for (const auto& e : fs::directory_iterator(dir / "work")) kept[e.path().filename().string().substr(0, 10)] = e.path();
+  CHECK(test::count_lines(kept["trial_run_"]) >= 3);
+  CHECK(test::slurp(kept["cache_path"]) == cache.string() + "\n");
 
   auto train = test::run(sim_command(client_env(cache, log), {"--steps", "3"}));
   REQUIRE(train.exit_code == 0);

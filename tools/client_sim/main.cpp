@@ -11,7 +11,9 @@
 //   - else take the existence lock <hlo>.lock (O_EXCL), write the HLO, run the compiler
 //     in a private work folder, copy the NEFF in, write model.done, remove the lock. A
 //     lock that exists already means another process compiles: poll until it is gone.
-// A killed simulator leaves its lock behind, as the real client does.
+// A killed simulator leaves its lock behind, as the real client does. With
+// NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG set (by neuron_parallel_compile), it writes the
+// cache it resolved into that file first, as the Neuron wrapper does.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -275,6 +277,11 @@ int main(int argc, char** argv) {
                             "to train)", (*s3)->url.text));
   auto root = *s3 ? Result<std::string>((*s3)->entry_url("")) : cli::cache_root("");
   if (!root) return fail(root.error().message);
+  // Under neuron_parallel_compile, say which cache this process uses, as the Neuron
+  // wrapper does: the tool compiles into that one.
+  if (auto log = process_env("NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG"); log && !log->empty())
+    if (auto w = detail::write_file_atomic(*log, (*s3 ? (*s3)->url.text : *root) + "\n"); !w)
+      return fail(fmt::format("NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG: {}", w.error().message));
   auto flags = cli::compiler_flags(opts.flags);
   if (!flags) return fail(flags.error().message);
   auto tmpl = CompilerTemplate::parse(opts.compiler);
