@@ -29,11 +29,19 @@ volatile std::sig_atomic_t g_stop = 0;  // SIGINT or SIGTERM arrived
 constexpr std::chrono::milliseconds k_tick{250};
 constexpr std::size_t k_max_mount_openers = 64;
 
-// An entry a run takes: a folder (or an S3 entry's URL), and when it is taken.
+// An entry a run takes: a folder, an S3 entry's URL or a path in the cache, and when it
+// is taken.
 struct Target {
   std::string entry;
   Priority priority = Priority::background;
+  auto operator<=>(const Target&) const = default;
 };
+
+// Entries named on the command line, each once, in order of their names.
+void sort_unique(std::vector<Target>& targets) {
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+}
 
 // Compiles here, through the library's scheduler.
 std::vector<Batch::Item> compile_here(const std::vector<Target>& targets, Scheduler::Options so,
@@ -105,8 +113,7 @@ std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
 // need a compile (pending, stale-locked; failed ones with `retry_failed`) and those
 // compiling elsewhere (waited for, so the report covers them), within `share` when given
 // (which sees every entry listed, whatever its state, so that nodes agree on it).
-std::vector<std::pair<std::string, Priority>> pick(const std::vector<EntryInfo>& entries, bool retry_failed,
-                                                   const SharePlan& share) {
+std::vector<Target> pick(const std::vector<EntryInfo>& entries, bool retry_failed, const SharePlan& share) {
   std::vector<const EntryInfo*> graphs;
   for (const auto& e : entries) graphs.push_back(&e);
   std::sort(graphs.begin(), graphs.end(), [](const auto* a, const auto* b) { return a->path < b->path; });
@@ -116,17 +123,23 @@ std::vector<std::pair<std::string, Priority>> pick(const std::vector<EntryInfo>&
     for (const auto* e : graphs) paths.push_back(e->path);
     shares = share(paths);
   }
-  std::vector<std::pair<std::string, Priority>> picked;
+  std::vector<Target> picked;
   for (std::size_t i = 0; i < graphs.size(); ++i) {
     const auto s = graphs[i]->state;
     bool wanted = s == EntryState::pending || s == EntryState::stale_lock || s == EntryState::compiling ||
                   (s == EntryState::failed && retry_failed);
-    if (wanted && shares[i]) picked.emplace_back(graphs[i]->path, *shares[i]);
+    if (wanted && shares[i]) picked.push_back({graphs[i]->path, *shares[i]});
   }
   return picked;
 }
 
 }  // namespace
+
+std::function<CompileResult(const std::string&, const CompileSettings&)> s3_compile(const S3Target& target) {
+  return [&target, url_prefix = target.entry_url("")](const std::string& entry, const CompileSettings& settings) {
+    return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(url_prefix.size()), settings);
+  };
+}
 
 Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler) {
   Scheduler::Options so;
@@ -190,26 +203,21 @@ static int run_compile_s3(const CompileOptions& opts, const S3Target& target, co
   const bool retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
   auto so = scheduler_options(opts, env, /*need_compiler=*/true);
   if (!so) return report(so.error());
-  std::vector<std::pair<std::string, Priority>> rels;
+  std::vector<Target> rels;
   if (!opts.entries.empty()) {
     // Named by their path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
     for (const auto& arg : opts.entries) {
       auto rel = s3_entry_path(arg, target.url);
       if (!rel) return report(rel.error());
-      rels.emplace_back(*rel, Priority::background);
+      rels.push_back({*rel});
     }
-    std::sort(rels.begin(), rels.end());
-    rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
+    sort_unique(rels);
   } else {
     auto entries = list_s3_entries(*target.s3, target.url.prefix);
     if (!entries) return report(entries.error());
     rels = pick(*entries, retry_failed, opts.share);
   }
-  // Entries are named by their URL; the scheduler hands the name back to compile.
-  const std::string url_prefix = target.entry_url("");
-  so->compile = [&target, url_prefix](const std::string& entry, const CompileSettings& settings) {
-    return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(url_prefix.size()), settings);
-  };
+  so->compile = s3_compile(target);
   std::vector<Target> targets;
   for (const auto& [rel, priority] : rels) targets.push_back({target.entry_url(rel), priority});
 
@@ -249,9 +257,7 @@ int run_compile(const CompileOptions& opts) {
       if (!dir) return report(dir.error());
       targets.push_back({*dir});
     }
-    std::sort(targets.begin(), targets.end(), [](const auto& a, const auto& b) { return a.entry < b.entry; });
-    targets.erase(std::unique(targets.begin(), targets.end(), [](const auto& a, const auto& b) { return a.entry == b.entry; }),
-                  targets.end());
+    sort_unique(targets);
   } else {
     auto entries = list_entries(backing.value_or(*root));
     if (!entries) return report(entries.error());

@@ -11,6 +11,8 @@
 #include <neffcache/result.hpp>
 #include <neffcache/scheduler.hpp>
 
+#include "neffcache/common.hpp"
+
 namespace neffcache::cli {
 
 // A multi-node run's share of a cache: given the path in the cache of every entry
@@ -40,5 +42,9 @@ int run_compile(const CompileOptions& opts);
 // retry of failures (also from NEURON_CC_FLAGS), flags for entries without
 // compile_flags.json, timeout. Shared with neuron_parallel_compile.
 Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler);
+
+// The scheduler's compile function for the entries of an S3 cache, which a batch names by
+// their URLs: each compiles under its lease (compile_s3_entry). `target` must outlive it.
+std::function<CompileResult(const std::string&, const CompileSettings&)> s3_compile(const S3Target& target);
 
 }  // namespace neffcache::cli

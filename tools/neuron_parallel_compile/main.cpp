@@ -426,12 +426,7 @@ class Session {
     if (!env) return env.error();
     auto so = scheduler_options(copts, *env, /*need_compiler=*/true);
     if (!so) return so.error();
-    if (c.s3) {
-      // Entries are named by their URL; the scheduler hands the name back to compile.
-      so->compile = [&target = *c.s3](const std::string& entry, const CompileSettings& settings) {
-        return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(target.entry_url("").size()), settings);
-      };
-    }
+    if (c.s3) so->compile = s3_compile(*c.s3);
     if (logs(LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", c.name);
     batch_ = std::make_unique<Batch>(std::move(*so), env->compiler_flags);
     return {};
