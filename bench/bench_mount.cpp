@@ -50,6 +50,7 @@
 
 #include <neffcache/s3.hpp>
 
+#include "mount.hpp"
 #include "synth.hpp"
 
 extern char** environ;
@@ -163,81 +164,30 @@ fs::path make_pending_entry(const fs::path& root, const std::string& name, const
   return dir;
 }
 
-// neffcachefs over `backing` at `mnt`, for the scope of a benchmark.
-class Mount {
+// neffcachefs over `backing` at `mnt`, for the scope of a benchmark, compiling with the
+// fake compiler; its stderr is not shown.
+class Mount : public test::MountedDaemon {
  public:
   // `backing`: a folder, or an s3:// URL (with --local-cache in `daemon_args`).
   Mount(const std::string& backing, const fs::path& mnt, const std::vector<std::string>& env_extra,
         const std::vector<std::string>& daemon_args = {"-j", "2"})
-      : mnt_(mnt) {
-    fs::create_directories(mnt);
-    if (!backing.starts_with("s3://")) fs::create_directories(backing);
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.insert(env.end(), env_extra.begin(), env_extra.end());
-    std::vector<std::string> args{NEFFCACHE_DAEMON, "--foreground", "--compiler",
-                                  std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 "
-                                                                         "{hlo} --output {neff} {flags}"};
-    args.insert(args.end(), daemon_args.begin(), daemon_args.end());
-    args.insert(args.end(), {backing, mnt.string()});
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    auto t0 = Clock::now();
-    if (::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0)
-      throw std::runtime_error("cannot start neffcachefs");
-    posix_spawn_file_actions_destroy(&fa);
-    for (int i = 0; i < 5000 && !mounted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (!mounted()) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-      throw std::runtime_error("neffcachefs did not mount");
-    }
-    mount_seconds_ = since(t0);
-  }
-  ~Mount() {
-    std::string cmd = fmt::format("fusermount3 -u -z '{}'", mnt_.string());
-    if (std::system(cmd.c_str()) != 0) note("unmount failed");
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  double mount_seconds() const { return mount_seconds_; }
-  // The daemon's resident memory in MiB.
-  double rss_mib() const {
-    std::ifstream in(fmt::format("/proc/{}/status", pid_));
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-    return 0;
-  }
-  int fds() const {
-    std::error_code ec;
-    auto it = fs::directory_iterator(fmt::format("/proc/{}/fd", pid_), ec);
-    return static_cast<int>(std::distance(it, fs::directory_iterator()));
-  }
-  int threads() const {
-    std::ifstream in(fmt::format("/proc/{}/status", pid_));
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-    return 0;
-  }
-  nlohmann::json stats() const {
-    std::ifstream in(mnt_ / ".neffcache" / "stats.json");
-    return nlohmann::json::parse(in);
-  }
+      : test::MountedDaemon(spec(backing, mnt, env_extra, daemon_args)) {}
 
  private:
-  bool mounted() const {
-    struct stat a {}, b {};
-    return ::stat(mnt_.c_str(), &a) == 0 && ::stat((mnt_ / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
+  static test::DaemonSpec spec(const std::string& backing, const fs::path& mnt,
+                               const std::vector<std::string>& env_extra,
+                               const std::vector<std::string>& daemon_args) {
+    if (!backing.starts_with("s3://")) fs::create_directories(backing);
+    test::DaemonSpec s;
+    s.backing = backing;
+    s.mnt = mnt;
+    s.env = env_extra;
+    s.quiet = true;
+    s.options = {"--compiler", std::string(NEFFCACHE_FAKE_COMPILER) +
+                                   " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
+    s.options.insert(s.options.end(), daemon_args.begin(), daemon_args.end());
+    return s;
   }
-  fs::path mnt_;
-  pid_t pid_ = -1;
-  double mount_seconds_ = 0;
 };
 
 struct Options {

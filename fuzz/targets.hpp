@@ -1,6 +1,6 @@
 // The fuzz targets' bodies, shared by the libFuzzer binaries (fuzz_*.cpp) and by the
 // regression test that replays every seed and every input a fuzzer ever found
-// (tests/test_fuzz_inputs.cpp). Each one feeds untrusted bytes to a parser and checks
+// (tests/hlo/test_fuzz_inputs.cpp). Each one feeds untrusted bytes to a parser and checks
 // what must hold for any input; a violated property aborts, which the fuzzer reports.
 #pragma once
 

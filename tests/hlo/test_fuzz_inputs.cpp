@@ -5,7 +5,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include "../fuzz/targets.hpp"
+#include "fuzz/targets.hpp"
 #include "support.hpp"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -57,32 +58,32 @@ class S3Mount {
  public:
   S3Mount(const std::string& url, const fs::path& compile_log, std::vector<std::string> extra = {},
           std::vector<std::string> env = {}) {
-    fs::create_directories(mnt());
     fs::create_directories(dir_ / "work");
     env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
                            "NEFFCACHE_FAKE_RATE=0"});
-    std::vector<std::string> args{"--foreground", "--compiler", k_fake_template, "-j", "2",
-                                  "--local-cache", local().string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {url, mnt().string()});
-    daemon_ = std::make_unique<test::Child>(test::s3_tool_argv(args, env, k_daemon));
-    test::await_mount(mnt());
+    test::DaemonSpec spec;
+    spec.backing = url;
+    spec.mnt = mnt();
+    spec.env = test::s3_env_words(env);
+    spec.options = {"--compiler", k_fake_template, "-j", "2", "--local-cache", local().string()};
+    spec.options.insert(spec.options.end(), extra.begin(), extra.end());
+    daemon_.emplace(spec);
   }
-  ~S3Mount() { test::unmount_and_stop(mnt(), daemon_); }
+  ~S3Mount() {
+    if (auto rc = daemon_->unmount_and_stop()) CHECK(test::MountedDaemon::clean(*rc));
+  }
   // Kills the daemon with SIGKILL and takes its dead mount away.
   void kill9() {
-    daemon_->kill(SIGKILL);
-    daemon_->wait();
-    daemon_.reset();
-    test::run({"fusermount3", "-u", "-z", mnt().string()});
+    daemon_->stop(SIGKILL);
+    test::lazy_unmount(mnt());
   }
   fs::path mnt() const { return dir_ / "mnt"; }
   fs::path local() const { return dir_ / "local"; }
-  nlohmann::json stats() const { return nlohmann::json::parse(read_all(mnt() / ".neffcache" / "stats.json").second); }
+  nlohmann::json stats() const { return daemon_->stats(); }
 
  private:
   test::TempDir dir_;
-  std::unique_ptr<test::Child> daemon_;
+  std::optional<test::MountedDaemon> daemon_;
 };
 
 }  // namespace

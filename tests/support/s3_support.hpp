@@ -71,15 +71,23 @@ class S3Env {
   std::map<std::string, std::string> vars_;
 };
 
-// A command line that runs `tool` (the neffcache tool by default) with the test server's
-// endpoint and credentials, no Neuron cache variables, and `env` (NAME=value words).
+// Words for env(1) that give a command the test server's endpoint and credentials, no
+// Neuron cache variables, and `env` (NAME=value words).
+inline std::vector<std::string> s3_env_words(const std::vector<std::string>& env = {}) {
+  std::vector<std::string> words{"-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL"};
+  S3Env s3env;
+  for (const auto& [k, v] : s3env.vars()) words.push_back(k + "=" + v);
+  words.insert(words.end(), env.begin(), env.end());
+  return words;
+}
+
+// A command line that runs `tool` (the neffcache tool by default) with s3_env_words(env).
 inline std::vector<std::string> s3_tool_argv(const std::vector<std::string>& args,
                                              const std::vector<std::string>& env = {},
                                              const std::string& tool = k_tool) {
-  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL"};
-  S3Env s3env;
-  for (const auto& [k, v] : s3env.vars()) argv.push_back(k + "=" + v);
-  argv.insert(argv.end(), env.begin(), env.end());
+  std::vector<std::string> argv{"env"};
+  auto words = s3_env_words(env);
+  argv.insert(argv.end(), words.begin(), words.end());
   argv.push_back(tool);
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;

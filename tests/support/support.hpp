@@ -30,6 +30,9 @@
 #include <neffcache/detail/process.hpp>
 #include <neffcache/url.hpp>
 
+#include "mount.hpp"
+#include "process.hpp"
+
 namespace test {
 
 namespace fs = std::filesystem;
@@ -113,18 +116,6 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   auto r = neffcache::detail::run_capture(argv, std::chrono::seconds(60));
   REQUIRE(r.has_value());
   return {r->exit_code, r->output};
-}
-
-// Whether `dir` is a mount point now.
-inline bool mounted(const fs::path& dir) {
-  struct stat a {}, b {};
-  return ::stat(dir.c_str(), &a) == 0 && ::stat((dir / "..").c_str(), &b) == 0 && a.st_dev != b.st_dev;
-}
-
-// Waits up to 10 s for a daemon just started to mount `dir`.
-inline void await_mount(const fs::path& dir) {
-  for (int i = 0; i < 1000 && !mounted(dir); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(mounted(dir));
 }
 
 // Reads a whole file with open/read; errno on failure.
@@ -224,69 +215,6 @@ class FakeClock final : public neffcache::Clock {
   using duration = time_point::duration;
   std::atomic<duration::rep> ticks_{std::chrono::system_clock::now().time_since_epoch().count()};
 };
-
-// A child process running in the background, its stdout readable line by line.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& argv) {
-    int fds[2];
-    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    REQUIRE(::posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-  }
-  ~Child() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL), wait();
-    if (out_) ::fclose(out_);
-  }
-  // The next line of its stdout, without the newline; empty at end of output.
-  std::string line() {
-    char buf[512];
-    if (!std::fgets(buf, sizeof buf, out_)) return {};
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  // The rest of its stdout, up to its end.
-  std::string rest() {
-    std::string out;
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, out_)) > 0;) out.append(buf, n);
-    return out;
-  }
-  void kill(int sig) { ::kill(pid_, sig); }
-  // Exit code, or -signal.
-  int wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
-
-// Unmounts `dir` (lazily) and stops its daemon, if it still runs, with SIGTERM. The
-// signal may come after the unmount ended the loop and the daemon put its handlers
-// away: death by SIGTERM is a clean stop too. A sanitizer's report in the daemon (a
-// leak found at exit) is neither.
-inline void unmount_and_stop(const fs::path& dir, std::unique_ptr<Child>& daemon) {
-  run({"fusermount3", "-u", "-z", dir.string()});
-  if (!daemon) return;
-  daemon->kill(SIGTERM);
-  int rc = daemon->wait();
-  CHECK((rc == 0 || rc == -SIGTERM));
-}
 
 inline std::string hex_decode(const std::string& hex) {
   std::string out;

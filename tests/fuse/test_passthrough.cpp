@@ -1,0 +1,256 @@
+// The mount as a local disk for what it passes through: the same file operations agree,
+// listings give every reference back, names far beyond the open-file limit, changes
+// behind the daemon's back, nothing outside the backing folder.
+#include "fuse_test.hpp"
+
+using namespace fusetest;  // the library, the mount fixture, chrono literals
+
+TEST_CASE("the same random file operations on the mount and on a plain directory agree", "[fuse]") {
+  Mount m;
+  test::TempDir plain;
+  // Runs a seeded sequence of operations under `root`, recording what each returned.
+  auto replay = [](const fs::path& root) {
+    std::mt19937 rng(4242);
+    std::ostringstream log;
+    std::vector<std::string> names{"a", "b", "c", "d/x", "d/y", "e"};
+    auto pick = [&] { return root / names[rng() % names.size()]; };
+    for (int step = 0; step < 400; ++step) {
+      auto p = pick(), q = pick();
+      int rc = 0;
+      std::string data;
+      switch (rng() % 12) {
+        case 0: rc = ::mkdir((root / "d").c_str(), 0755); break;
+        case 1: {
+          int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+          rc = fd;
+          if (fd >= 0) {
+            std::string text(rng() % 5000, static_cast<char>('a' + rng() % 26));
+            rc = static_cast<int>(::write(fd, text.data(), text.size()));
+            ::close(fd);
+          }
+          break;
+        }
+        case 2: {
+          int fd = ::open(p.c_str(), O_WRONLY | O_APPEND);
+          rc = fd < 0 ? fd : static_cast<int>(::write(fd, "tail", 4));
+          if (fd >= 0) ::close(fd);
+          break;
+        }
+        case 3: {
+          auto r = read_all(p);
+          rc = r.first;
+          data = std::to_string(r.second.size()) + ":" + std::to_string(std::hash<std::string>{}(r.second));
+          break;
+        }
+        case 4: rc = ::rename(p.c_str(), q.c_str()); break;
+        case 5: rc = ::unlink(p.c_str()); break;
+        case 6: rc = ::rmdir((root / "d").c_str()); break;
+        case 7: rc = ::truncate(p.c_str(), static_cast<off_t>(rng() % 100)); break;
+        case 8: rc = ::symlink("target-text", p.c_str()); break;
+        case 9: {
+          char buf[64] = {};
+          rc = static_cast<int>(::readlink(p.c_str(), buf, sizeof buf - 1));
+          data = buf;
+          break;
+        }
+        case 10: rc = ::link(p.c_str(), q.c_str()); break;
+        case 11: {
+          struct stat st {};
+          rc = ::lstat(p.c_str(), &st);
+          if (rc == 0) data = fmt::format("{:o} {} {}", st.st_mode, S_ISDIR(st.st_mode) ? 0 : st.st_size, st.st_nlink);
+          break;
+        }
+      }
+      log << step << ' ' << (rc < 0 ? -errno : 0) << ' ' << data << '\n';
+    }
+    return log.str();
+  };
+  // Names, types and contents of everything under a root.
+  auto tree = [](const fs::path& root) {
+    std::vector<std::string> out;
+    for (const auto& f : fs::recursive_directory_iterator(root)) {
+      std::string line = fs::relative(f.path(), root).string();
+      if (f.is_symlink()) line += " -> " + fs::read_symlink(f.path()).string();
+      else if (f.is_regular_file()) line += " = " + std::to_string(std::hash<std::string>{}(test::slurp(f.path())));
+      out.push_back(line);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::string on_mount = replay(m.mnt());
+  std::string on_plain = replay(plain.path());
+  CHECK(on_mount == on_plain);
+  CHECK(on_mount.find(" 0 ") != std::string::npos);  // some operations succeeded...
+  CHECK(on_mount.find(" -2 ") != std::string::npos);  // ...and some failed with ENOENT, alike
+  auto expected = tree(plain.path());
+  CHECK(expected.size() >= 3);
+  CHECK(tree(m.mnt()) == expected);
+  CHECK(tree(m.backing()) == expected);  // the mount wrote through
+}
+
+TEST_CASE("listings answer with attributes (readdirplus) and every reference is given back", "[fuse]") {
+  Mount m;
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "list+0");
+  const fs::path many = m.backing() / "many";
+  fs::create_directories(many);
+  for (int i = 0; i < 2000; ++i) write_plain(many / fmt::format("f{:04}", i), std::string(static_cast<std::size_t>(i % 97), 'x'));
+  // Descriptors the daemon holds for backing files (libfuse adds splice pipes per worker).
+  auto daemon_fds = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& f : fs::directory_iterator(fmt::format("/proc/{}/fd", m.daemon().pid())))
+      n += fs::read_symlink(f.path(), ec).string().starts_with(m.backing().string());
+    return n;
+  };
+  auto forget_all = [] {
+    ::sync();
+    write_plain("/proc/sys/vm/drop_caches", "2");  // the kernel forgets dentries and inodes
+  };
+  forget_all();
+  const auto base = daemon_fds();
+  // A listing alone: the first batch arrives with attributes, so names were looked up.
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(m.mnt() / "many")) names.push_back(f.path().filename().string());
+  CHECK(names.size() == 2000);
+  CHECK(daemon_fds() > base + 10);
+  // `ls -l`: the same sizes and modes as the backing directory.
+  int same = 0;
+  for (const auto& n : names) {
+    struct stat a {}, b {};
+    REQUIRE(::lstat((m.mnt() / "many" / n).c_str(), &a) == 0);
+    REQUIRE(::lstat((many / n).c_str(), &b) == 0);
+    same += a.st_size == b.st_size && a.st_mode == b.st_mode && a.st_mtim.tv_sec == b.st_mtim.tv_sec;
+  }
+  CHECK(same == 2000);
+  CHECK(daemon_fds() > base + 1900);
+  // A pending entry lists its placeholders, stat-able at size 0, without compiling.
+  std::map<std::string, off_t> sizes;
+  for (const auto& f : fs::directory_iterator(m.mnt() / e)) sizes[f.path().filename().string()] = static_cast<off_t>(fs::file_size(f.path()));
+  CHECK(sizes.size() == 3);
+  CHECK(sizes["model.neff"] == 0);
+  CHECK(sizes["model.done"] == 0);
+  CHECK(m.compiles() == 0);
+  // When the kernel forgets the names, the daemon closes what it held for them.
+  for (int i = 0; i < 30 && daemon_fds() > base; ++i) {
+    forget_all();  // again if a name was busy the first time
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(daemon_fds() == base);
+}
+
+TEST_CASE("far more names than the daemon may open files: each one answers, renamed or replaced", "[fuse]") {
+  // 300 descriptors: the daemon keeps 150 names open; the kernel will remember 6,000.
+  Mount m({}, {}, std::nullopt, {"prlimit", "--nofile=300:300", "--"});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "pending+0");
+  const int dirs = 50, files = 120;
+  for (int d = 0; d < dirs; ++d) {
+    fs::create_directories(m.backing() / "tree" / fmt::format("d{:02}", d));
+    for (int f = 0; f < files; ++f)
+      write_plain(m.backing() / "tree" / fmt::format("d{:02}/f{:03}", d, f), fmt::format("{}/{}", d, f));
+  }
+  auto contents = [&](const fs::path& p) { return read_all(p).second; };
+  // A walk: every name once, with attributes, as `find` or `du` does it.
+  int seen = 0;
+  for (const auto& f : fs::recursive_directory_iterator(m.mnt() / "tree")) seen += f.is_regular_file();
+  CHECK(seen == dirs * files);
+  // Every name again, the early ones long since let go: stat and read agree with the backing.
+  int same = 0;
+  for (int d = 0; d < dirs; ++d)
+    for (int f = 0; f < files; ++f) {
+      auto rel = fmt::format("tree/d{:02}/f{:03}", d, f);
+      struct stat a {}, b {};
+      REQUIRE(::stat((m.mnt() / rel).c_str(), &a) == 0);
+      REQUIRE(::stat((m.backing() / rel).c_str(), &b) == 0);
+      same += a.st_size == b.st_size && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+              contents(m.mnt() / rel) == fmt::format("{}/{}", d, f);
+    }
+  CHECK(same == dirs * files);
+  // A folder renamed through the mount: the files below it, reopened, come from its new place.
+  int held = ::open((m.mnt() / "tree/d00/f000").c_str(), O_RDONLY);
+  REQUIRE(held >= 0);
+  REQUIRE(::rename((m.mnt() / "tree/d00").c_str(), (m.mnt() / "tree/moved").c_str()) == 0);
+  for (int f = 0; f < files; ++f) CHECK(contents(m.mnt() / fmt::format("tree/d01/f{:03}", f)) == fmt::format("1/{}", f));
+  struct stat st {};
+  CHECK(::fstat(held, &st) == 0);  // by the open file, whatever its name
+  CHECK(contents(m.mnt() / "tree/moved/f005") == "0/5");
+  ::close(held);
+  // Replaced behind the daemon's back (a publish renames a new file over the old one):
+  // the kernel is told the old one is stale and looks the name up again.
+  write_plain(m.backing() / "tree/new", "replaced");
+  fs::rename(m.backing() / "tree/new", m.backing() / "tree/d02/f000");
+  for (int f = 0; f < files; ++f) contents(m.mnt() / fmt::format("tree/d03/f{:03}", f));  // let d02/f000 go
+  REQUIRE(::stat((m.mnt() / "tree/d02/f000").c_str(), &st) == 0);
+  CHECK(st.st_size == 8);
+  CHECK(contents(m.mnt() / "tree/d02/f000") == "replaced");
+  // Compiling on open still works with the limit.
+  auto [err, neff] = read_all(m.mnt() / e / "model.neff");
+  CHECK(err == 0);
+  CHECK(m.compiles() == 1);
+  CHECK(neff == test::slurp(m.backing() / e / "model.neff"));
+}
+
+TEST_CASE("a done entry removed or repaired behind the daemon's back is seen anew through the mount", "[fuse]") {
+  // The kernel keeps a done entry's names for a day; what it remembers must not outlive the files.
+  Mount m;
+  auto e = m.entry("rocm08_normal_9.hlo_proto.pb", "gone+0");
+  auto graph_of = [&](const fs::path& p) {
+    auto neff = fake::parse_fake_neff(read_all(p).second);
+    return neff ? neff->graph : std::string("not a whole NEFF");
+  };
+  CHECK(graph_of(m.mnt() / e / "model.neff") == canonical_of("rocm08_normal_9.hlo_proto.pb"));
+  REQUIRE(fs::exists(m.mnt() / e / "model.done"));
+  // Removed and written again as a pending entry of another graph, as after `neffcache
+  // clean` and a new trial run.
+  fs::remove_all(m.backing() / e);
+  fs::create_directories(m.backing() / e);
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", m.backing() / e / "model.hlo_module.pb");
+  CHECK(graph_of(m.mnt() / e / "model.neff") == canonical_of("gopjrt_tuple.hlo.pb"));
+  CHECK(m.compiles() == 2);
+  // A client can create files in it (its lock) and list it.
+  int fd = ::open((m.mnt() / e / "extra").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  CHECK(fd >= 0);
+  if (fd >= 0) ::close(fd);
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(m.mnt() / e))
+    if (!f.path().filename().string().starts_with(".neffcache")) names.insert(f.path().filename().string());
+  CHECK(names == std::set<std::string>{"model.hlo_module.pb", "model.neff", "model.done", "extra"});
+  // Repaired (model.neff and model.done removed, as `neffcache verify --repair` does): the
+  // next open compiles again instead of serving the removed file.
+  fs::remove(m.backing() / e / "model.done");
+  fs::remove(m.backing() / e / "model.neff");
+  CHECK(graph_of(m.mnt() / e / "model.neff") == canonical_of("gopjrt_tuple.hlo.pb"));
+  CHECK(m.compiles() == 3);
+}
+
+TEST_CASE("nothing outside the backing directory is reached through the mount", "[fuse]") {
+  Mount m;
+  test::TempDir outside;
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", outside / "model.hlo_module.pb");
+  const fs::path top = m.backing() / "neuronxcc-2.21.0";
+  fs::create_directories(top);
+  fs::create_directory_symlink(outside.path(), top / "MODULE_abs+0");            // absolute
+  fs::create_directory_symlink("../../../" + outside.path().filename().string(), top / "MODULE_rel+0");  // climbing
+  fs::create_symlink("/etc/passwd", top / "passwd");
+  for (const char* name : {"MODULE_abs+0", "MODULE_rel+0", "passwd"}) {
+    INFO(name);
+    struct stat st {};
+    REQUIRE(::lstat((m.mnt() / "neuronxcc-2.21.0" / name).c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));  // shown as the link it is, never followed by the daemon
+  }
+  // Opening through an entry folder that is a link: the kernel follows it outside the
+  // mount, so the daemon is never asked and nothing is compiled or written there.
+  CHECK(read_all(m.mnt() / "neuronxcc-2.21.0/MODULE_abs+0/model.neff").first == ENOENT);
+  CHECK(read_all(m.mnt() / "neuronxcc-2.21.0/MODULE_rel+0/model.neff").first == ENOENT);
+  CHECK(m.compiles() == 0);
+  // Nor does a batch compile of the backing directory follow it.
+  auto r = test::run({NEFFCACHE_TOOL, "compile", "--cache", m.backing().string(), "--compiler",
+                      k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(outside / "model.neff"));
+  CHECK_FALSE(fs::exists(outside / "model.log"));
+  // Renames out of the mount cross a file system: refused.
+  write_plain(m.mnt() / "leaving", "x");
+  CHECK(::rename((m.mnt() / "leaving").c_str(), (outside / "left").c_str()) != 0);
+  CHECK(errno == EXDEV);
+  CHECK(fs::exists(m.backing() / "leaving"));
+}
