@@ -48,7 +48,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/s3.hpp>
+#include <neffcache/s3/client.hpp>
 
 #include "mount.hpp"
 #include "synth.hpp"

@@ -16,11 +16,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <neffcache/compile.hpp>
-#include <neffcache/flags.hpp>
-#include <neffcache/s3.hpp>
-#include <neffcache/size.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/core/size.hpp>
+#include <neffcache/cache/url.hpp>
 
 #include "fs.hpp"
 

@@ -3,18 +3,18 @@
 // neffcache::neffcache brings them all).
 #pragma once
 
-#include <neffcache/batch.hpp>
-#include <neffcache/clock.hpp>
-#include <neffcache/compile.hpp>
-#include <neffcache/flags.hpp>
-#include <neffcache/hlo.hpp>
-#include <neffcache/inventory.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/layout.hpp>
-#include <neffcache/lock.hpp>
-#include <neffcache/maintenance.hpp>
-#include <neffcache/result.hpp>
-#include <neffcache/runner.hpp>
-#include <neffcache/scheduler.hpp>
-#include <neffcache/size.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/compile/batch.hpp>
+#include <neffcache/core/clock.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/hlo/hlo.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lock.hpp>
+#include <neffcache/cache/maintenance.hpp>
+#include <neffcache/core/result.hpp>
+#include <neffcache/compile/runner.hpp>
+#include <neffcache/compile/scheduler.hpp>
+#include <neffcache/core/size.hpp>
+#include <neffcache/cache/url.hpp>

@@ -31,9 +31,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/runner.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/compile/runner.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "neffcache/common.hpp"

@@ -14,9 +14,9 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/batch.hpp>
-#include <neffcache/detail/fs.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/compile/batch.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/cache/url.hpp>
 
 #include "common/log.hpp"
 

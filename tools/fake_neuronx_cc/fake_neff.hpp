@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include <neffcache/detail/digest.hpp>
+#include <neffcache/core/detail/digest.hpp>
 
 namespace neffcache::fake {
 

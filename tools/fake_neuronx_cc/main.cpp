@@ -21,9 +21,9 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/detail/fs.hpp>
-#include <neffcache/flags.hpp>
-#include <neffcache/hlo.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "fake_neff.hpp"
 

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <neffcache/hlo.hpp>
-#include <neffcache/inventory.hpp>
+#include <neffcache/hlo/hlo.hpp>
+#include <neffcache/cache/inventory.hpp>
 
 #include "neffcache/cmd_hlo_stats.hpp"
 #include "neffcache/common.hpp"

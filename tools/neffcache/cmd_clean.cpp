@@ -9,8 +9,8 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <neffcache/inventory.hpp>
-#include <neffcache/maintenance.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/cache/maintenance.hpp>
 
 #include "neffcache/common.hpp"
 

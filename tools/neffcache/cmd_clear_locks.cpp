@@ -5,8 +5,8 @@
 #include <memory>
 
 #include <fmt/format.h>
-#include <neffcache/inventory.hpp>
-#include <neffcache/maintenance.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/cache/maintenance.hpp>
 
 #include "neffcache/common.hpp"
 

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <neffcache/batch.hpp>
-#include <neffcache/inventory.hpp>
+#include <neffcache/compile/batch.hpp>
+#include <neffcache/cache/inventory.hpp>
 
 #include "common/progress.hpp"
 #include "neffcache/common.hpp"

@@ -7,9 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include <neffcache/flags.hpp>
-#include <neffcache/result.hpp>
-#include <neffcache/scheduler.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/core/result.hpp>
+#include <neffcache/compile/scheduler.hpp>
 
 #include "neffcache/common.hpp"
 

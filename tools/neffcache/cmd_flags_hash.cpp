@@ -4,7 +4,7 @@
 #include <memory>
 
 #include <fmt/format.h>
-#include <neffcache/flags.hpp>
+#include <neffcache/cache/flags.hpp>
 
 #include "neffcache/common.hpp"
 

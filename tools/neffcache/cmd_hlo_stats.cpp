@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <neffcache/hlo.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "neffcache/common.hpp"
 

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/url.hpp>
 
 #include "neffcache/common.hpp"
 

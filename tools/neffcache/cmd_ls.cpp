@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <neffcache/inventory.hpp>
+#include <neffcache/cache/inventory.hpp>
 
 #include "neffcache/common.hpp"
 

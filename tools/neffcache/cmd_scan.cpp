@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
-#include <neffcache/inventory.hpp>
-#include <neffcache/key.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/cache/key.hpp>
 
 #include "neffcache/common.hpp"
 

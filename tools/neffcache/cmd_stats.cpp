@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <neffcache/inventory.hpp>
-#include <neffcache/size.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/core/size.hpp>
 
 #include "neffcache/common.hpp"
 

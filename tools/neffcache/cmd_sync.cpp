@@ -4,8 +4,8 @@
 #include <memory>
 
 #include <fmt/format.h>
-#include <neffcache/s3.hpp>
-#include <neffcache/s3_sync.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/s3/sync.hpp>
 
 #include "neffcache/common.hpp"
 

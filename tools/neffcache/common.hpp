@@ -15,14 +15,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/flags.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/layout.hpp>
-#include <neffcache/maintenance.hpp>
-#include <neffcache/result.hpp>
-#include <neffcache/s3.hpp>
-#include <neffcache/s3_cache.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/maintenance.hpp>
+#include <neffcache/core/result.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/s3/cache.hpp>
+#include <neffcache/cache/url.hpp>
 
 namespace neffcache::cli {
 

@@ -26,8 +26,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <neffcache/batch.hpp>
-#include <neffcache/inventory.hpp>
+#include <neffcache/compile/batch.hpp>
+#include <neffcache/cache/inventory.hpp>
 
 #include "common/log.hpp"
 #include "common/progress.hpp"

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include <neffcache/detail/digest.hpp>
-#include <neffcache/scheduler.hpp>
+#include <neffcache/core/detail/digest.hpp>
+#include <neffcache/compile/scheduler.hpp>
 
 namespace neffcache::npc {
 

@@ -1,0 +1,157 @@
+// What a cache holds: every entry with its state, size, compile time and last use, and
+// the counts by state. The data behind `neffcache ls`, `scan`, `stats` and `gc`.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lock.hpp>
+#include <neffcache/core/result.hpp>
+
+namespace neffcache {
+
+struct EntryInfo {
+  std::string path;  // relative to the root: neuronxcc-<version>/MODULE_<graph>+<flags>
+  EntryState state = EntryState::empty;
+  EntryFiles files;
+  uint64_t bytes = 0;       // every file of the entry folder, ours included
+  uint64_t neff_bytes = 0;  // 0 without a NEFF
+  // Seconds the compiler ran, when a neffcache tool or daemon compiled the entry.
+  std::optional<double> compile_seconds;
+  // When the entry was last used: for a NEFF the later of its last read (atime, which
+  // relatime keeps to within a day) and its publication; otherwise the newest change of
+  // any file in the folder.
+  std::chrono::system_clock::time_point last_use{};
+};
+
+// Entries by state, with the Neuron tool's view of them.
+struct StateCounts {
+  std::size_t empty = 0, pending = 0, compiling = 0, done = 0, failed = 0, stale = 0;
+
+  std::size_t& of(EntryState s) {
+    switch (s) {
+      case EntryState::empty: return empty;
+      case EntryState::pending: return pending;
+      case EntryState::compiling: return compiling;
+      case EntryState::done: return done;
+      case EntryState::failed: return failed;
+      case EntryState::stale_lock: return stale;
+    }
+    return empty;
+  }
+  // Entries a compile run would take on: pending ones, stale locks (taken over), and
+  // failed ones when failures are retried.
+  std::size_t remaining(bool with_failed) const { return pending + stale + (with_failed ? failed : 0); }
+  std::size_t total() const { return empty + pending + compiling + done + failed + stale; }
+};
+
+namespace detail {
+
+// Sizes, times and recorded compile time of one walked entry.
+inline void measure_entry(const EntryRef& ref, EntryInfo& info) {
+  // A new open file: a dup would share the walk's directory position (at its end).
+  int list_fd = ::openat(ref.dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (list_fd < 0) return;
+  auto newest = std::chrono::system_clock::time_point{};
+  (void)list_dir(list_fd, info.path, [&](std::string_view name, bool) {
+    struct stat st {};
+    std::string n(name);
+    if (::fstatat(ref.dir_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;  // gone meanwhile
+    if (S_ISREG(st.st_mode)) info.bytes += static_cast<uint64_t>(st.st_size);
+    newest = std::max(newest, to_time_point(st.st_mtim));
+    if (name == k_neff_file) {
+      info.neff_bytes = static_cast<uint64_t>(st.st_size);
+      info.last_use = std::max(to_time_point(st.st_atim), to_time_point(st.st_mtim));
+    }
+  });
+  if (info.last_use == std::chrono::system_clock::time_point{}) info.last_use = newest;
+  if (info.state != EntryState::done) return;
+  int meta_fd = ::openat(ref.dir_fd, std::string(k_meta_file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (meta_fd < 0) return;
+  std::string text = read_fd(meta_fd);
+  ::close(meta_fd);
+  auto meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_object() && meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+    info.compile_seconds = meta["compile_seconds"].get<double>();
+}
+
+}  // namespace detail
+
+// Every entry under `root` (see for_each_entry: no order, vanished folders skipped), its
+// lock judged as try_acquire would judge it. An unreadable root is an error.
+inline Result<std::vector<EntryInfo>> list_entries(const std::string& root, const LockOptions& lock = {}) {
+  std::vector<EntryInfo> out;
+  auto r = for_each_entry(root, [&](const EntryRef& ref) {
+    EntryInfo info;
+    info.path = ref.relative_path();
+    info.files = ref.files;
+    info.state = entry_state(ref, lock);
+    detail::measure_entry(ref, info);
+    out.push_back(std::move(info));
+  });
+  if (!r) return r.error();
+  return out;
+}
+
+// Counts by state without measuring sizes: one readdir per folder, a lock read only
+// where a lock file exists.
+inline Result<StateCounts> count_entries(const std::string& root, const LockOptions& lock = {}) {
+  StateCounts c;
+  auto r = for_each_entry(root, [&](const EntryRef& ref) { ++c.of(entry_state(ref, lock)); });
+  if (!r) return r.error();
+  return c;
+}
+
+// What `gc` removes to bring a cache to at most `max_bytes`: first every entry of the
+// compiler folders beyond the `keep_compilers` most recently used ones (0 keeps all),
+// then done entries, least recently used first, until the rest fits. Entries that are
+// not done (pending, compiling, failed) are never chosen by size. Returns indexes into
+// `entries`, in the order to remove them.
+inline std::vector<std::size_t> plan_gc(const std::vector<EntryInfo>& entries, uint64_t max_bytes, int keep_compilers) {
+  std::vector<std::size_t> out;
+  std::vector<bool> chosen(entries.size());
+  uint64_t total = 0;
+  for (const auto& e : entries) total += e.bytes;
+  auto compiler_of = [](const EntryInfo& e) { return e.path.substr(0, e.path.find('/')); };
+  if (keep_compilers > 0) {
+    std::map<std::string, std::chrono::system_clock::time_point> last_use;
+    for (const auto& e : entries) last_use[compiler_of(e)] = std::max(last_use[compiler_of(e)], e.last_use);
+    std::vector<std::pair<std::chrono::system_clock::time_point, std::string>> order;
+    for (const auto& [c, t] : last_use) order.emplace_back(t, c);
+    std::sort(order.rbegin(), order.rend());  // most recently used first
+    std::set<std::string> dropped;
+    for (std::size_t i = static_cast<std::size_t>(keep_compilers); i < order.size(); ++i) dropped.insert(order[i].second);
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (dropped.count(compiler_of(entries[i]))) {
+        out.push_back(i);
+        chosen[i] = true;
+        total -= entries[i].bytes;
+      }
+  }
+  std::vector<std::size_t> done;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (!chosen[i] && entries[i].state == EntryState::done) done.push_back(i);
+  std::sort(done.begin(), done.end(), [&](auto a, auto b) { return entries[a].last_use < entries[b].last_use; });
+  for (auto i : done) {
+    if (total <= max_bytes) break;
+    out.push_back(i);
+    total -= entries[i].bytes;
+  }
+  return out;
+}
+
+}  // namespace neffcache

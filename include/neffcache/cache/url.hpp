@@ -1,0 +1,115 @@
+// Where the cache lives: --cache_dir in NEURON_CC_FLAGS, then NEURON_COMPILE_CACHE_URL,
+// then /var/tmp/neuron-compile-cache, exactly the precedence of the Neuron cache.
+#pragma once
+
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/core/result.hpp>
+
+namespace neffcache {
+
+inline constexpr std::string_view k_default_cache_dir = "/var/tmp/neuron-compile-cache";
+
+struct CacheUrl {
+  enum class Kind { directory, s3 };
+  Kind kind = Kind::directory;
+  std::string path;    // directory: the root as given (file:// stripped)
+  std::string bucket;  // s3: bucket name
+  std::string prefix;  // s3: key prefix without leading or trailing '/', may be empty
+  std::string text;    // the URL as written, for messages
+
+  bool is_s3() const { return kind == Kind::s3; }
+};
+
+namespace detail {
+
+// S3 bucket naming rules: 3-63 characters of a-z 0-9 . -, starting and ending with a
+// letter or digit, no "..". Checking here turns a typo into an error at start-up
+// rather than a 400 from the server later.
+inline std::optional<std::string> bucket_problem(std::string_view b) {
+  if (b.size() < 3 || b.size() > 63) return "must have 3 to 63 characters";
+  for (char c : b)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-'))
+      return fmt::format("has the character '{}' (allowed: a-z 0-9 . -)", c);
+  auto edge_ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!edge_ok(b.front()) || !edge_ok(b.back())) return "must start and end with a letter or digit";
+  if (b.find("..") != std::string_view::npos) return "must not contain \"..\"";
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+// Parses a cache URL: "s3://bucket[/prefix]", "file:///dir" or a plain path. Anything
+// else (empty, another scheme, a bad bucket, a prefix with empty or dot segments) is
+// an Errc::invalid_argument error that quotes the URL.
+inline Result<CacheUrl> parse_cache_url(std::string_view url) {
+  auto bad = [&](std::string_view why) {
+    return Error{Errc::invalid_argument, fmt::format("bad cache URL '{}': {}", url, why)};
+  };
+  CacheUrl out;
+  out.text = std::string(url);
+  if (url.empty()) return bad("empty");
+  auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) {
+    out.path = std::string(url);
+    return out;
+  }
+  std::string_view scheme = url.substr(0, scheme_end);
+  std::string_view rest = url.substr(scheme_end + 3);
+  if (scheme == "file") {
+    if (rest.empty() || rest.front() != '/') return bad("a file:// URL needs an absolute path");
+    out.path = std::string(rest);
+    return out;
+  }
+  if (scheme != "s3") return bad(fmt::format("unsupported scheme '{}' (use s3:// or a path)", scheme));
+  out.kind = CacheUrl::Kind::s3;
+  auto slash = rest.find('/');
+  out.bucket = std::string(rest.substr(0, slash));
+  if (out.bucket.empty()) return bad("no bucket name");
+  if (auto p = detail::bucket_problem(out.bucket)) return bad(fmt::format("bucket name {}", *p));
+  std::string_view prefix = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+  while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
+  // Every prefix segment must be a real name: S3 would accept "a//b" or "..", but they
+  // make keys that no directory cache can mirror.
+  for (std::string_view p = prefix; !p.empty();) {
+    auto seg = p.substr(0, p.find('/'));
+    if (seg.empty() || seg == "." || seg == "..")
+      return bad("prefix has an empty, '.' or '..' segment");
+    p.remove_prefix(std::min(p.size(), seg.size() + 1));
+  }
+  out.prefix = std::string(prefix);
+  return out;
+}
+
+// Reads one environment variable; an injectable seam so tests need no setenv.
+using EnvLookup = std::function<std::optional<std::string>(const char*)>;
+
+inline std::optional<std::string> process_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+// Resolves the cache URL with the Neuron precedence. Empty variables count as unset.
+// Errors: NEURON_CC_FLAGS that cannot be split, or a malformed URL from either source.
+inline Result<CacheUrl> resolve_cache_url(const EnvLookup& env = process_env) {
+  if (auto flags = env("NEURON_CC_FLAGS"); flags && !flags->empty()) {
+    auto parsed = parse_neuron_cc_flags(*flags);
+    if (!parsed)
+      return Error{parsed.error().code,
+                   fmt::format("NEURON_CC_FLAGS: {}", parsed.error().message)};
+    if (parsed->wrapper.cache_dir) return parse_cache_url(*parsed->wrapper.cache_dir);
+  }
+  if (auto url = env("NEURON_COMPILE_CACHE_URL"); url && !url->empty())
+    return parse_cache_url(*url);
+  return parse_cache_url(k_default_cache_dir);
+}
+
+}  // namespace neffcache

@@ -1,0 +1,371 @@
+// The compile scheduler: at most `jobs` compiles at once; one job per entry however many
+// ask (single flight); one compile for entries whose canonical graph, flags and
+// compiler are equal; waited-on work first, then the largest graph.
+//
+// Lock order: Scheduler::mu_ is the only mutex; it is never held while a compile, a
+// copy or a callback runs.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/hlo/hlo.hpp>
+
+namespace neffcache {
+
+inline constexpr uint64_t k_default_mem_per_job = 64ull << 30;  // what one neuronx-cc may need
+inline constexpr std::chrono::milliseconds k_busy_retry{1000};  // re-check an entry locked elsewhere
+
+// min(cores, ceil(RAM / mem_per_job)), at least 1: how the Neuron tool sizes its pool.
+inline int default_jobs(uint64_t mem_per_job = k_default_mem_per_job) {
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t ram = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t by_mem = mem_per_job ? (ram + mem_per_job - 1) / mem_per_job : static_cast<uint64_t>(cores);
+  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(std::max(1L, cores)), by_mem)));
+}
+
+// What the scheduler needs to know about an entry before compiling it.
+struct JobSpec {
+  std::string entry_dir;
+  // Entries with equal keys compile once. Empty: the entry is its own key.
+  std::string dedup_key;
+  uint64_t instructions = 0;  // larger graphs go first
+};
+
+// Reads an entry's HLO and flags (compile_flags.json, else `default_flags`) to build its
+// JobSpec. An unreadable HLO still gives a spec, keyed by the entry alone: its compile
+// then records the failure in model.log. A done entry is not read either: submit answers
+// it without a compile, so a key would be a whole HLO read and hashed for nothing.
+inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {}) {
+  JobSpec spec{entry_dir, {}, 0};
+  auto files = read_entry_files(entry_dir);
+  if (!files || !files->has_hlo() || files->done()) return spec;
+  auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
+  if (!hlo) return spec;
+  std::vector<std::string> flags = default_flags;
+  if (files->has(EntryFile::flags)) {
+    auto f = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
+    if (!f) return spec;
+    flags = std::move(*f);
+  }
+  auto parsed = separate_wrapper_options(flags);
+  if (!parsed) return spec;
+  auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
+  spec.dedup_key = fmt::format("{}/{}+{}", compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags));
+  spec.instructions = hlo->stats.instructions;
+  return spec;
+}
+
+// The order in which queued work is taken: waited-on work first, then background work,
+// then deferred work (work another process is expected to take first, e.g. another
+// node's share of a multi-node compile, taken when nothing else is left here).
+enum class Priority { deferred, background, waiting };
+
+struct Progress {
+  std::size_t queued = 0;   // waiting for a compile slot
+  std::size_t running = 0;  // compiling now
+  std::size_t locked = 0;   // held by another process; re-checked every busy_retry
+  std::size_t done = 0;     // entries finished with a NEFF
+  std::size_t failed = 0;   // entries finished without one
+  std::size_t total = 0;    // entries ever submitted
+  // Compiler runs (copies to equal entries are not compiles).
+  std::size_t compiles_started = 0, compiles_succeeded = 0, compiles_failed = 0, compiles_transient = 0;
+  double compile_seconds = 0;
+  std::size_t remaining() const { return queued + running + locked; }
+};
+
+class Scheduler {
+ public:
+  using Callback = std::function<void(const CompileResult&)>;
+
+  struct Options {
+    int jobs = default_jobs();
+    CompileSettings settings;
+    std::chrono::milliseconds busy_retry = k_busy_retry;
+    const Clock* clock = &system_clock();
+    // Compiles one entry: compile_entry on an entry folder when empty. Entries of another
+    // store (an S3 cache) come with their own, and name entries in their own way.
+    std::function<CompileResult(const std::string& entry, const CompileSettings&)> compile;
+  };
+
+  explicit Scheduler(Options o) : opts_(std::move(o)) {
+    opts_.jobs = std::max(1, opts_.jobs);
+    // Running compiles stop (as transient failures) once shutdown() is called.
+    auto outer = opts_.settings.cancelled;
+    opts_.settings.cancelled = [this, outer] { return stopping_.load() || (outer && outer()); };
+    for (int i = 0; i < opts_.jobs; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~Scheduler() { shutdown(); }
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Asks for an entry. Joins the job already queued or running for this entry (or for
+  // an entry with the same dedup key) whose result is not yet delivered; a waiting
+  // request lifts a queued job ahead of background work. `done` runs once, on a
+  // scheduler thread, with this entry's result.
+  std::shared_future<CompileResult> submit(const JobSpec& spec, Priority priority, Callback done = {}) {
+    // An entry already settled takes no worker: behind a queue of compiles, its answer
+    // would wait for one.
+    if (auto files = read_entry_files(spec.entry_dir))
+      if (auto o = settled_outcome(*files, opts_.settings.retry_failed)) {
+        {
+          std::lock_guard lk(mu_);
+          ++total_;
+          ++(is_success(*o) ? done_ : failed_);
+        }
+        return answered(CompileResult{*o, "", 0, 0, 0}, done);
+      }
+    std::unique_lock lk(mu_);
+    if (stopping_) {
+      lk.unlock();
+      return answered(CompileResult{CompileOutcome::transient, "scheduler is shut down", 0, 0, 0}, done);
+    }
+    std::shared_ptr<Job> job;
+    if (auto it = by_entry_.find(spec.entry_dir); it != by_entry_.end()) {
+      Target& t = *it->second->target(spec.entry_dir);
+      // Joins work not yet delivered. A request after delivery is a new request: its
+      // caller may have acted on the result (cleared a failure, say), so it must not
+      // get the old one; it starts a new job below.
+      if (!t.result) {
+        if (done) t.callbacks.push_back(std::move(done));
+        raise(*it->second, priority, spec.instructions);
+        return t.future;
+      }
+    }
+    ++total_;
+    std::string key = spec.dedup_key.empty() ? "entry:" + spec.entry_dir : spec.dedup_key;
+    if (auto it = by_key_.find(key); it != by_key_.end() && !it->second->finishing) {
+      job = it->second;
+    } else {
+      job = std::make_shared<Job>();
+      job->key = key;
+      job->seq = next_seq_++;
+      job->priority = priority;
+      job->instructions = spec.instructions;
+      by_key_[key] = job;
+      ready_.insert(job.get());
+    }
+    auto& t = job->targets.emplace_back(std::make_unique<Target>(spec.entry_dir));
+    if (done) t->callbacks.push_back(std::move(done));
+    by_entry_[spec.entry_dir] = job;
+    raise(*job, priority, spec.instructions);
+    cv_.notify_one();
+    return t->future;
+  }
+
+  Progress progress() const {
+    std::lock_guard lk(mu_);
+    Progress p;
+    p.total = total_;
+    p.done = done_;
+    p.failed = failed_;
+    p.compiles_started = compiles_.started;
+    p.compiles_succeeded = compiles_.succeeded;
+    p.compiles_failed = compiles_.failed;
+    p.compiles_transient = compiles_.transient;
+    p.compile_seconds = compiles_.seconds;
+    for (const auto& [entry, job] : by_entry_) {
+      if (job->state == Job::State::running) ++p.running;
+      else if (job->state == Job::State::locked) ++p.locked;
+      else ++p.queued;
+    }
+    return p;
+  }
+
+  // Blocks until nothing is queued, running or locked.
+  void wait_idle() {
+    std::unique_lock lk(mu_);
+    idle_cv_.wait(lk, [&] { return by_entry_.empty(); });
+  }
+
+  // Queued and locked work ends as transient failures; running compiles are stopped
+  // (their result: transient, "cancelled"). Returns when every worker has exited.
+  void shutdown() {
+    std::vector<std::shared_ptr<Job>> dropped;
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_.exchange(true)) {
+        if (workers_.empty()) return;
+      }
+      for (auto* j : ready_) dropped.push_back(by_key_.at(j->key));
+      for (auto& j : locked_) dropped.push_back(j);
+      ready_.clear();
+      locked_.clear();
+    }
+    cv_.notify_all();
+    for (auto& j : dropped) finish(j, CompileResult{CompileOutcome::transient, "scheduler is shut down", 0, 0, 0});
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+ private:
+  struct Target {
+    explicit Target(std::string e) : entry(std::move(e)), future(promise.get_future().share()) {}
+    std::string entry;
+    std::promise<CompileResult> promise;
+    std::shared_future<CompileResult> future;
+    std::vector<Callback> callbacks;      // guarded by mu_ until result is set
+    std::optional<CompileResult> result;  // set under mu_ when delivered
+  };
+
+  struct Job {
+    enum class State { queued, running, locked };
+    std::string key;
+    std::vector<std::unique_ptr<Target>> targets;  // targets[0] is compiled, the rest copied
+    Priority priority = Priority::background;
+    uint64_t instructions = 0;
+    uint64_t seq = 0;
+    State state = State::queued;
+    bool finishing = false;  // result known: new equal-key requests start a new job
+    Clock::time_point retry_at{};
+
+    Target* target(const std::string& entry) {
+      for (auto& t : targets)
+        if (t->entry == entry) return t.get();
+      return nullptr;
+    }
+  };
+
+  // Waiting before background before deferred, then larger graphs, then first come first served.
+  struct Order {
+    bool operator()(const Job* a, const Job* b) const {
+      if (a->priority != b->priority) return a->priority > b->priority;
+      if (a->instructions != b->instructions) return a->instructions > b->instructions;
+      return a->seq < b->seq;
+    }
+  };
+
+  // A result known at submit: delivered at once.
+  static std::shared_future<CompileResult> answered(const CompileResult& r, const Callback& done) {
+    if (done) done(r);
+    std::promise<CompileResult> p;
+    p.set_value(r);
+    return p.get_future().share();
+  }
+
+  // Re-sorts a queued job whose priority or size grew. Caller holds mu_.
+  void raise(Job& job, Priority priority, uint64_t instructions) {
+    if (priority <= job.priority && instructions <= job.instructions) return;
+    bool queued = job.state == Job::State::queued && ready_.erase(&job);
+    job.priority = std::max(job.priority, priority);
+    job.instructions = std::max(job.instructions, instructions);
+    if (queued) ready_.insert(&job);
+  }
+
+  void work() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      // Locked jobs whose retry time has come go back to the queue.
+      auto now = opts_.clock->now();
+      for (auto it = locked_.begin(); it != locked_.end();) {
+        if ((*it)->retry_at <= now) {
+          (*it)->state = Job::State::queued;
+          ready_.insert(it->get());
+          it = locked_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (stopping_) return;
+      if (ready_.empty()) {
+        // Real time bounds the wait; the clock decides when a locked job is due.
+        cv_.wait_for(lk, locked_.empty() ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(20));
+        continue;
+      }
+      Job* next = *ready_.begin();
+      ready_.erase(ready_.begin());
+      auto job = by_key_.at(next->key);
+      job->state = Job::State::running;
+      const std::string primary = job->targets.front()->entry;
+      lk.unlock();
+      CompileResult r = opts_.compile ? opts_.compile(primary, opts_.settings) : compile_entry(primary, opts_.settings);
+      lk.lock();
+      if (r.attempts > 0) {
+        ++compiles_.started;
+        compiles_.seconds += r.compile_seconds;
+        if (r.outcome == CompileOutcome::success) ++compiles_.succeeded;
+        else if (r.outcome == CompileOutcome::failed) ++compiles_.failed;
+        else ++compiles_.transient;
+      }
+      if (r.outcome == CompileOutcome::busy && !stopping_) {
+        job->state = Job::State::locked;
+        job->retry_at = opts_.clock->now() + opts_.busy_retry;
+        locked_.push_back(job);
+        continue;
+      }
+      lk.unlock();
+      finish(job, r);
+      lk.lock();
+    }
+  }
+
+  // Delivers the primary's result and gives every other target its copy. Targets that
+  // join while copies are made are served too.
+  void finish(const std::shared_ptr<Job>& job, const CompileResult& primary) {
+    std::size_t served = 0;
+    for (;;) {
+      Target* t;
+      {
+        std::lock_guard lk(mu_);
+        job->finishing = true;
+        if (served == job->targets.size()) {
+          for (auto& target : job->targets)
+            if (auto it = by_entry_.find(target->entry); it != by_entry_.end() && it->second == job) by_entry_.erase(it);
+          if (auto it = by_key_.find(job->key); it != by_key_.end() && it->second == job) by_key_.erase(it);
+          if (by_entry_.empty()) idle_cv_.notify_all();
+          return;
+        }
+        t = job->targets[served].get();
+      }
+      CompileResult r = primary;
+      if (served > 0 && !stopping_ && (is_success(primary.outcome) || primary.outcome == CompileOutcome::failed))
+        r = copy_result(job->targets.front()->entry, t->entry, opts_.settings);
+      std::vector<Callback> callbacks;
+      {
+        std::lock_guard lk(mu_);
+        if (is_success(r.outcome)) ++done_;
+        else if (r.outcome == CompileOutcome::failed || r.outcome == CompileOutcome::failed_cached) ++failed_;
+        t->result = r;
+        callbacks = std::move(t->callbacks);
+      }
+      t->promise.set_value(r);
+      for (auto& cb : callbacks) cb(r);
+      ++served;
+    }
+  }
+
+  Options opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::set<Job*, Order> ready_;                              // queued jobs, best first
+  std::vector<std::shared_ptr<Job>> locked_;                 // busy elsewhere, retried later
+  std::map<std::string, std::shared_ptr<Job>> by_key_;       // dedup key -> job
+  std::map<std::string, std::shared_ptr<Job>> by_entry_;     // entry -> job, until delivered
+  std::atomic<bool> stopping_{false};
+  uint64_t next_seq_ = 0;
+  std::size_t total_ = 0, done_ = 0, failed_ = 0;
+  struct {
+    std::size_t started = 0, succeeded = 0, failed = 0, transient = 0;
+    double seconds = 0;
+  } compiles_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace neffcache

@@ -1,0 +1,424 @@
+// A local disk tier over an S3 cache: the folder a daemon mounts when its cache is in a
+// bucket (neffcachefs s3://... --local-cache DIR). The folder has the layout of the
+// S3 cache and is filled from S3 as names are asked for:
+//
+// - A name missing here is looked up on S3 (fill): a compiler folder is made as a
+//   folder; an entry as its folder with its HLO and compile_flags.json. A NEFF is not
+//   fetched then: here the entry is pending, so the mount shows a placeholder
+//   model.neff, and opening it runs settle().
+// - settle() is the scheduler's compile function. Inputs written here and missing on S3
+//   are uploaded (compile_flags.json, then the HLO, created only if absent). An entry
+//   done on S3 has its NEFF fetched here. Else it is compiled under the entry's S3 lease
+//   (compile_s3_entry), and its NEFF moves here from the staging folder once S3 has the
+//   NEFF and model.done. The scheduler gives concurrent opens of one entry one job, so
+//   one fetch. Recorded failures stay on S3 only: `neffcache retry s3://...` clears
+//   them for every host.
+// - NEFFs here are kept under a size cap, the least recently opened leaving first. An
+//   entry leaves only when S3 has it done, and not within a minute of its last use; it
+//   loses its model.done and model.neff here, so it is pending again and the next open
+//   fetches it again.
+// - Compiles take `compile_slots` at a time; fetches, uploads and waits for another
+//   host's lease take none, so a done entry is served while compiles run.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/s3/cache.hpp>
+
+namespace neffcache {
+
+class S3Tier {
+ public:
+  struct Options {
+    std::string prefix;                // the cache's key prefix in the bucket
+    std::string root;                  // the local folder (absolute)
+    uint64_t cap_bytes = 50ull << 30;  // NEFF bytes kept here
+    int compile_slots = 1;
+    // An entry used this recently stays, whatever the cap: a reader may be about to
+    // open the NEFF it was just fetched for.
+    std::chrono::seconds keep_after_use{60};
+    S3CompileOptions compile = {};
+  };
+
+  // Names asked for again within this time are answered from the last look at S3.
+  static constexpr std::chrono::seconds k_recheck{2};
+
+  S3Tier(std::unique_ptr<S3Client> s3, Options o) : s3_(std::move(s3)), o_(std::move(o)), free_slots_(o_.compile_slots) {
+    std::error_code ec;
+    std::filesystem::create_directories(staging(), ec);
+    scan_local();
+  }
+
+  S3Client& s3() { return *s3_; }
+  // Compile work folders and downloads in flight: inside the tier (so a finished file
+  // is renamed into place) but out of the mount's view (the mount shows its own
+  // .neffcache folder at the root).
+  std::string staging() const { return fmt::format("{}/{}/staging", o_.root, k_private_prefix); }
+
+  // Makes `name` in the local folder `dir` from S3 if S3 has it: a compiler folder in
+  // the root, an entry in a compiler folder, an entry's inputs in an entry folder that
+  // has no HLO yet. True if something was made.
+  bool fill(const std::string& dir, std::string_view name) {
+    auto rel = relative(dir);
+    if (!rel) return false;
+    const int depth = depth_of(*rel);
+    if (depth == 0 && name.starts_with(k_compiler_dir_prefix))
+      return single_flight(std::string(name), [&] {
+        if (!looked_again(std::string(name))) return false;
+        auto l = s3_->list(fmt::format("{}/", s3_key(o_.prefix, name)), "/", 1);
+        ++counters_.lookups;
+        return l && !(l->objects.empty() && l->prefixes.empty()) && make_dir(fmt::format("{}/{}", dir, name));
+      });
+    if (depth == 1 && name.starts_with(k_module_dir_prefix)) return fill_entry(fmt::format("{}/{}", *rel, name));
+    if (depth == 2) return fill_entry(*rel);
+    return false;
+  }
+
+  // Before a listing of the local folder `dir`: the compiler folders of the root, or the
+  // entries of a compiler folder (as empty folders, filled when looked into), or the
+  // inputs of an entry that has none here.
+  void fill_listing(const std::string& dir) {
+    auto rel = relative(dir);
+    if (!rel) return;
+    const int depth = depth_of(*rel);
+    if (depth == 2) return (void)fill_entry(*rel);
+    if (depth > 1 || !looked_again(*rel + "/")) return;
+    std::string base = rel->empty() ? o_.prefix : s3_key(o_.prefix, *rel);
+    auto l = s3_->list(base.empty() ? "" : base + "/", "/");
+    ++counters_.lookups;
+    if (!l) return;
+    std::string_view want = depth == 0 ? k_compiler_dir_prefix : k_module_dir_prefix;
+    for (const auto& p : l->prefixes) {
+      std::string_view name = std::string_view(p).substr(base.empty() ? 0 : base.size() + 1);
+      if (name.ends_with('/')) name.remove_suffix(1);
+      if (name.starts_with(want) && name.find('/') == std::string_view::npos) make_dir(fmt::format("{}/{}", dir, name));
+    }
+  }
+
+  // Uploads the inputs of the local entry `entry_dir` if S3 has no HLO for it.
+  Result<void> upload_inputs(const std::string& entry_dir) {
+    auto rel = entry_rel(entry_dir);
+    if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
+    auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
+    if (!names) return names.error();
+    if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*names)); !up) return up.error();
+    return {};
+  }
+
+  // Brings the local entry `entry_dir` to its state on S3, compiling it there first if
+  // it needs it (see the top of this file). Outcomes as compile_s3_entry's.
+  CompileResult settle(const std::string& entry_dir, const CompileSettings& s) {
+    auto rel = entry_rel(entry_dir);
+    if (!rel) return transient(fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root));
+    const std::string base = s3_key(o_.prefix, *rel);
+    auto names = detail::s3_entry_names(*s3_, base);
+    if (!names) return transient(names.error().message);
+    EntryFiles remote = detail::files_named(*names);
+    auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
+    if (!uploaded) return transient(uploaded.error().message);
+    if (*uploaded) remote.add(EntryFile::hlo_module);
+    if (remote.done()) return fetch(entry_dir, base);
+    if (remote.failed() && !s.retry_failed)
+      return CompileResult{CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)",
+                                                                      s3_->describe(base)), 0, 0, 0};
+    if (!take_slot(s)) return transient("cancelled");
+    CompileSettings local = s;
+    local.workdir_root = staging();
+    S3CompileOptions co = o_.compile;
+    co.published = [&](const std::string& staged) { take_staged(entry_dir, staged); };
+    CompileResult r = compile_s3_entry(*s3_, o_.prefix, *rel, local, co);
+    give_slot();
+    // Another host finished it while we waited for the lease: fetch its NEFF.
+    if (is_success(r.outcome) && !local_done(entry_dir)) {
+      CompileResult f = fetch(entry_dir, base);
+      if (!is_success(f.outcome)) return f;
+    }
+    return r;
+  }
+
+  // A reader opened the local entry's NEFF: it stays longest.
+  void opened(const std::string& entry_dir) {
+    std::lock_guard lk(mu_);
+    if (auto it = kept_.find(entry_dir); it != kept_.end()) it->second.last_use = std::chrono::steady_clock::now();
+  }
+
+  nlohmann::ordered_json stats() const {
+    std::lock_guard lk(mu_);
+    uint64_t bytes = 0;
+    for (const auto& [entry, k] : kept_) bytes += k.bytes;
+    return {{"fetches", counters_.fetches.load()},   {"fetched_bytes", counters_.fetched_bytes.load()},
+            {"uploads", counters_.uploads.load()},   {"lookups", counters_.lookups.load()},
+            {"evictions", counters_.evictions.load()}, {"local_neff_bytes", bytes},
+            {"local_cap_bytes", o_.cap_bytes}};
+  }
+
+ private:
+  struct Kept {
+    uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point last_use;
+  };
+
+  static CompileResult transient(std::string why) {
+    return CompileResult{CompileOutcome::transient, std::move(why), 0, 0, 0};
+  }
+
+  // `path` relative to the tier's root ("" for the root); none outside it.
+  std::optional<std::string> relative(const std::string& path) const {
+    if (path == o_.root) return std::string();
+    if (!path.starts_with(o_.root) || path.size() <= o_.root.size() + 1 || path[o_.root.size()] != '/')
+      return std::nullopt;
+    std::string rel = path.substr(o_.root.size() + 1);
+    if (rel.starts_with(k_private_prefix)) return std::nullopt;
+    return rel;
+  }
+
+  // 0 for the root, 1 for a compiler folder, 2 for an entry.
+  static int depth_of(std::string_view rel) {
+    return rel.empty() ? 0 : 1 + static_cast<int>(std::count(rel.begin(), rel.end(), '/'));
+  }
+
+  // The path of the entry folder `entry_dir` in the cache (neuronxcc-*/MODULE_*).
+  std::optional<std::string> entry_rel(const std::string& entry_dir) const {
+    auto rel = relative(entry_dir);
+    if (!rel || !is_entry_path(*rel)) return std::nullopt;
+    return rel;
+  }
+
+  // True (and noted) unless `what` was looked up on S3 within k_recheck.
+  bool looked_again(const std::string& what) {
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard lk(mu_);
+    auto [it, fresh] = looked_.try_emplace(what, now);
+    if (!fresh && now - it->second < k_recheck) return false;
+    it->second = now;
+    if (looked_.size() > 100000) std::erase_if(looked_, [&](const auto& kv) { return now - kv.second >= k_recheck; });
+    return true;
+  }
+
+  static bool make_dir(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    return !ec;
+  }
+
+  static bool local_done(const std::string& entry_dir) {
+    auto files = read_entry_files(entry_dir);
+    return files && files->done();
+  }
+
+  // Makes the entry `rel` here with its inputs from S3, unless it has an HLO here
+  // already. True if the entry now has its HLO here.
+  bool fill_entry(const std::string& rel) {
+    const std::string dir = fmt::format("{}/{}", o_.root, rel);
+    if (auto here = read_entry_files(dir); here && here->has_hlo()) return true;
+    return single_flight(rel, [&] { return fetch_inputs(rel, dir); });
+  }
+
+  // Runs look() for `what` unless it is running already: then waits for its answer.
+  // Lookups of two names in one entry (model.neff and model.done) come at once.
+  bool single_flight(const std::string& what, const std::function<bool()>& look) {
+    std::promise<bool> mine;
+    std::shared_future<bool> answer;
+    {
+      std::lock_guard lk(mu_);
+      auto [it, first] = in_flight_.try_emplace(what);
+      if (first) it->second = mine.get_future().share();
+      else answer = it->second;
+    }
+    if (answer.valid()) return answer.get();
+    bool found = look();
+    mine.set_value(found);
+    std::lock_guard lk(mu_);
+    in_flight_.erase(what);
+    return found;
+  }
+
+  // The entry's inputs from S3 into the folder `dir`, unless S3 was asked within
+  // k_recheck. True if the entry has its HLO here.
+  bool fetch_inputs(const std::string& rel, const std::string& dir) {
+    if (!looked_again(rel)) return false;
+    const std::string base = s3_key(o_.prefix, rel);
+    auto names = detail::s3_entry_names(*s3_, base);
+    ++counters_.lookups;
+    if (!names) return false;
+    EntryFiles remote = detail::files_named(*names);
+    if (!remote.has_hlo() || !make_dir(dir)) return false;
+    // The flags first: an entry with its HLO here is taken as whole.
+    std::vector<std::string_view> inputs;
+    if (remote.has(EntryFile::flags)) inputs.push_back(k_compile_flags_file);
+    inputs.push_back(*remote.hlo_name());
+    for (std::string_view name : inputs) {
+      const std::string path = fmt::format("{}/{}", dir, name);
+      if (::access(path.c_str(), F_OK) == 0) continue;
+      if (!s3_->download(fmt::format("{}/{}", base, name), path)) return false;
+    }
+    return true;
+  }
+
+  // Uploads the local entry's flags and HLO when S3 has no HLO (`remote`). True if
+  // this call created the HLO on S3.
+  Result<bool> upload_missing_inputs(const std::string& entry_dir, const std::string& rel, const EntryFiles& remote) {
+    if (remote.has_hlo()) return false;
+    auto here = read_entry_files(entry_dir);
+    if (!here) return here.error();
+    if (!here->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO here or on S3", entry_dir)};
+    const std::string base = s3_key(o_.prefix, rel);
+    if (here->has(EntryFile::flags)) {
+      auto f = s3_->upload(fmt::format("{}/{}", base, k_compile_flags_file),
+                           fmt::format("{}/{}", entry_dir, k_compile_flags_file));
+      if (!f) return f.error();
+    }
+    std::string_view hlo = *here->hlo_name();
+    auto h = s3_->upload(fmt::format("{}/{}", base, hlo), fmt::format("{}/{}", entry_dir, hlo), {.if_absent = true});
+    if (!h && h.error().code == Errc::precondition_failed) return false;  // another host's, just now
+    if (!h) return h.error();
+    ++counters_.uploads;
+    return true;
+  }
+
+  // Fetches the NEFF of an entry done on S3 into the local entry (downloaded into the
+  // staging folder, out of the mount's view, and renamed into place), then model.done.
+  CompileResult fetch(const std::string& entry_dir, const std::string& base) {
+    const std::string neff = fmt::format("{}/{}", entry_dir, k_neff_file);
+    const std::string part = fmt::format("{}/fetch-{}", staging(), detail::random_hex64());
+    auto got = s3_->download(fmt::format("{}/{}", base, k_neff_file), part);
+    if (!got) return transient(got.error().message);
+    if (sys::rename(part.c_str(), neff.c_str()) != 0) {
+      Error e = sys_error("publish", neff);
+      sys::unlink(part.c_str());
+      return transient(e.message);
+    }
+    if (auto d = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d) {
+      sys::unlink(neff.c_str());
+      return transient(d.error().message);
+    }
+    ++counters_.fetches;
+    counters_.fetched_bytes += got->size;
+    keep(entry_dir, got->size);
+    return CompileResult{CompileOutcome::already_done, "", 0, 0, 0};
+  }
+
+  // The compile's NEFF, now on S3, moves into the local entry.
+  void take_staged(const std::string& entry_dir, const std::string& staged) {
+    const std::string from = fmt::format("{}/{}", staged, k_neff_file), to = fmt::format("{}/{}", entry_dir, k_neff_file);
+    struct stat st {};
+    if (::stat(from.c_str(), &st) != 0 || sys::rename(from.c_str(), to.c_str()) != 0) return;  // fetched instead
+    if (!detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "")) {
+      sys::unlink(to.c_str());
+      return;
+    }
+    keep(entry_dir, static_cast<uint64_t>(st.st_size));
+  }
+
+  // Counts a NEFF now here, then makes room for it.
+  void keep(const std::string& entry_dir, uint64_t bytes) {
+    std::vector<std::string> leaving;
+    {
+      std::lock_guard lk(mu_);
+      kept_[entry_dir] = {bytes, std::chrono::steady_clock::now()};
+      leaving = over_cap();
+    }
+    for (const auto& e : leaving) evict(e);
+  }
+
+  // Under mu_: the entries to evict, least recently used first, to come under the cap.
+  std::vector<std::string> over_cap() {
+    uint64_t total = 0;
+    for (const auto& [entry, k] : kept_) total += k.bytes;
+    if (total <= o_.cap_bytes) return {};
+    std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> by_age;
+    for (const auto& [entry, k] : kept_) by_age.emplace_back(k.last_use, entry);
+    std::sort(by_age.begin(), by_age.end());
+    auto recent = std::chrono::steady_clock::now() - o_.keep_after_use;
+    std::vector<std::string> out;
+    for (const auto& [used, entry] : by_age) {
+      if (total <= o_.cap_bytes || used > recent) break;
+      total -= kept_[entry].bytes;
+      out.push_back(entry);
+      kept_.erase(entry);
+    }
+    return out;
+  }
+
+  // Removes a done entry's results here once S3 is known to have them.
+  void evict(const std::string& entry_dir) {
+    auto rel = relative(entry_dir);
+    if (!rel) return;
+    // Kept when S3 cannot be asked: it may not have it.
+    if (!s3_->head(fmt::format("{}/{}", s3_key(o_.prefix, *rel), k_done_file))) return;
+    sys::unlink(fmt::format("{}/{}", entry_dir, k_done_file).c_str());
+    sys::unlink(fmt::format("{}/{}", entry_dir, k_neff_file).c_str());
+    ++counters_.evictions;
+  }
+
+  // The NEFFs already here from an earlier run, by their last access.
+  void scan_local() {
+    std::error_code ec;
+    auto now_sys = std::filesystem::file_time_type::clock::now();
+    auto now = std::chrono::steady_clock::now();
+    for (const auto& compiler : std::filesystem::directory_iterator(o_.root, ec)) {
+      if (!compiler.path().filename().string().starts_with(k_compiler_dir_prefix)) continue;
+      for (const auto& entry : std::filesystem::directory_iterator(compiler.path(), ec)) {
+        const std::string dir = entry.path().string();
+        if (!local_done(dir)) continue;
+        struct stat st {};
+        if (::stat(fmt::format("{}/{}", dir, k_neff_file).c_str(), &st) != 0) continue;
+        auto age = now_sys - std::filesystem::last_write_time(fmt::format("{}/{}", dir, k_neff_file), ec);
+        kept_[dir] = {static_cast<uint64_t>(st.st_size),
+                      now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(age)};
+      }
+    }
+  }
+
+  bool take_slot(const CompileSettings& s) {
+    std::unique_lock lk(slots_mu_);
+    while (free_slots_ == 0) {
+      if (s.cancelled && s.cancelled()) return false;
+      slot_cv_.wait_for(lk, std::chrono::milliseconds(100));
+    }
+    --free_slots_;
+    return true;
+  }
+
+  void give_slot() {
+    {
+      std::lock_guard lk(slots_mu_);
+      ++free_slots_;
+    }
+    slot_cv_.notify_one();
+  }
+
+  std::unique_ptr<S3Client> s3_;
+  Options o_;
+  mutable std::mutex mu_;  // guards looked_, in_flight_ and kept_; never held across a request
+  std::map<std::string, std::chrono::steady_clock::time_point> looked_;
+  std::map<std::string, std::shared_future<bool>> in_flight_;
+  std::map<std::string, Kept> kept_;
+  std::mutex slots_mu_;
+  std::condition_variable slot_cv_;
+  int free_slots_;
+  struct {
+    std::atomic<uint64_t> fetches{0}, fetched_bytes{0}, uploads{0}, lookups{0}, evictions{0};
+  } counters_;
+};
+
+}  // namespace neffcache
