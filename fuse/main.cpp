@@ -20,7 +20,7 @@
 #include <neffcache/cache/flags.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/core/size.hpp>
-#include <neffcache/cache/url.hpp>
+#include <neffcache/cache/location.hpp>
 
 #include "fs.hpp"
 
@@ -132,10 +132,12 @@ int main(int argc, char** argv) {
   if (std::filesystem::equivalent(opts.backing, mountpoint, ec))
     return fail("the backing directory and the mount point must differ");
 
-  auto tmpl = neffcache::CompilerTemplate::parse(compiler);
+  auto tmpl = neffcache::compiler_option(compiler, neffcache::Installed::required);
   if (!tmpl) return fail(tmpl.error().message);
-  if (!tmpl->installed()) return fail(fmt::format("compiler '{}' not found on PATH", tmpl->program()));
   opts.scheduler.settings.compiler = *tmpl;
+  // The mount's entries are folders (the backing's, or the local tier's over S3): their
+  // files say whether one is settled.
+  opts.scheduler.settled = neffcache::folder_settled;
 
   auto env_flags = neffcache::parse_neuron_cc_flags(neffcache::process_env("NEURON_CC_FLAGS").value_or(""));
   if (!env_flags) return fail(fmt::format("NEURON_CC_FLAGS: {}", env_flags.error().message));
@@ -152,12 +154,9 @@ int main(int argc, char** argv) {
   auto mem = neffcache::parse_size(mem_per_job);
   if (!mem || *mem == 0) return fail(fmt::format("--mem-per-job '{}' is not a size like 64G", mem_per_job));
   opts.scheduler.jobs = jobs > 0 ? jobs : neffcache::default_jobs(*mem);
-  if (retries < 0) {
-    auto r = neffcache::max_retries_from_env(neffcache::process_env);
-    if (!r) return fail(r.error().message);
-    retries = *r;
-  }
-  opts.scheduler.settings.max_retries = retries;
+  auto max_retries = neffcache::retries_option(retries, neffcache::process_env);
+  if (!max_retries) return fail(max_retries.error().message);
+  opts.scheduler.settings.max_retries = *max_retries;
   if (s3) {
     auto cap = neffcache::parse_size(local_cache_size);
     if (!cap) return fail(fmt::format("--local-cache-size '{}' is not a size like 50G", local_cache_size));

@@ -3,3 +3,5 @@
 #pragma once
 
 #include <neffcache/compile/scheduler.hpp>
+// prepare_job lived in scheduler.hpp before it moved to compile/prepare.hpp.
+#include <neffcache/compile/prepare.hpp>

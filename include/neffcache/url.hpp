@@ -2,4 +2,5 @@
 // were grouped by concept. Kept until the next minor version; include the new path.
 #pragma once
 
+#include <neffcache/cache/location.hpp>
 #include <neffcache/cache/url.hpp>

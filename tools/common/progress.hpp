@@ -16,7 +16,7 @@
 
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/core/detail/fs.hpp>
-#include <neffcache/cache/url.hpp>
+#include <neffcache/cache/location.hpp>
 
 #include "common/log.hpp"
 

@@ -143,20 +143,17 @@ std::function<CompileResult(const std::string&, const CompileSettings&)> s3_comp
 
 Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler) {
   Scheduler::Options so;
-  auto tmpl = CompilerTemplate::parse(opts.compiler.empty() ? k_default_compiler_template : opts.compiler);
+  // Entries of a directory cache: the folder's files say whether one is settled.
+  // (run_compile_s3 replaces this and the compile with the S3 cache's own.)
+  so.settled = folder_settled;
+  auto tmpl = compiler_option(opts.compiler, need_compiler ? Installed::required : Installed::not_required);
   if (!tmpl) return tmpl.error();
-  if (need_compiler && !tmpl->installed())
-    return Error{Errc::not_found, fmt::format("compiler '{}' not found on PATH", tmpl->program())};
   so.settings.compiler = *tmpl;
   if (opts.jobs < 0) return Error{Errc::invalid_argument, "--jobs must be positive"};
   so.jobs = opts.jobs > 0 ? opts.jobs : default_jobs();
-  int retries = opts.retries;
-  if (retries < 0) {
-    auto r = max_retries_from_env(process_env);
-    if (!r) return r.error();
-    retries = *r;
-  }
-  so.settings.max_retries = retries;
+  auto retries = retries_option(opts.retries, process_env);
+  if (!retries) return retries.error();
+  so.settings.max_retries = *retries;
   so.settings.retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
   so.settings.default_flags = env.compiler_flags;
   if (opts.compile_timeout < 0) return Error{Errc::invalid_argument, "--compile-timeout must be positive"};
@@ -218,6 +215,8 @@ static int run_compile_s3(const CompileOptions& opts, const S3Target& target, co
     rels = pick(*entries, retry_failed, opts.share);
   }
   so->compile = s3_compile(target);
+  // Entries named by URL: compile_s3_entry finds out under the lease whether one is settled.
+  so->settled = nullptr;
   std::vector<Target> targets;
   for (const auto& [rel, priority] : rels) targets.push_back({target.entry_url(rel), priority});
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <neffcache/cache/key.hpp>
-#include <neffcache/cache/url.hpp>
+#include <neffcache/cache/location.hpp>
 
 #include "neffcache/common.hpp"
 

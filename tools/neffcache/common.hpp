@@ -22,7 +22,7 @@
 #include <neffcache/core/result.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
-#include <neffcache/cache/url.hpp>
+#include <neffcache/cache/location.hpp>
 
 namespace neffcache::cli {
 

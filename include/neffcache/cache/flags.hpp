@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/layout.hpp>
 #include <neffcache/core/detail/digest.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/result.hpp>
@@ -225,7 +226,6 @@ inline std::string flags_hash(const std::vector<std::string>& flags,
   return detail::md5_hex(text).substr(0, k_flags_hash_digits);
 }
 
-inline constexpr std::string_view k_compile_flags_file = "compile_flags.json";
 
 // Parses compile_flags.json content: a JSON list of strings, nothing else.
 inline Result<std::vector<std::string>> parse_compile_flags(std::string_view text) {

@@ -17,7 +17,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/core/result.hpp>

@@ -28,11 +28,16 @@ inline constexpr std::string_view k_hlo_legacy_file = "model.hlo.pb";         //
 inline constexpr std::string_view k_neff_file = "model.neff";
 inline constexpr std::string_view k_done_file = "model.done";
 inline constexpr std::string_view k_log_file = "model.log";
+inline constexpr std::string_view k_compile_flags_file = "compile_flags.json";
 inline constexpr std::string_view k_lock_suffix = ".lock";
 inline constexpr std::string_view k_compiler_dir_prefix = "neuronxcc-";
 inline constexpr std::string_view k_module_dir_prefix = "MODULE_";
 // Our own files and folders start with this, so that other tools ignore them.
 inline constexpr std::string_view k_private_prefix = ".neffcache";
+// A compile's output, streamed; it becomes model.log only on a deterministic failure.
+inline constexpr std::string_view k_compile_log_file = ".neffcache-compile.log";
+// Written before model.done: size, xxh3, command, flags, compile time, peak memory.
+inline constexpr std::string_view k_meta_file = ".neffcache-meta.json";
 
 // An existence-only lock (no owner record, as unmodified clients leave them) is
 // presumed live until it is this old: longer than the longest real compile.
@@ -96,10 +101,10 @@ struct EntryFiles {
   // Records `name` if it is one of the files above; other names are ignored.
   void note(std::string_view name) {
     using F = EntryFile;
-    if (name.substr(0, 6) != "model." && name != "compile_flags.json") return;
+    if (name.substr(0, 6) != "model." && name != k_compile_flags_file) return;
     if (name == k_hlo_module_file) add(F::hlo_module);
     else if (name == k_hlo_legacy_file) add(F::hlo_legacy);
-    else if (name == "compile_flags.json") add(F::flags);
+    else if (name == k_compile_flags_file) add(F::flags);
     else if (name == k_neff_file) add(F::neff);
     else if (name == k_done_file) add(F::done);
     else if (name == k_log_file) add(F::log);

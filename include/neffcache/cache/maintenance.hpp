@@ -15,10 +15,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/core/detail/sys.hpp>
+#include <neffcache/core/detail/xxh3.hpp>
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {

@@ -1,5 +1,6 @@
-// Where the cache lives: --cache_dir in NEURON_CC_FLAGS, then NEURON_COMPILE_CACHE_URL,
-// then /var/tmp/neuron-compile-cache, exactly the precedence of the Neuron cache.
+// A cache's address: a directory, or an S3 bucket and prefix (CacheUrl), parsed from
+// "s3://bucket/prefix", "file:///dir" or a path. Where the cache lives by default is
+// cache/location.hpp.
 #pragma once
 
 #include <cstdlib>
@@ -10,12 +11,9 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/cache/flags.hpp>
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {
-
-inline constexpr std::string_view k_default_cache_dir = "/var/tmp/neuron-compile-cache";
 
 struct CacheUrl {
   enum class Kind { directory, s3 };
@@ -86,30 +84,6 @@ inline Result<CacheUrl> parse_cache_url(std::string_view url) {
   }
   out.prefix = std::string(prefix);
   return out;
-}
-
-// Reads one environment variable; an injectable seam so tests need no setenv.
-using EnvLookup = std::function<std::optional<std::string>(const char*)>;
-
-inline std::optional<std::string> process_env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return std::nullopt;
-  return std::string(v);
-}
-
-// Resolves the cache URL with the Neuron precedence. Empty variables count as unset.
-// Errors: NEURON_CC_FLAGS that cannot be split, or a malformed URL from either source.
-inline Result<CacheUrl> resolve_cache_url(const EnvLookup& env = process_env) {
-  if (auto flags = env("NEURON_CC_FLAGS"); flags && !flags->empty()) {
-    auto parsed = parse_neuron_cc_flags(*flags);
-    if (!parsed)
-      return Error{parsed.error().code,
-                   fmt::format("NEURON_CC_FLAGS: {}", parsed.error().message)};
-    if (parsed->wrapper.cache_dir) return parse_cache_url(*parsed->wrapper.cache_dir);
-  }
-  if (auto url = env("NEURON_COMPILE_CACHE_URL"); url && !url->empty())
-    return parse_cache_url(*url);
-  return parse_cache_url(k_default_cache_dir);
 }
 
 }  // namespace neffcache

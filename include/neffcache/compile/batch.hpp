@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/prepare.hpp>
 #include <neffcache/compile/scheduler.hpp>
 
 namespace neffcache {

@@ -2,6 +2,11 @@
 // ask (single flight); one compile for entries whose canonical graph, flags and
 // compiler are equal; waited-on work first, then the largest graph.
 //
+// A job engine: it reads no entry itself. What an entry's job is (its size and dedup
+// key) comes with submit (see prepare_job in compile/prepare.hpp for an entry folder);
+// whether an entry is settled already, how it is compiled and how a result is copied
+// come from Options. The defaults are the directory cache's rules.
+//
 // Lock order: Scheduler::mu_ is the only mutex; it is never held while a compile, a
 // copy or a callback runs.
 #pragma once
@@ -26,7 +31,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/compile/compile.hpp>
-#include <neffcache/hlo/hlo.hpp>
+#include <neffcache/core/clock.hpp>
 
 namespace neffcache {
 
@@ -48,30 +53,6 @@ struct JobSpec {
   std::string dedup_key;
   uint64_t instructions = 0;  // larger graphs go first
 };
-
-// Reads an entry's HLO and flags (compile_flags.json, else `default_flags`) to build its
-// JobSpec. An unreadable HLO still gives a spec, keyed by the entry alone: its compile
-// then records the failure in model.log. A done entry is not read either: submit answers
-// it without a compile, so a key would be a whole HLO read and hashed for nothing.
-inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {}) {
-  JobSpec spec{entry_dir, {}, 0};
-  auto files = read_entry_files(entry_dir);
-  if (!files || !files->has_hlo() || files->done()) return spec;
-  auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
-  if (!hlo) return spec;
-  std::vector<std::string> flags = default_flags;
-  if (files->has(EntryFile::flags)) {
-    auto f = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
-    if (!f) return spec;
-    flags = std::move(*f);
-  }
-  auto parsed = separate_wrapper_options(flags);
-  if (!parsed) return spec;
-  auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
-  spec.dedup_key = fmt::format("{}/{}+{}", compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags));
-  spec.instructions = hlo->stats.instructions;
-  return spec;
-}
 
 // The order in which queued work is taken: waited-on work first, then background work,
 // then deferred work (work another process is expected to take first, e.g. another
@@ -103,6 +84,13 @@ class Scheduler {
     // Compiles one entry: compile_entry on an entry folder when empty. Entries of another
     // store (an S3 cache) come with their own, and name entries in their own way.
     std::function<CompileResult(const std::string& entry, const CompileSettings&)> compile;
+    // Whether an entry is settled already (done, or a failure kept): such an entry is
+    // answered at submit and takes no worker. Empty: every entry goes to a worker, whose
+    // compile finds out. The default is the directory cache's rule (folder_settled), so
+    // that callers naming entry folders keep it without saying so; callers whose entries
+    // are not folders set their own, or none.
+    std::function<std::optional<CompileOutcome>(const std::string& entry, const CompileSettings&)> settled =
+        folder_settled;
   };
 
   explicit Scheduler(Options o) : opts_(std::move(o)) {
@@ -118,13 +106,15 @@ class Scheduler {
 
   // Asks for an entry. Joins the job already queued or running for this entry (or for
   // an entry with the same dedup key) whose result is not yet delivered; a waiting
-  // request lifts a queued job ahead of background work. `done` runs once, on a
-  // scheduler thread, with this entry's result.
+  // request lifts a queued job ahead of background work. `done` runs once with this
+  // entry's result: on a scheduler thread, or on the calling thread before submit
+  // returns when the answer is known at submit (a settled entry, a scheduler shut
+  // down). So the caller must not hold, while it calls submit, a lock that `done` takes.
   std::shared_future<CompileResult> submit(const JobSpec& spec, Priority priority, Callback done = {}) {
     // An entry already settled takes no worker: behind a queue of compiles, its answer
     // would wait for one.
-    if (auto files = read_entry_files(spec.entry_dir))
-      if (auto o = settled_outcome(*files, opts_.settings.retry_failed)) {
+    if (opts_.settled)
+      if (auto o = opts_.settled(spec.entry_dir, opts_.settings)) {
         {
           std::lock_guard lk(mu_);
           ++total_;

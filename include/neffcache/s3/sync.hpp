@@ -38,7 +38,7 @@ namespace detail {
 
 // The files an entry is made of, in the order a copy must write them: inputs, then
 // the log, then the NEFF, and model.done last.
-inline constexpr std::string_view k_sync_order[] = {"compile_flags.json", k_hlo_module_file, k_hlo_legacy_file,
+inline constexpr std::string_view k_sync_order[] = {k_compile_flags_file, k_hlo_module_file, k_hlo_legacy_file,
                                                      k_log_file, k_neff_file, k_done_file};
 
 // Runs work(i) for i in [0, n) on `jobs` threads.

@@ -1,0 +1,69 @@
+// What a compile of one entry ended in (CompileOutcome, CompileResult), what an entry's
+// files already say of it (settled_outcome), and which compiler failures are the
+// machine's fault rather than the graph's (resource_exhaustion).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <neffcache/cache/layout.hpp>
+
+namespace neffcache {
+
+enum class CompileOutcome {
+  success,        // compiled and published now
+  already_done,   // the entry was done before we got to it
+  failed,         // the compiler failed (exit status): model.log recorded
+  failed_cached,  // a failure was already recorded and retry_failed is off
+  transient,      // killed, timed out, cancelled, or an I/O problem: nothing recorded
+  busy,           // someone else holds the entry lock
+};
+
+inline const char* to_string(CompileOutcome o) {
+  switch (o) {
+    case CompileOutcome::success: return "success";
+    case CompileOutcome::already_done: return "already done";
+    case CompileOutcome::failed: return "failed";
+    case CompileOutcome::failed_cached: return "failed (cached)";
+    case CompileOutcome::transient: return "transient failure";
+    case CompileOutcome::busy: return "busy";
+  }
+  return "?";
+}
+
+inline bool is_success(CompileOutcome o) {
+  return o == CompileOutcome::success || o == CompileOutcome::already_done;
+}
+
+struct CompileResult {
+  CompileOutcome outcome = CompileOutcome::transient;
+  std::string message;  // one line: why it failed, or who holds the lock
+  int attempts = 0;     // compiler runs
+  double compile_seconds = 0;
+  long peak_rss_kib = 0;
+};
+// What an entry's files already say of it: done, a recorded failure (unless failures are
+// retried), or nothing yet.
+inline std::optional<CompileOutcome> settled_outcome(const EntryFiles& f, bool retry_failed) {
+  if (f.done()) return CompileOutcome::already_done;
+  if (f.failed() && !retry_failed) return CompileOutcome::failed_cached;
+  return std::nullopt;
+}
+
+namespace detail {
+
+// What a compiler prints when the machine, not the graph, made it fail: a full disk or
+// quota, or no memory left on the host (errno texts, Python's and C++'s allocation
+// errors). Such a failure is transient: recorded, it would poison an entry that compiles
+// once space or memory is back. The compiler's own device-memory errors do not match.
+inline std::optional<std::string_view> resource_exhaustion(std::string_view output) {
+  for (std::string_view mark :
+       {"No space left on device", "Disk quota exceeded", "Cannot allocate memory", "MemoryError", "std::bad_alloc"})
+    if (output.find(mark) != std::string_view::npos) return mark;
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+}  // namespace neffcache

@@ -1,0 +1,44 @@
+// Preparing an entry folder's job for the Scheduler: its size and dedup key, read from
+// its HLO and flags. Kept out of the scheduler, which is a job engine and reads no
+// entry: callers of a directory cache call prepare_job and give the scheduler the
+// directory cache's "already settled?" rule, folder_settled (compile/compile.hpp).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/compile/scheduler.hpp>
+#include <neffcache/hlo/hlo.hpp>
+
+namespace neffcache {
+
+// Reads an entry's HLO and flags (compile_flags.json, else `default_flags`) to build its
+// JobSpec. An unreadable HLO still gives a spec, keyed by the entry alone: its compile
+// then records the failure in model.log. A done entry is not read either: submit answers
+// it without a compile, so a key would be a whole HLO read and hashed for nothing.
+inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {}) {
+  JobSpec spec{entry_dir, {}, 0};
+  auto files = read_entry_files(entry_dir);
+  if (!files || !files->has_hlo() || files->done()) return spec;
+  auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
+  if (!hlo) return spec;
+  std::vector<std::string> flags = default_flags;
+  if (files->has(EntryFile::flags)) {
+    auto f = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
+    if (!f) return spec;
+    flags = std::move(*f);
+  }
+  auto parsed = separate_wrapper_options(flags);
+  if (!parsed) return spec;
+  auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
+  spec.dedup_key = fmt::format("{}/{}+{}", compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags));
+  spec.instructions = hlo->stats.instructions;
+  return spec;
+}
+
+}  // namespace neffcache

@@ -1,0 +1,141 @@
+// An entry's work folder and publication: hashed copies, removal of a work folder
+// without following links, the owner an entry's files get, and the atomic publication
+// of a NEFF (model.neff, then .neffcache-meta.json, then model.done) with the cleanup
+// of what a dead publisher left.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/core/detail/proc.hpp>
+#include <neffcache/core/detail/sys.hpp>
+#include <neffcache/core/detail/xxh3.hpp>
+#include <neffcache/core/result.hpp>
+
+namespace neffcache {
+
+namespace detail {
+
+inline std::string entry_name(const std::string& entry_dir) {
+  return std::filesystem::path(entry_dir).filename().string();
+}
+
+// Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
+// bytes copied; on failure `to` is removed.
+inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode,
+                                         const std::optional<FileOwner>& owner = {}) {
+  auto opened = open_regular(from);
+  if (!opened) return opened.error();
+  UniqueFd in = std::move(*opened);
+  UniqueFd out(sys::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  if (!out) return sys_error("create", to);
+  give(out.get(), owner);
+  auto fail = [&](Error e) -> Result<uint64_t> {
+    sys::unlink(to.c_str());
+    return e;
+  };
+  Xxh3 hash;
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = sys::read(in.get(), buf.data(), buf.size());
+    if (n < 0) return fail(sys_error("read", from));
+    if (n == 0) break;
+    hash.update(buf.data(), static_cast<std::size_t>(n));
+    if (auto w = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), to); !w)
+      return fail(w.error());
+  }
+  uint64_t h = hash.digest();
+  if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", to));
+  return h;
+}
+
+// Removes a folder and everything in it without following a link at any depth: each
+// step is taken from a descriptor of a folder already opened, so a link that someone
+// swaps in meanwhile (a compiler run as another user owns its work folder) is removed,
+// never followed. Folders deeper than `depth` stay.
+inline void remove_tree_at(int parent, const std::string& name, int depth = 64) {
+  UniqueFd dir(depth > 0 ? open_dir_at(parent, name.c_str()) : -1);
+  std::vector<std::string> inside;
+  if (dir) (void)list_dir(::dup(dir.get()), name, [&](std::string_view n, bool) { inside.emplace_back(n); });
+  for (const auto& n : inside)  // unlinkat tells a folder by EISDIR, whatever the listing said
+    if (::unlinkat(dir.get(), n.c_str(), 0) != 0 && errno == EISDIR) remove_tree_at(dir.get(), n, depth - 1);
+  ::unlinkat(parent, name.c_str(), AT_REMOVEDIR);
+}
+
+// The owner that files written into an entry get: when we run as root, the owner of
+// the entry's HLO, so that a root daemon leaves each user's entries to that user.
+inline std::optional<FileOwner> entry_owner(const std::string& hlo_path) {
+  struct stat st {};
+  if (::geteuid() != 0 || ::lstat(hlo_path.c_str(), &st) != 0) return std::nullopt;
+  return FileOwner{st.st_uid, st.st_gid};
+}
+
+inline void fsync_dir(const std::string& dir) {
+  UniqueFd fd(sys::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd) sys::fsync(fd.get());
+}
+// Publishes `neff` into the entry: copied to a temp file there, fsynced and renamed to
+// model.neff; then the metadata (`meta` plus size and xxh3); then model.done. Readers
+// see no model.neff, or a whole one. The files get the process's umask, never write
+// access for others, and `owner`. Returns the published path.
+inline Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
+                                   nlohmann::ordered_json meta, const std::optional<FileOwner>& owner = {}) {
+  const std::string tmp = fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, random_hex64());
+  // (The kernel applies the umask to the mode. Reading it with umask() would change it
+  // for a moment, for every thread of the process.)
+  auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
+  if (!hash) return hash.error();
+  const std::string path = fmt::format("{}/{}", entry_dir, k_neff_file);
+  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
+  if (sys::rename(tmp.c_str(), path.c_str()) != 0) {
+    Error e = sys_error("publish", path);
+    sys::unlink(tmp.c_str());
+    return e;
+  }
+  // model.neff is in place: a failure from here on takes it away again, so that no
+  // model.neff stands without its model.done (the next attempt publishes anew).
+  auto undo = [&](Error e) {
+    sys::unlink(meta_path.c_str());
+    sys::unlink(path.c_str());
+    return e;
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return undo(sys_error("stat", path));
+  meta["size"] = st.st_size;
+  meta["xxh3"] = fmt::format("{:016x}", *hash);
+  if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n", 0644, owner); !m) return undo(m.error());
+  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "", 0644, owner); !d)
+    return undo(d.error());
+  fsync_dir(entry_dir);
+  return path;
+}
+
+}  // namespace detail
+// Removes the half-written copies of a NEFF or a log that a publisher left in
+// `entry_dir` when it died mid-copy. Only the entry's lock holder writes them, so the
+// caller must hold the lock; other private files (a lock being created) stay.
+inline void remove_publish_leftovers(const std::string& entry_dir) {
+  const std::string neff = fmt::format("{}-neff-", k_private_prefix), log = fmt::format("{}-log-", k_private_prefix);
+  std::vector<std::string> doomed;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(entry_dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.starts_with(neff) || name.starts_with(log)) doomed.push_back(f.path().string());
+  }
+  for (const auto& path : doomed) sys::unlink(path.c_str());
+}
+
+}  // namespace neffcache

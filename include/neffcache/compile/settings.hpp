@@ -1,0 +1,178 @@
+// How a compile runs: the compiler command template (and whether its program is
+// installed), the timeout, retries, work folder root, the user compilers run as, and
+// the entry lock's settings. What `neffcache compile`, neuron_parallel_compile and the
+// daemon fill from their options.
+#pragma once
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/lock.hpp>
+#include <neffcache/compile/runner.hpp>
+#include <neffcache/core/result.hpp>
+
+namespace neffcache {
+
+inline constexpr std::string_view k_default_compiler_template =
+    "neuronx-cc compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags} --verbose=35";
+inline constexpr std::chrono::seconds k_default_compile_timeout{4 * 60 * 60};
+
+// Whether `program` can be run now: an executable path, or a name found executable in
+// one of PATH's folders.
+inline bool runnable(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  for (std::string_view rest = path ? path : ""; !rest.empty();) {
+    auto dir = rest.substr(0, rest.find(':'));
+    if (!dir.empty() && ::access(fmt::format("{}/{}", dir, program).c_str(), X_OK) == 0) return true;
+    rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
+  }
+  return false;
+}
+
+// A compiler command line with placeholders, split like NEURON_CC_FLAGS (no shell).
+// {hlo} {neff} {workdir} {key} may stand inside a word ("--output={neff}"); {flags}
+// must be a word of its own and becomes one word per flag.
+class CompilerTemplate {
+ public:
+  struct Values {
+    std::string hlo, neff, workdir, key;
+    std::vector<std::string> flags;
+  };
+
+  // Errors (Errc::invalid_argument): empty, bad quoting, unknown placeholder, a stray
+  // brace, {flags} inside a word, or no {hlo} or {neff}.
+  static Result<CompilerTemplate> parse(std::string_view text) {
+    auto bad = [&](std::string_view why) {
+      return Error{Errc::invalid_argument, fmt::format("bad compiler template '{}': {}", text, why)};
+    };
+    auto words = shell_split(text);
+    if (!words) return bad(words.error().message);
+    if (words->empty()) return bad("empty");
+    bool hlo = false, neff = false;
+    for (const auto& w : *words) {
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (w[i] == '}') return bad("'}' without '{'");
+        if (w[i] != '{') continue;
+        auto end = w.find('}', i);
+        if (end == std::string::npos) return bad("'{' without '}'");
+        std::string_view name(w.data() + i + 1, end - i - 1);
+        if (name == "flags" && w != "{flags}") return bad("{flags} must be a word of its own");
+        if (name != "hlo" && name != "neff" && name != "flags" && name != "workdir" && name != "key")
+          return bad(fmt::format("unknown placeholder {{{}}} (known: hlo neff flags workdir key)", name));
+        hlo |= name == "hlo";
+        neff |= name == "neff";
+        i = end;
+      }
+    }
+    if (!hlo || !neff) return bad("it needs both {hlo} and {neff}");
+    return CompilerTemplate(std::move(*words), std::string(text));
+  }
+
+  static const CompilerTemplate& default_template() {
+    static const CompilerTemplate t = std::move(parse(k_default_compiler_template).value());
+    return t;
+  }
+
+  std::vector<std::string> expand(const Values& v) const {
+    std::vector<std::string> out;
+    for (const auto& w : words_) {
+      if (w == "{flags}") {
+        out.insert(out.end(), v.flags.begin(), v.flags.end());
+        continue;
+      }
+      std::string s;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (w[i] != '{') {
+          s += w[i];
+          continue;
+        }
+        auto end = w.find('}', i);
+        std::string_view name(w.data() + i + 1, end - i - 1);
+        s += name == "hlo" ? v.hlo : name == "neff" ? v.neff : name == "workdir" ? v.workdir : v.key;
+        i = end;
+      }
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  const std::string& text() const { return text_; }
+  // The program it runs: a path, or a name looked up on PATH.
+  const std::string& program() const { return words_.front(); }
+
+  // Whether program() can be run now (see runnable()).
+  bool installed() const { return runnable(program()); }
+
+ private:
+  CompilerTemplate(std::vector<std::string> words, std::string text)
+      : words_(std::move(words)), text_(std::move(text)) {}
+  std::vector<std::string> words_;
+  std::string text_;
+};
+
+struct CompileSettings {
+  CompilerTemplate compiler = CompilerTemplate::default_template();
+  // Flags for entries without compile_flags.json (wrapper options are removed).
+  std::vector<std::string> default_flags;
+  std::chrono::milliseconds timeout = k_default_compile_timeout;
+  std::chrono::milliseconds kill_grace{10'000};
+  int max_retries = 0;        // extra attempts after a transient failure
+  bool retry_failed = false;  // compile entries with a recorded failure again
+  std::string workdir_root;   // default: $TMPDIR or /tmp
+  // Compilers run as this user (we must be root); work folders are theirs. Whoever runs
+  // them, the files a compile writes into an entry belong to the entry HLO's owner when
+  // we are root.
+  std::optional<RunAs> run_as;
+  LockOptions lock;
+  ProcessRunner* runner = nullptr;  // default: a PosixRunner
+  // Asked between heartbeats; returning true stops the compile as a transient failure.
+  std::function<bool()> cancelled;
+};
+
+// The compiler a run's --compiler option names: `text` parsed as a template (the default
+// template when empty); when `check` is Installed::required, its program must be
+// runnable now. Errors: a bad template (Errc::invalid_argument, see parse), or
+// Errc::not_found "compiler '<program>' not found on PATH".
+enum class Installed { required, not_required };
+inline Result<CompilerTemplate> compiler_option(std::string_view text, Installed check) {
+  auto tmpl = CompilerTemplate::parse(text.empty() ? k_default_compiler_template : text);
+  if (!tmpl) return tmpl.error();
+  if (check == Installed::required && !tmpl->installed())
+    return Error{Errc::not_found, fmt::format("compiler '{}' not found on PATH", tmpl->program())};
+  return tmpl;
+}
+
+// Transient-failure retries from NEURON_PARALLEL_COMPILE_MAX_RETRIES (unset or empty:
+// 0, the Neuron default). Anything but a whole number from 0 to 100 is an error.
+inline Result<int> max_retries_from_env(const std::function<std::optional<std::string>(const char*)>& env) {
+  auto v = env("NEURON_PARALLEL_COMPILE_MAX_RETRIES");
+  if (!v || v->empty()) return 0;
+  int n = 0;
+  bool ok = v->size() <= 3;
+  for (char c : *v) ok = ok && c >= '0' && c <= '9', n = n * 10 + (c - '0');
+  if (!ok || n > 100)
+    return Error{Errc::invalid_argument,
+                 fmt::format("NEURON_PARALLEL_COMPILE_MAX_RETRIES='{}' is not a number from 0 to 100", *v)};
+  return n;
+}
+
+// A run's --retries option: `given` when it is 0 or more, else (-1: not given)
+// max_retries_from_env, whose errors it returns.
+inline Result<int> retries_option(int given, const std::function<std::optional<std::string>(const char*)>& env) {
+  if (given >= 0) return given;
+  return max_retries_from_env(env);
+}
+
+}  // namespace neffcache
