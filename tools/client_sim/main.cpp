@@ -31,6 +31,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/core/file.hpp>
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/key.hpp>
 #include <neffcache/compile/runner.hpp>
@@ -100,7 +101,7 @@ void sleep_for(double seconds) {
 
 // Reads a NEFF whole. A fake-neuronx-cc artifact must be intact and name this graph.
 Result<uint64_t> read_neff(const std::string& path, const Graph& g) {
-  auto bytes = detail::read_file(path);
+  auto bytes = read_file(path);
   if (!bytes) return bytes.error();
   if (bytes->starts_with(fake::k_magic)) {
     auto neff = fake::parse_fake_neff(*bytes);
@@ -117,7 +118,7 @@ GraphResult compile_here(const Graph& g, const CompilerTemplate& tmpl,
   GraphResult r;
   const std::string neff = g.entry + "/" + std::string(k_neff_file);
   if (auto s = store_graph(g.entry, g.bytes, flags); !s) return {Outcome::failed, 0, 0, s.error().message};
-  std::string base = detail::getenv_or("TMPDIR", "/tmp") + "/neuroncc_compile_workdir";
+  std::string base = getenv_or("TMPDIR", "/tmp") + "/neuroncc_compile_workdir";
   fs::create_directories(base);
   std::string workdir = base + "/XXXXXX";
   if (!::mkdtemp(workdir.data())) return {Outcome::failed, 0, 0, sys_error("create", workdir).message};
@@ -129,8 +130,8 @@ GraphResult compile_here(const Graph& g, const CompilerTemplate& tmpl,
     fs::remove_all(workdir);
     return res;
   };
-  if (auto w = detail::write_file_atomic(hlo_copy, g.bytes); !w) return finish({Outcome::failed, 0, 0, w.error().message});
-  detail::UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (auto w = write_file_atomic(hlo_copy, g.bytes); !w) return finish({Outcome::failed, 0, 0, w.error().message});
+  UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   RunSpec spec;
   spec.argv = tmpl.expand({hlo_copy, neff_out, workdir, key, flags});
   spec.cwd = workdir;
@@ -146,7 +147,7 @@ GraphResult compile_here(const Graph& g, const CompilerTemplate& tmpl,
   ::unlink(neff.c_str());  // a partial copy of an earlier, killed client
   auto copied = detail::copy_file_hashed(neff_out, neff, 0644);
   if (!copied) return finish({Outcome::failed, 0, 0, copied.error().message});
-  if (auto d = detail::write_file_atomic(g.entry + "/" + std::string(k_done_file), ""); !d)
+  if (auto d = write_file_atomic(g.entry + "/" + std::string(k_done_file), ""); !d)
     return finish({Outcome::failed, 0, 0, d.error().message});
   r.outcome = Outcome::compiled;
   r.neff_bytes = static_cast<uint64_t>(fs::file_size(neff));
@@ -280,7 +281,7 @@ int main(int argc, char** argv) {
   // Under neuron_parallel_compile, say which cache this process uses, as the Neuron
   // wrapper does: the tool compiles into that one.
   if (auto log = process_env("NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG"); log && !log->empty())
-    if (auto w = detail::write_file_atomic(*log, (*s3 ? (*s3)->url.text : *root) + "\n"); !w)
+    if (auto w = write_file_atomic(*log, (*s3 ? (*s3)->url.text : *root) + "\n"); !w)
       return fail(fmt::format("NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG: {}", w.error().message));
   auto flags = cli::compiler_flags(opts.flags);
   if (!flags) return fail(flags.error().message);
@@ -294,7 +295,7 @@ int main(int argc, char** argv) {
   std::vector<Graph> graphs;
   std::vector<EntryKey> keys;
   for (const auto& f : *files) {
-    auto bytes = detail::read_file(f);
+    auto bytes = read_file(f);
     if (!bytes) return fail(bytes.error().message);
     auto hlo = analyze_hlo(*bytes);
     if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <neffcache/core/file.hpp>
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/cache/location.hpp>
@@ -108,7 +109,7 @@ inline void dump_report(const nlohmann::ordered_json& report, double total_secon
   auto files = neuron_dump_files(report, total_seconds, std::time(nullptr));
   files.emplace_back(*path, report.dump(4) + "\n");
   for (const auto& [name, text] : files) {
-    if (auto w = detail::write_file_atomic(name, text); !w) {
+    if (auto w = write_file_atomic(name, text); !w) {
       if (logs(LogLevel::warning))
         fmt::print(stderr, "WARNING ||NEURON_PARALLEL_COMPILE||: cannot keep the report: {}\n", w.error().message);
     } else if (logs(LogLevel::info)) {

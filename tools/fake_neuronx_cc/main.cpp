@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include <neffcache/core/file.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/cache/flags.hpp>
 #include <neffcache/hlo/hlo.hpp>
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  auto bytes = detail::read_file(args.input);
+  auto bytes = read_file(args.input);
   if (!bytes) die(1, bytes.error().message);
   auto hlo = analyze_hlo(*bytes);
   if (!hlo) die(1, fmt::format("{}: {}", args.input, hlo.error().message));
@@ -247,7 +248,7 @@ int main(int argc, char** argv) {
   auto sha = detail::Digest::sha256();
   auto emit = [&](std::string_view piece) {
     sha.update(piece);
-    if (auto w = detail::write_all(fd, piece, args.output); !w) die(1, w.error().message);
+    if (auto w = write_all(fd, piece, args.output); !w) die(1, w.error().message);
   };
   emit(body);
   std::mt19937_64 rng(std::hash<std::string>{}(hlo->canonical_sha256));
@@ -262,7 +263,7 @@ int main(int argc, char** argv) {
     left -= n;
   }
   std::string trailer = fmt::format("{}{}\n", fake::k_trailer, sha.hex());
-  if (auto w = detail::write_all(fd, trailer, args.output); !w) die(1, w.error().message);
+  if (auto w = write_all(fd, trailer, args.output); !w) die(1, w.error().message);
   if (::close(fd) != 0) die(1, fmt::format("cannot write {}: {}", args.output, std::strerror(errno)));
   fmt::print("Compiler status PASS\n");
   return 0;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <neffcache/core/file.hpp>
 #include <neffcache/hlo/hlo.hpp>
 #include <neffcache/cache/inventory.hpp>
 
@@ -86,8 +87,8 @@ int run_analyze(const AnalyzeOptions& opts) {
   // The graphs of an S3 cache are read from copies here, one at a time.
   std::string scratch;
   if (cache->is_s3()) {
-    scratch = fmt::format("{}/neffcache-analyze-XXXXXX", detail::getenv_or("TMPDIR", "/tmp"));
-    if (!sys::mkdtemp(scratch.data())) return report(sys_error("create a folder in", detail::getenv_or("TMPDIR", "/tmp")));
+    scratch = fmt::format("{}/neffcache-analyze-XXXXXX", getenv_or("TMPDIR", "/tmp"));
+    if (!sys::mkdtemp(scratch.data())) return report(sys_error("create a folder in", getenv_or("TMPDIR", "/tmp")));
   }
   struct Cleanup {
     std::string dir;
@@ -132,7 +133,7 @@ int run_analyze(const AnalyzeOptions& opts) {
                                 {"unreadable", std::move(unreadable)}};
 
   const auto file = (std::filesystem::path(opts.output) / "result.json").string();
-  if (auto w = detail::write_file_atomic(file, result.dump(2) + "\n"); !w) return report(w.error());
+  if (auto w = write_file_atomic(file, result.dump(2) + "\n"); !w) return report(w.error());
 
   fmt::print("{} graphs, {} instructions, {} distinct opcodes; written to {}\n", result["total"]["graphs"].get<size_t>(),
              instructions, opcodes.size(), file);

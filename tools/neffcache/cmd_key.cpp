@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <neffcache/core/file.hpp>
 #include <neffcache/cache/key.hpp>
 #include <neffcache/cache/location.hpp>
 
@@ -31,7 +32,7 @@ int run_key(const KeyOptions& opts) {
   auto version = compiler_version(opts.graph.compiler_version, opts.graph.compiler);
   if (!version) return report(version.error());
 
-  auto bytes = detail::read_file(opts.graph.hlo_file);
+  auto bytes = read_file(opts.graph.hlo_file);
   if (!bytes) return report(bytes.error());
   std::string canonical;
   CanonicalSink dump;
@@ -40,7 +41,7 @@ int run_key(const KeyOptions& opts) {
                        opts.legacy ? FlagsHashForm::legacy : FlagsHashForm::json, dump);
   if (!key) return report(fmt::format("{}: {}", opts.graph.hlo_file, key.error().message));
   if (!opts.explain_file.empty()) {
-    if (auto w = detail::write_file_atomic(opts.explain_file, canonical); !w) return report(w.error());
+    if (auto w = write_file_atomic(opts.explain_file, canonical); !w) return report(w.error());
   }
 
   if (opts.json) {

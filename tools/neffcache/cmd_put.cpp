@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <neffcache/core/file.hpp>
 #include <neffcache/cache/key.hpp>
 #include <neffcache/cache/layout.hpp>
 
@@ -34,7 +35,7 @@ int run_put(const PutOptions& opts) {
   if (!flags) return report(flags.error());
   auto version = compiler_version(opts.graph.compiler_version, opts.graph.compiler);
   if (!version) return report(version.error());
-  auto bytes = detail::read_file(opts.graph.hlo_file);
+  auto bytes = read_file(opts.graph.hlo_file);
   if (!bytes) return report(bytes.error());
   // The key first: a file that is no HLO is refused before anything is created.
   auto key = entry_key(*bytes, flags->compiler_flags, *version);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <neffcache/core/file.hpp>
 #include <neffcache/cache/inventory.hpp>
 #include <neffcache/core/size.hpp>
 
@@ -60,7 +61,7 @@ int run_stats(const StatsOptions& opts) {
                            {"neff_bytes", neff_bytes},
                            {"stored_compile_seconds", compile_seconds}};
   if (dirs->view != dirs->backing) {
-    auto text = detail::read_file(fmt::format("{}/.neffcache/stats.json", dirs->view));
+    auto text = read_file(fmt::format("{}/.neffcache/stats.json", dirs->view));
     if (text) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
   }
   if (opts.json) {

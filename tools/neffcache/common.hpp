@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/core/file.hpp>
 #include <neffcache/cache/flags.hpp>
 #include <neffcache/cache/key.hpp>
 #include <neffcache/cache/layout.hpp>
@@ -144,7 +145,7 @@ inline Result<std::string> compiler_version(const std::string& given, const std:
 // file): entries are read there, since through the mount a pending entry already lists
 // the model.neff that opening it will produce.
 inline std::optional<std::string> mount_backing(const std::string& root) {
-  auto text = detail::read_file(fmt::format("{}/.neffcache/stats.json", root));
+  auto text = read_file(fmt::format("{}/.neffcache/stats.json", root));
   if (!text) return std::nullopt;
   auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("backing") || !j["backing"].is_string()) return std::nullopt;

@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <neffcache/core/file.hpp>
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/cache/inventory.hpp>
 
@@ -187,7 +188,7 @@ npc::NodePlan node_plan(const Args& a) { return {a.node_id, a.world_size.value_o
 
 // /tmp/$USER/parallel_compile_workdir, as the Neuron tool names it.
 std::string default_workdir() {
-  std::string user = detail::getenv_or("USER", "");
+  std::string user = getenv_or("USER", "");
   if (user.empty())
     if (const passwd* pw = ::getpwuid(::geteuid())) user = pw->pw_name;
   return fmt::format("/tmp/{}/parallel_compile_workdir", user.empty() ? std::to_string(::geteuid()) : user);
@@ -218,7 +219,7 @@ Result<RunFiles> prepare_workdir(const std::string& given) {
 // The cache URL the trial run wrote into the cache-path log: its first line that is not
 // empty; "" when the run wrote none (the tool's own environment decides then).
 std::string cache_from_log(const std::string& path) {
-  auto text = detail::read_file(path);
+  auto text = read_file(path);
   if (!text) return "";
   std::string first;
   std::size_t at = 0;
