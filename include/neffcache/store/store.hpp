@@ -1,0 +1,201 @@
+// A compile cache as the tools and the daemon work on it, whatever holds it: a local
+// directory (perhaps a neffcachefs mount, read in its backing folder), an S3 bucket, or
+// the local tier of an S3 cache (the folder a daemon mounts). One interface, so that no
+// caller asks "is this S3?" and decodes entry names again:
+//
+// - an entry is a typed value, Entry: its store and its path in the cache,
+//   neuronxcc-<version>/MODULE_<graph>+<flags>; only a store makes one (from its listing
+//   or from a name it accepted), so the path always has that shape;
+// - the name users see for an entry is view(entry): a folder, or a URL. Compile batches
+//   name their jobs so too, and the store's compile function takes those names back;
+// - maintenance changes an entry under its lock (a directory) or its lease (S3), and a
+//   live compile is left alone with Errc::busy, as maintenance.hpp and s3_cache.hpp do;
+// - where a store cannot do something it says so in a one-line Error.
+//
+// Stores are not copied or moved: entries point at theirs, which must outlive them.
+#pragma once
+
+#include <unistd.h>
+
+#include <compare>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <neffcache/compile.hpp>
+#include <neffcache/inventory.hpp>
+#include <neffcache/maintenance.hpp>
+#include <neffcache/result.hpp>
+
+namespace neffcache::store {
+
+class Store;
+
+// Whether `path` names an entry by its path in a cache: neuronxcc-*/MODULE_*, one slash.
+inline bool valid_entry_path(std::string_view path) {
+  auto slash = path.find('/');
+  return path.starts_with(k_compiler_dir_prefix) && slash != std::string_view::npos &&
+         path.substr(slash + 1).starts_with(k_module_dir_prefix) && path.find('/', slash + 1) == std::string_view::npos;
+}
+
+// An entry of a store. Cheap to copy; valid while its store lives.
+class Entry {
+ public:
+  const Store& store() const { return *store_; }
+  // The entry's path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
+  const std::string& path() const { return path_; }
+  // Its compiler folder: neuronxcc-<version>.
+  std::string compiler_dir() const { return path_.substr(0, path_.find('/')); }
+  // Where users see it (Store::view).
+  std::string view() const;
+
+  bool operator==(const Entry& o) const { return store_ == o.store_ && path_ == o.path_; }
+  // By path: the order of listings and reports.
+  std::strong_ordering operator<=>(const Entry& o) const { return path_ <=> o.path_; }
+
+ private:
+  friend class Store;
+  Entry(const Store* store, std::string path) : store_(store), path_(std::move(path)) {}
+  const Store* store_;
+  std::string path_;
+};
+
+// A file of an entry as a path this process can read: the file itself, or a copy
+// downloaded for the reader, removed when this object goes. Move-only.
+class LocalFile {
+ public:
+  enum class Kind { in_place, temporary_copy };
+  LocalFile(std::string path, Kind kind) : path_(std::move(path)), kind_(kind) {}
+  LocalFile(LocalFile&& o) noexcept : path_(std::move(o.path_)), kind_(std::exchange(o.kind_, Kind::in_place)) {}
+  LocalFile& operator=(LocalFile&&) = delete;
+  LocalFile(const LocalFile&) = delete;
+  ~LocalFile() {
+    if (kind_ == Kind::temporary_copy) ::unlink(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  Kind kind_;
+};
+
+// What listing does when the cache's folder does not exist.
+enum class IfMissing {
+  error,  // Errc::not_found: a cache named by mistake is reported
+  empty,  // no entries: a cache nothing was written to yet
+};
+
+// The scheduler's compile function for jobs named by Store::view (Scheduler::Options::compile).
+using CompileFunction = std::function<CompileResult(const std::string& job, const CompileSettings&)>;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // The cache as users name it: its folder as given (absolute), or its URL.
+  virtual std::string name() const = 0;
+
+  // Every entry with its state, sizes, compile time and last use; no order.
+  virtual Result<std::vector<EntryInfo>> list(IfMissing if_missing = IfMissing::error) const = 0;
+
+  // The entry a row of list() is.
+  Entry entry(const EntryInfo& info) const { return Entry(this, info.path); }
+
+  // The entry at a path in the cache (neuronxcc-*/MODULE_*); anything else is
+  // Errc::invalid_argument. The entry need not exist (yet).
+  Result<Entry> at(std::string_view path) const {
+    if (!valid_entry_path(path))
+      return Error{Errc::invalid_argument, fmt::format("{}: not an entry path (neuronxcc-*/MODULE_*)", path)};
+    return Entry(this, std::string(path));
+  }
+
+  // An entry named on the command line. A directory cache takes an entry folder or a file
+  // in one, as a path or relative to the cache; an S3 cache the entry's path in the
+  // cache or its URL. Anything else is an error naming the argument.
+  virtual Result<Entry> named(std::string_view arg) const = 0;
+
+  // The entry a file of it names, as "Extracting graphs (PATH)" lines do: PATH is the
+  // entry's HLO, another file in it, or the entry itself.
+  virtual Result<Entry> named_by_file(std::string_view path) const { return named(path); }
+
+  // Where users see an entry: its folder (through the mount for a mount) or its URL.
+  // Compile batches name their jobs so (see compile_function).
+  virtual std::string view(const Entry& e) const = 0;
+
+  // An entry's files now.
+  virtual Result<EntryFiles> files(const Entry& e) const = 0;
+
+  // A file of an entry where this process can read it (see LocalFile).
+  virtual Result<LocalFile> local_file(const Entry& e, std::string_view name) const = 0;
+
+  // Stores a graph as graph extraction does: compile_flags.json, then the HLO, created
+  // only if absent. False when the entry had its HLO already (nothing written).
+  virtual Result<bool> put_graph(const Entry& e, std::string_view hlo_bytes,
+                                 const std::vector<std::string>& flags) const = 0;
+
+  // Maintenance, each under the entry's lock or lease (Errc::busy while it compiles).
+  // Forgets a recorded failure; false when there was none.
+  virtual Result<bool> clear_failure(const Entry& e) const = 0;
+  // Removes the results (NEFF, model.done, failure log): the entry is pending again.
+  virtual Result<void> clear_results(const Entry& e) const = 0;
+  // Removes the whole entry.
+  virtual Result<void> remove(const Entry& e) const = 0;
+  // Removes the entry's lock when its owner is gone; says why it was stale. Errc::busy
+  // naming the holder when it is live; Errc::not_found when it went meanwhile.
+  virtual Result<std::string> clear_stale_lock(const EntryInfo& e) const = 0;
+  // Checks a done entry's NEFF (against its publication record where there is one).
+  virtual NeffVerdict verify(const EntryInfo& e) const = 0;
+  // After entries were removed: their compiler folders, where empty now, go too (a
+  // store without folders has nothing to do).
+  virtual void remove_empty_compiler_dirs(const std::set<std::string>& compiler_dirs) const = 0;
+
+  // Compiling. The scheduler's compile function for jobs named by view(); empty: the
+  // scheduler's own (compile_entry on the folder).
+  virtual CompileFunction compile_function() const = 0;
+  // True when a daemon serves this cache and compiles an entry when its NEFF is opened
+  // (a neffcachefs mount): a tool asks it rather than compiling here.
+  virtual bool compiles_on_open() const { return false; }
+  // True when an entry's result may be copied to entries of an equal graph (the
+  // scheduler's dedup); false where each entry publishes its own NEFF (S3).
+  virtual bool copies_equal_graphs() const { return true; }
+  // The counters of the daemon serving this cache (its stats.json), when there is one.
+  virtual std::optional<std::string> daemon_stats() const { return std::nullopt; }
+
+  // What a daemon serving a local folder of this store asks (the folder is the cache, or
+  // the local tier of an S3 cache); a plain directory has nothing to do for any of them.
+  // The entry whose local folder is `dir`; Errc::invalid_argument when `dir` is none.
+  virtual Result<Entry> of_folder(const std::string& dir) const {
+    return Error{Errc::invalid_argument, fmt::format("{}: {} has no local folders", dir, name())};
+  }
+  // A lookup of `name` in the local folder `dir` found nothing: makes it from elsewhere
+  // (S3) if the store has it there. True if something was made.
+  virtual bool fill(const std::string& /*dir*/, std::string_view /*name*/) const { return false; }
+  // Before the local folder `dir` is listed: brings in the names the store has elsewhere.
+  virtual void fill_listing(const std::string& /*dir*/) const {}
+  // True when inputs written into a local entry must be published (publish_inputs).
+  virtual bool publishes_inputs() const { return false; }
+  // A client finished writing inputs into the local entry: they go where other hosts
+  // see them (the HLO and flags up to S3, unless S3 has them).
+  virtual Result<void> publish_inputs(const Entry&) const { return {}; }
+  // A reader opened the entry's local NEFF (it is kept longest).
+  virtual void neff_opened(const Entry&) const {}
+  // The store's own counters for the daemon's stats.json (fetches, uploads...), if any.
+  virtual std::optional<nlohmann::ordered_json> counters() const { return std::nullopt; }
+
+ protected:
+  Store() = default;
+  // An entry of this store; `path` must be neuronxcc-*/MODULE_* (checked by callers).
+  Entry make_entry(std::string path) const { return Entry(this, std::move(path)); }
+};
+
+inline std::string Entry::view() const { return store_->view(*this); }
+
+}  // namespace neffcache::store

@@ -1,0 +1,138 @@
+// The local tier of an S3 cache (s3_tier.hpp): the folder a daemon mounts for
+// `neffcachefs s3://... --local-cache DIR`, filled from S3 as names are asked for. The
+// S3 cache is the truth: listings, maintenance and verification go to S3 (a recorded
+// failure cleared here is cleared for every host); entries are seen, and compiled, in
+// their local folders, and their NEFFs are fetched into them.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <neffcache/layout.hpp>
+#include <neffcache/s3_tier.hpp>
+#include <neffcache/store/s3.hpp>
+#include <neffcache/store/store.hpp>
+
+namespace neffcache::store {
+
+class TierStore final : public Store {
+ public:
+  // The S3 cache at `url` with its local tier in the folder `o.root` (absolute, made if
+  // missing; o.prefix is taken from the URL). Two clients: the tier's, and one for
+  // listings and maintenance.
+  static Result<std::unique_ptr<TierStore>> open(const CacheUrl& url, S3Tier::Options o,
+                                                 const EnvLookup& env = process_env) {
+    auto remote = S3Store::open(url, env);
+    if (!remote) return remote.error();
+    auto client = S3Client::open(url, env);
+    if (!client) return client.error();
+    o.prefix = url.prefix;
+    (*remote)->set_compile_options(o.compile);
+    std::string root = o.root;
+    auto tier = std::make_shared<S3Tier>(std::move(*client), std::move(o));
+    return std::unique_ptr<TierStore>(new TierStore(std::move(*remote), std::move(tier), std::move(root)));
+  }
+
+  // The local folder, and the S3 cache it is the tier of.
+  const std::string& root() const { return root_; }
+  const S3Store& remote() const { return *remote_; }
+
+  std::string name() const override { return remote_->name(); }
+  Result<std::vector<EntryInfo>> list(IfMissing if_missing = IfMissing::error) const override {
+    return remote_->list(if_missing);
+  }
+
+  // A local entry folder or a file in one, else what the S3 cache accepts (the entry's
+  // path in the cache, or its URL).
+  Result<Entry> named(std::string_view arg) const override {
+    if (auto local = local_entry(arg)) return local;
+    auto e = remote_->named(arg);
+    if (!e) return e.error();
+    return make_entry(e->path());
+  }
+  Result<Entry> named_by_file(std::string_view path) const override {
+    if (auto local = local_entry(path)) return local;
+    auto e = remote_->named_by_file(path);
+    if (!e) return e.error();
+    return make_entry(e->path());
+  }
+
+  std::string view(const Entry& e) const override { return fmt::format("{}/{}", root_, e.path()); }
+  Result<EntryFiles> files(const Entry& e) const override { return read_entry_files(view(e)); }
+
+  // The local file when it is here, else a copy from S3.
+  Result<LocalFile> local_file(const Entry& e, std::string_view name) const override {
+    std::string here = fmt::format("{}/{}", view(e), name);
+    if (::access(here.c_str(), R_OK) == 0) return LocalFile(std::move(here), LocalFile::Kind::in_place);
+    return remote_->local_file(on_s3(e), name);
+  }
+
+  Result<bool> put_graph(const Entry& e, std::string_view hlo_bytes,
+                         const std::vector<std::string>& flags) const override {
+    return remote_->put_graph(on_s3(e), hlo_bytes, flags);
+  }
+
+  Result<bool> clear_failure(const Entry& e) const override { return remote_->clear_failure(on_s3(e)); }
+  // On S3, then here: a local NEFF would outlive the results it was a copy of.
+  Result<void> clear_results(const Entry& e) const override {
+    if (auto r = remote_->clear_results(on_s3(e)); !r) return r;
+    return drop_local_results(e);
+  }
+  Result<void> remove(const Entry& e) const override {
+    if (auto r = remote_->remove(on_s3(e)); !r) return r;
+    return drop_local_results(e);
+  }
+  Result<std::string> clear_stale_lock(const EntryInfo& e) const override { return remote_->clear_stale_lock(e); }
+  NeffVerdict verify(const EntryInfo& e) const override { return remote_->verify(e); }
+  void remove_empty_compiler_dirs(const std::set<std::string>&) const override {}
+
+  // Jobs are local entry folders: each is brought to its state on S3, compiled under its
+  // lease first if it needs it (S3Tier::settle).
+  CompileFunction compile_function() const override {
+    return [tier = tier_](const std::string& job, const CompileSettings& s) { return tier->settle(job, s); };
+  }
+  bool copies_equal_graphs() const override { return false; }
+
+  Result<Entry> of_folder(const std::string& dir) const override {
+    if (dir.starts_with(root_ + "/") && valid_entry_path(std::string_view(dir).substr(root_.size() + 1)))
+      return make_entry(dir.substr(root_.size() + 1));
+    return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the local tier {}", dir, root_)};
+  }
+  bool fill(const std::string& dir, std::string_view name) const override { return tier_->fill(dir, name); }
+  void fill_listing(const std::string& dir) const override { tier_->fill_listing(dir); }
+  bool publishes_inputs() const override { return true; }
+  Result<void> publish_inputs(const Entry& e) const override { return tier_->upload_inputs(view(e)); }
+  void neff_opened(const Entry& e) const override { tier_->opened(view(e)); }
+  std::optional<nlohmann::ordered_json> counters() const override { return tier_->stats(); }
+
+ private:
+  TierStore(std::unique_ptr<S3Store> remote, std::shared_ptr<S3Tier> tier, std::string root)
+      : remote_(std::move(remote)), tier_(std::move(tier)), root_(std::move(root)) {}
+
+  // The same entry in the S3 store.
+  Entry on_s3(const Entry& e) const { return *remote_->at(e.path()); }
+
+  // A local entry folder, or a file in one, named by a path.
+  Result<Entry> local_entry(std::string_view arg) const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path p = fs::absolute(fs::path(arg), ec).lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();
+    if (!p.filename().string().starts_with(k_module_dir_prefix)) p = p.parent_path();
+    return of_folder(p.string());
+  }
+
+  Result<void> drop_local_results(const Entry& e) const {
+    return neffcache::detail::unlink_all(view(e), {std::string(k_done_file), std::string(k_neff_file)});
+  }
+
+  std::unique_ptr<S3Store> remote_;
+  std::shared_ptr<S3Tier> tier_;
+  std::string root_;
+};
+
+}  // namespace neffcache::store
