@@ -2,12 +2,13 @@
 #   cmake -DINCLUDE_DIR=<repo>/include -P cmake/check_include_layers.cmake
 #
 # The layers, lowest first (a header may include its own layer and lower ones only):
-#   core < hlo < cache < compile < s3
+#   core < hlo < cache < compile < s3 < store
 #   core     results, clock, sizes, environment, the system-call seam, file helpers
 #   hlo      reading and hashing HLO graphs
 #   cache    the cache's layout, locks, flags, keys, URL, inventory, maintenance
 #   compile  running a compiler on an entry, the scheduler, batches
 #   s3       the S3 client, leases, S3 caches, sync, the local tier
+#   store    one interface over a directory, an S3 cache and the local tier
 # A layer's detail/ folder belongs to the layer. Headers directly under neffcache/ (the
 # umbrella and the forwarding headers kept for the old paths) stand above every layer.
 # And nothing under include/ reaches into the daemon (fuse/) or the tools (tools/):
@@ -15,7 +16,7 @@
 # includes, which is how fuse/ and tools/ files are reached, are not allowed.
 cmake_minimum_required(VERSION 3.25)
 
-set(layers core hlo cache compile s3)
+set(layers core hlo cache compile s3 store)
 if(NOT INCLUDE_DIR)
   message(FATAL_ERROR "pass -DINCLUDE_DIR=<repo>/include")
 endif()

@@ -37,6 +37,8 @@
 #include <neffcache/compile/runner.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
+#include <neffcache/store/directory.hpp>
+
 #include "neffcache/common.hpp"
 
 namespace {
@@ -269,19 +271,20 @@ int main(int argc, char** argv) {
 
   // An s3:// cache is for graph extraction only: the simulator stores graphs there as
   // the Neuron wrapper does; training reads an S3 cache through a neffcachefs mount.
-  auto s3 = cli::s3_target("");
-  if (!s3) return fail(s3.error().message);
+  // Training reads the files of a local folder, as torch-xla does.
+  auto cache = cli::open_cache("");
+  if (!cache) return fail(cache.error().message);
+  const auto* folder = dynamic_cast<const store::DirectoryStore*>(cache->get());
   const std::string extract_env = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("");
   const bool extract = !extract_env.empty() && extract_env != "0";
-  if (*s3 && !extract)
+  if (!folder && !extract)
     return fail(fmt::format("{}: only graph extraction is simulated on an s3:// cache (mount it with neffcachefs "
-                            "to train)", (*s3)->url.text));
-  auto root = *s3 ? Result<std::string>((*s3)->entry_url("")) : cli::cache_root("");
-  if (!root) return fail(root.error().message);
+                            "to train)", (*cache)->name()));
+  const std::string root = (*cache)->name();
   // Under neuron_parallel_compile, say which cache this process uses, as the Neuron
   // wrapper does: the tool compiles into that one.
   if (auto log = process_env("NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG"); log && !log->empty())
-    if (auto w = write_file_atomic(*log, (*s3 ? (*s3)->url.text : *root) + "\n"); !w)
+    if (auto w = detail::write_file_atomic(*log, root + "\n"); !w)
       return fail(fmt::format("NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG: {}", w.error().message));
   auto flags = cli::compiler_flags(opts.flags);
   if (!flags) return fail(flags.error().message);
@@ -301,8 +304,9 @@ int main(int argc, char** argv) {
     if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));
     auto key = entry_key(*bytes, flags->compiler_flags, *version);
     if (!key) return fail(fmt::format("{}: {}", f, key.error().message));
-    std::string entry = *s3 ? (*s3)->entry_url(key->relative_path()) : fmt::format("{}/{}", *root, key->relative_path());
-    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, std::move(entry)});
+    auto entry = (*cache)->at(key->relative_path());
+    if (!entry) return fail(entry.error().message);
+    graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, entry->view()});
     keys.push_back(*key);
   }
 
@@ -312,14 +316,9 @@ int main(int argc, char** argv) {
   if (extract) {
     for (std::size_t i = 0; i < graphs.size(); ++i) {
       if (i > 0) sleep_for(opts.extract_interval);
-      Result<bool> stored = false;
-      if (*s3) {
-        stored = store_s3_graph(*(*s3)->s3, (*s3)->url.prefix, keys[i].relative_path(), graphs[i].bytes,
-                                flags->compiler_flags);
-      } else {
-        auto entry = make_entry_folder(*root, keys[i]);
-        stored = entry ? store_graph(*entry, graphs[i].bytes, flags->compiler_flags) : Result<bool>(entry.error());
-      }
+      auto entry = (*cache)->at(keys[i].relative_path());
+      Result<bool> stored = entry ? (*cache)->put_graph(*entry, graphs[i].bytes, flags->compiler_flags)
+                                  : Result<bool>(entry.error());
       if (!stored) {
         results[i] = {Outcome::failed, 0, 0, stored.error().message};
         continue;
@@ -333,7 +332,7 @@ int main(int argc, char** argv) {
       const auto t0 = SteadyClock::now();
       double on_cache = 0;
       for (std::size_t i = 0; i < graphs.size() && step == 1; ++i) {
-        results[i] = load(graphs[i], opts, *tmpl, flags->compiler_flags, *root, keys[i]);
+        results[i] = load(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(), keys[i]);
         on_cache += results[i].seconds;
         if (results[i].outcome == Outcome::failed)
           fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);
@@ -360,7 +359,7 @@ int main(int argc, char** argv) {
   const int failed = counts["failed"];
   if (opts.json) {
     nlohmann::ordered_json summary{{"mode", std::string(extract ? "extract" : "train")},
-                                   {"cache", *root},
+                                   {"cache", root},
                                    {"graphs", graphs.size()},
                                    {"extracted", counts["extracted"]},
                                    {"hits", counts["hit"]},

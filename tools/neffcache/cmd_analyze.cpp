@@ -22,7 +22,7 @@ using Histogram = std::map<std::string, uint64_t, std::less<>>;
 
 struct Graph {
   std::string path;  // as reported: under the cache as given (a folder or a URL)
-  std::string rel;   // the entry's path in the cache
+  store::Entry entry;
   std::string name;  // its HLO file
   std::string state;
 };
@@ -32,29 +32,28 @@ void add_into(Histogram& total, const Histogram& part) {
 }
 
 // The graphs to analyze: the entries named, else every entry with an HLO.
-Result<std::vector<Graph>> graphs_of(const AnalyzeOptions& opts, const MaintainedCache& cache) {
+Result<std::vector<Graph>> graphs_of(const AnalyzeOptions& opts, const store::Store& cache,
+                                     const std::vector<EntryInfo>& entries) {
   std::vector<Graph> graphs;
-  auto entries = cache.entries();
-  if (!entries) return entries.error();
   std::map<std::string, const EntryInfo*, std::less<>> by_path;
-  for (const auto& e : *entries) by_path.emplace(e.path, &e);
-  auto add = [&](const std::string& relative) -> Result<void> {
-    auto it = by_path.find(relative);
+  for (const auto& e : entries) by_path.emplace(e.path, &e);
+  auto add = [&](const store::Entry& entry) -> Result<void> {
+    auto it = by_path.find(entry.path());
     if (it == by_path.end() || !it->second->files.has_hlo())
-      return Error{Errc::not_found, fmt::format("{}: no HLO file in this entry", cache.view_of(relative))};
+      return Error{Errc::not_found, fmt::format("{}: no HLO file in this entry", entry.view())};
     std::string name(*it->second->files.hlo_name());
-    graphs.push_back({fmt::format("{}/{}", cache.view_of(relative), name), relative, name, to_string(it->second->state)});
+    graphs.push_back({fmt::format("{}/{}", entry.view(), name), entry, name, to_string(it->second->state)});
     return {};
   };
   if (opts.entries.empty()) {
     for (const auto& [path, e] : by_path)
-      if (e->files.has_hlo()) (void)add(path);
+      if (e->files.has_hlo()) (void)add(cache.entry(*e));
     return graphs;
   }
   for (const auto& arg : opts.entries) {
-    auto rel = cache.named(arg);
-    if (!rel) return rel.error();
-    if (auto r = add(*rel); !r) return r.error();
+    auto entry = cache.named(arg);
+    if (!entry) return entry.error();
+    if (auto r = add(*entry); !r) return r.error();
   }
   return graphs;
 }
@@ -62,10 +61,9 @@ Result<std::vector<Graph>> graphs_of(const AnalyzeOptions& opts, const Maintaine
 }  // namespace
 
 void setup_analyze(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<AnalyzeOptions>();
-  auto* sub = app.add_subcommand(
-      "analyze", "Write the opcode histogram of every graph and of the whole cache to OUTPUT/result.json");
-  add_cache_option(sub, opts->cache);
+  auto [sub, opts] = add_cache_command(
+      app, exit_code, "analyze", "Write the opcode histogram of every graph and of the whole cache to OUTPUT/result.json",
+      run_analyze);
   sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; default: every graph");
   sub->add_option("--output", opts->output, "directory for result.json")->capture_default_str();
   sub->add_option("--verbosity", opts->verbosity,
@@ -73,38 +71,26 @@ void setup_analyze(CLI::App& app, int& exit_code) {
                   "the instructions' metadata")
       ->check(CLI::Range(1, 2))
       ->capture_default_str();
-  sub->callback([opts, &exit_code] { exit_code = run_analyze(*opts); });
 }
 
 int run_analyze(const AnalyzeOptions& opts) {
-  auto cache = MaintainedCache::open(opts.cache);
-  if (!cache) return report(cache.error());
+  auto listed = open_listed(opts.cache);
+  if (!listed) return report(listed.error());
+  const auto& [cache, entries] = *listed;
   std::error_code ec;
   std::filesystem::create_directories(opts.output, ec);
   if (ec) return report(fmt::format("{}: cannot create the output directory: {}", opts.output, ec.message()));
-  auto graphs = graphs_of(opts, *cache);
+  auto graphs = graphs_of(opts, *cache, entries);
   if (!graphs) return report(graphs.error());
-  // The graphs of an S3 cache are read from copies here, one at a time.
-  std::string scratch;
-  if (cache->is_s3()) {
-    scratch = fmt::format("{}/neffcache-analyze-XXXXXX", getenv_or("TMPDIR", "/tmp"));
-    if (!sys::mkdtemp(scratch.data())) return report(sys_error("create a folder in", getenv_or("TMPDIR", "/tmp")));
-  }
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
-    }
-  } cleanup{scratch};
 
   nlohmann::ordered_json per_graph = nlohmann::ordered_json::object();
   nlohmann::ordered_json unreadable = nlohmann::ordered_json::object();
   Histogram opcodes, framework_ops;
   uint64_t instructions = 0;
   for (const auto& g : *graphs) {
-    auto file = cache->readable(g.rel, g.name, scratch);
-    auto a = file ? analyze_hlo_file(*file) : Result<HloAnalysis>(file.error());
-    if (file && cache->is_s3()) ::unlink(file->c_str());
+    // A graph of an S3 cache is read from a copy here, removed once read.
+    auto file = cache->local_file(g.entry, g.name);
+    auto a = file ? analyze_hlo_file(file->path()) : Result<HloAnalysis>(file.error());
     if (!a) {
       report(a.error());
       unreadable[g.path] = a.error().message;

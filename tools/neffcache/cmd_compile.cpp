@@ -29,8 +29,8 @@ volatile std::sig_atomic_t g_stop = 0;  // SIGINT or SIGTERM arrived
 constexpr std::chrono::milliseconds k_tick{250};
 constexpr std::size_t k_max_mount_openers = 64;
 
-// An entry a run takes: a folder, an S3 entry's URL or a path in the cache, and when it
-// is taken.
+// An entry a run takes, as its batch names it (Store::view: its folder or URL), and
+// when it is taken.
 struct Target {
   std::string entry;
   Priority priority = Priority::background;
@@ -113,7 +113,8 @@ std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
 // need a compile (pending, stale-locked; failed ones with `retry_failed`) and those
 // compiling elsewhere (waited for, so the report covers them), within `share` when given
 // (which sees every entry listed, whatever its state, so that nodes agree on it).
-std::vector<Target> pick(const std::vector<EntryInfo>& entries, bool retry_failed, const SharePlan& share) {
+std::vector<Target> pick(const store::Store& cache, const std::vector<EntryInfo>& entries, bool retry_failed,
+                         const SharePlan& share) {
   std::vector<const EntryInfo*> graphs;
   for (const auto& e : entries) graphs.push_back(&e);
   std::sort(graphs.begin(), graphs.end(), [](const auto* a, const auto* b) { return a->path < b->path; });
@@ -128,18 +129,12 @@ std::vector<Target> pick(const std::vector<EntryInfo>& entries, bool retry_faile
     const auto s = graphs[i]->state;
     bool wanted = s == EntryState::pending || s == EntryState::stale_lock || s == EntryState::compiling ||
                   (s == EntryState::failed && retry_failed);
-    if (wanted && shares[i]) picked.push_back({graphs[i]->path, *shares[i]});
+    if (wanted && shares[i]) picked.push_back({cache.entry(*graphs[i]).view(), *shares[i]});
   }
   return picked;
 }
 
 }  // namespace
-
-std::function<CompileResult(const std::string&, const CompileSettings&)> s3_compile(const S3Target& target) {
-  return [&target, url_prefix = target.entry_url("")](const std::string& entry, const CompileSettings& settings) {
-    return compile_s3_entry(*target.s3, target.url.prefix, entry.substr(url_prefix.size()), settings);
-  };
-}
 
 Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler) {
   Scheduler::Options so;
@@ -163,11 +158,11 @@ Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const P
 }
 
 void setup_compile(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<CompileOptions>();
-  auto* sub = app.add_subcommand(
-      "compile",
-      "Compile every entry that needs it (pending, stale-locked; failed ones with --retry-failed), or the "
-      "entries named, in parallel; exit status = number of failed graphs");
+  auto [sub, opts] = add_command(app, exit_code, "compile",
+                                 "Compile every entry that needs it (pending, stale-locked; failed ones with "
+                                 "--retry-failed), or the entries named, in parallel; exit status = number of "
+                                 "failed graphs",
+                                 run_compile);
   sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; paths or relative to the cache");
   add_cache_option(sub, opts->cache);
   sub->add_option("-j,--jobs", opts->jobs, "compiles at once (default: min(cores, ceil(RAM / 64 GiB)))");
@@ -181,7 +176,6 @@ void setup_compile(CLI::App& app, int& exit_code) {
   sub->add_option("--compile-timeout", opts->compile_timeout,
                   fmt::format("seconds before a compile is stopped (default: {})", k_default_compile_timeout.count()));
   sub->add_flag("--json", opts->json, "print only the JSON report");
-  sub->callback([opts, &exit_code] { exit_code = run_compile(*opts); });
 }
 
 // The end of a run: the Neuron tool's report, and its exit status.
@@ -195,78 +189,36 @@ static int finish_run(const CompileOptions& opts, const std::vector<Batch::Item>
   return tools::failed_exit_status(result["compilation_summary"].value("false", std::size_t{0}));
 }
 
-// Compiles the entries of an S3 cache here, each under its lease.
-static int run_compile_s3(const CompileOptions& opts, const S3Target& target, const ParsedFlags& env) {
-  const bool retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
-  auto so = scheduler_options(opts, env, /*need_compiler=*/true);
-  if (!so) return report(so.error());
-  std::vector<Target> rels;
-  if (!opts.entries.empty()) {
-    // Named by their path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
-    for (const auto& arg : opts.entries) {
-      auto rel = s3_entry_path(arg, target.url);
-      if (!rel) return report(rel.error());
-      rels.push_back({*rel});
-    }
-    sort_unique(rels);
-  } else {
-    auto entries = list_s3_entries(*target.s3, target.url.prefix);
-    if (!entries) return report(entries.error());
-    rels = pick(*entries, retry_failed, opts.share);
-  }
-  so->compile = s3_compile(target);
-  // Entries named by URL: compile_s3_entry finds out under the lease whether one is settled.
-  so->settled = nullptr;
-  std::vector<Target> targets;
-  for (const auto& [rel, priority] : rels) targets.push_back({target.entry_url(rel), priority});
-
-  std::signal(SIGINT, [](int) { g_stop = 1; });
-  std::signal(SIGTERM, [](int) { g_stop = 1; });
-  if (tools::logs(tools::LogLevel::info))
-    fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", target.url.text);
-  const auto start = std::chrono::system_clock::now();
-  const auto t0 = std::chrono::steady_clock::now();
-  auto items = compile_here(targets, std::move(*so), env.compiler_flags);
-  return finish_run(opts, items, start, t0);
-}
-
 int run_compile(const CompileOptions& opts) {
-  auto s3 = s3_target(opts.cache);
-  if (!s3) return report(s3.error());
-  if (*s3) {
-    auto env = compiler_flags({});
-    if (!env) return report(env.error());
-    return run_compile_s3(opts, **s3, *env);
-  }
-  auto root = cache_root(opts.cache);
-  if (!root) return report(root.error());
+  auto cache = open_cache(opts.cache);
+  if (!cache) return report(cache.error());
   auto env = compiler_flags({});
   if (!env) return report(env.error());
   const bool retry_failed = opts.retry_failed || env->wrapper.retry_failed_compilation;
-  const auto backing = mount_backing(*root);
-  const bool on_mount = backing.has_value();
-
+  const bool on_mount = (*cache)->compiles_on_open();
   auto so = scheduler_options(opts, *env, /*need_compiler=*/!on_mount);
   if (!so) return report(so.error());
 
   std::vector<Target> targets;
   if (!opts.entries.empty()) {
     for (const auto& arg : opts.entries) {
-      auto dir = entry_folder(*root, arg);
-      if (!dir) return report(dir.error());
-      targets.push_back({*dir});
+      auto entry = (*cache)->named(arg);
+      if (!entry) return report(entry.error());
+      targets.push_back({entry->view()});
     }
     sort_unique(targets);
   } else {
-    auto entries = list_entries(backing.value_or(*root));
+    auto entries = (*cache)->list();
     if (!entries) return report(entries.error());
-    for (const auto& [rel, priority] : pick(*entries, retry_failed, opts.share))
-      targets.push_back({fmt::format("{}/{}", *root, rel), priority});
+    targets = pick(**cache, *entries, retry_failed, opts.share);
   }
+  so->compile = (*cache)->compile_function();
+  so->settled = (*cache)->settled_function();
 
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });
-  if (tools::logs(tools::LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
+  if (tools::logs(tools::LogLevel::info))
+    fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", (*cache)->name());
   const auto start = std::chrono::system_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Batch::Item> items;

@@ -43,8 +43,4 @@ int run_compile(const CompileOptions& opts);
 // compile_flags.json, timeout. Shared with neuron_parallel_compile.
 Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler);
 
-// The scheduler's compile function for the entries of an S3 cache, which a batch names by
-// their URLs: each compiles under its lease (compile_s3_entry). `target` must outlive it.
-std::function<CompileResult(const std::string&, const CompileSettings&)> s3_compile(const S3Target& target);
-
 }  // namespace neffcache::cli

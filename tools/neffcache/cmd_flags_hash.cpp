@@ -1,8 +1,6 @@
 // neffcache flags-hash [--legacy] [--] FLAG...: the +xxxxxxxx suffix of MODULE_ names.
 #include "neffcache/cmd_flags_hash.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
 #include <neffcache/cache/flags.hpp>
 
@@ -11,15 +9,13 @@
 namespace neffcache::cli {
 
 void setup_flags_hash(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<FlagsHashOptions>();
-  auto* sub = app.add_subcommand(
-      "flags-hash",
-      "Print the flags hash (8 hex digits) of compiler flags; put flags after --. "
-      "Cache-wrapper options (--cache_dir, --retry_failed_compilation, ...) are left out first.");
+  auto [sub, opts] = add_command(app, exit_code, "flags-hash",
+                                 "Print the flags hash (8 hex digits) of compiler flags; put flags after --. "
+                                 "Cache-wrapper options (--cache_dir, --retry_failed_compilation, ...) are left out first.",
+                                 run_flags_hash);
   sub->add_flag("--legacy", opts->legacy,
                 "hash the space-joined form of older compiler releases instead of the JSON list");
   sub->add_option("flags", opts->flags, "compiler flags, e.g. -- --target=trn1 -O1");
-  sub->callback([opts, &exit_code] { exit_code = run_flags_hash(*opts); });
 }
 
 int run_flags_hash(const FlagsHashOptions& opts) {

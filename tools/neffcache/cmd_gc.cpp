@@ -8,47 +8,43 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <neffcache/cache/inventory.hpp>
-#include <neffcache/cache/maintenance.hpp>
-#include <neffcache/core/size.hpp>
+#include <neffcache/inventory.hpp>
+#include <neffcache/size.hpp>
 
 #include "neffcache/common.hpp"
 
 namespace neffcache::cli {
 
 void setup_gc(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<GcOptions>();
-  auto* sub = app.add_subcommand(
-      "gc", "Evict least recently used done entries until the cache fits in --max-size; drop old compiler trees");
-  add_cache_option(sub, opts->cache);
+  auto [sub, opts] = add_cache_command(
+      app, exit_code, "gc",
+      "Evict least recently used done entries until the cache fits in --max-size; drop old compiler trees", run_gc);
   sub->add_option("--max-size", opts->max_size, "the size to fit in, e.g. 500G")->required();
   sub->add_option("--keep-compilers", opts->keep_compilers,
                   "keep the entries of only the N most recently used compiler versions (default 0: all)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--dry-run", opts->dry_run, "print what would be removed, remove nothing");
-  sub->callback([opts, &exit_code] { exit_code = run_gc(*opts); });
 }
 
 int run_gc(const GcOptions& opts) {
   auto max = parse_size(opts.max_size);
   if (!max) return report(fmt::format("--max-size '{}' is not a size like 500G", opts.max_size));
-  auto cache = MaintainedCache::open(opts.cache);
-  if (!cache) return report(cache.error());
-  auto entries = cache->entries();
-  if (!entries) return report(entries.error());
+  auto listed = open_listed(opts.cache);
+  if (!listed) return report(listed.error());
+  const auto& [cache, entries] = *listed;
   uint64_t total = 0;
-  for (const auto& e : *entries) total += e.bytes;
+  for (const auto& e : entries) total += e.bytes;
   uint64_t freed = 0;
   std::size_t removed = 0;
   std::set<std::string> compiler_dirs;
-  for (auto i : plan_gc(*entries, *max, opts.keep_compilers)) {
-    const auto& e = (*entries)[i];
+  for (auto i : plan_gc(entries, *max, opts.keep_compilers)) {
+    const auto& e = entries[i];
     if (!opts.dry_run) {
-      if (auto r = cache->remove_entry(e.path); !r) {
+      if (auto r = cache->remove(cache->entry(e)); !r) {
         fmt::print(stderr, "neffcache: left {} alone: {}\n", e.path, r.error().message);
         continue;
       }
-      compiler_dirs.insert(e.path.substr(0, e.path.find('/')));
+      compiler_dirs.insert(cache->entry(e).compiler_dir());
     }
     fmt::print("{} {} ({}, last used {})\n", opts.dry_run ? "would remove" : "removed", e.path, format_size(e.bytes), utc_time(e.last_use));
     freed += e.bytes;

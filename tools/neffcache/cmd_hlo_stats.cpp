@@ -2,7 +2,6 @@
 #include "neffcache/cmd_hlo_stats.hpp"
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
@@ -14,12 +13,11 @@
 namespace neffcache::cli {
 
 void setup_hlo_stats(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<HloStatsOptions>();
-  auto* sub = app.add_subcommand(
-      "hlo-stats", "Print computations, instructions, parameters and the opcode histogram of an HLO file");
+  auto [sub, opts] = add_command(app, exit_code, "hlo-stats",
+                                 "Print computations, instructions, parameters and the opcode histogram of an HLO file",
+                                 run_hlo_stats);
   sub->add_option("HLO_FILE", opts->hlo_file, "serialized HloModuleProto or HloProto")->required();
   sub->add_flag("--json", opts->json, "print JSON");
-  sub->callback([opts, &exit_code] { exit_code = run_hlo_stats(*opts); });
 }
 
 // Most frequent first; ties in name order, so the output is stable.

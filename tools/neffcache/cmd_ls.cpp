@@ -3,7 +3,6 @@
 #include "neffcache/cmd_ls.hpp"
 
 #include <algorithm>
-#include <memory>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,27 +13,17 @@
 namespace neffcache::cli {
 
 void setup_ls(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<LsOptions>();
-  auto* sub = app.add_subcommand("ls", "List cache entries with state, size, compile time and last use");
-  add_cache_option(sub, opts->cache);
+  auto [sub, opts] =
+      add_cache_command(app, exit_code, "ls", "List cache entries with state, size, compile time and last use", run_ls);
   sub->add_option("--state", opts->state, "only entries in this state")
       ->check(CLI::IsMember({"empty", "pending", "compiling", "done", "failed", "stale"}));
   sub->add_flag("--json", opts->json, "print a JSON list");
-  sub->callback([opts, &exit_code] { exit_code = run_ls(*opts); });
 }
 
 int run_ls(const LsOptions& opts) {
-  auto s3 = s3_target(opts.cache);
-  if (!s3) return report(s3.error());
-  Result<std::vector<EntryInfo>> entries = std::vector<EntryInfo>{};
-  if (*s3) {
-    entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
-  } else {
-    auto root = cache_root(opts.cache);
-    if (!root) return report(root.error());
-    entries = list_entries(entries_root(*root));
-  }
-  if (!entries) return report(entries.error());
+  auto listed = open_listed(opts.cache);
+  if (!listed) return report(listed.error());
+  auto* entries = &listed->entries;
   auto wanted = parse_entry_state(opts.state);
   std::erase_if(*entries, [&](const EntryInfo& e) { return wanted && e.state != *wanted; });
   std::sort(entries->begin(), entries->end(), [](const auto& a, const auto& b) { return a.path < b.path; });

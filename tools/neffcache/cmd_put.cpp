@@ -1,8 +1,6 @@
 // neffcache put HLO_FILE: store a graph as a pending entry, as graph extraction does.
 #include "neffcache/cmd_put.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <neffcache/core/file.hpp>
@@ -14,49 +12,32 @@
 namespace neffcache::cli {
 
 void setup_put(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<PutOptions>();
-  auto* sub = app.add_subcommand(
-      "put", "Store an HLO file as a pending cache entry (the HLO and compile_flags.json) and print its folder");
+  auto [sub, opts] = add_command(
+      app, exit_code, "put",
+      "Store an HLO file as a pending cache entry (the HLO and compile_flags.json) and print its folder", run_put);
   add_graph_inputs(sub, opts->graph);
   add_cache_option(sub, opts->cache);
   sub->add_flag("--json", opts->json, "print a JSON object");
-  sub->callback([opts, &exit_code] { exit_code = run_put(*opts); });
 }
 
 int run_put(const PutOptions& opts) {
-  auto s3 = s3_target(opts.cache);
-  if (!s3) return report(s3.error());
-  Result<std::string> root = std::string();
-  if (!*s3) {
-    root = cache_root(opts.cache);
-    if (!root) return report(root.error());
-  }
-  auto flags = compiler_flags(opts.graph.flags);
-  if (!flags) return report(flags.error());
-  auto version = compiler_version(opts.graph.compiler_version, opts.graph.compiler);
-  if (!version) return report(version.error());
-  auto bytes = read_file(opts.graph.hlo_file);
-  if (!bytes) return report(bytes.error());
+  auto cache = open_cache(opts.cache);
+  if (!cache) return report(cache.error());
+  auto graph = read_graph(opts.graph);
+  if (!graph) return report(graph.error());
   // The key first: a file that is no HLO is refused before anything is created.
-  auto key = entry_key(*bytes, flags->compiler_flags, *version);
+  auto key = entry_key(graph->bytes, graph->flags.compiler_flags, graph->compiler_version);
   if (!key) return report(fmt::format("{}: {}", opts.graph.hlo_file, key.error().message));
 
-  Result<std::string> entry = std::string();
-  Result<bool> created = false;
-  if (*s3) {
-    entry = (*s3)->entry_url(key->relative_path());
-    created = store_s3_graph(*(*s3)->s3, (*s3)->url.prefix, key->relative_path(), *bytes, flags->compiler_flags);
-  } else {
-    entry = make_entry_folder(*root, *key);
-    if (!entry) return report(entry.error());
-    created = store_graph(*entry, *bytes, flags->compiler_flags);
-  }
+  auto entry = (*cache)->at(key->relative_path());
+  if (!entry) return report(entry.error());
+  auto created = (*cache)->put_graph(*entry, graph->bytes, graph->flags.compiler_flags);
   if (!created) return report(created.error());
   if (opts.json) {
-    nlohmann::ordered_json j{{"path", *entry}, {"key", key->relative_path()}, {"created", *created}};
+    nlohmann::ordered_json j{{"path", entry->view()}, {"key", key->relative_path()}, {"created", *created}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("{}\n", *entry);
+    fmt::print("{}\n", entry->view());
   }
   return k_exit_ok;
 }

@@ -1,7 +1,6 @@
 // neffcache scan [--with-failed]: the counts the Neuron tool prints before compiling.
 #include "neffcache/cmd_scan.hpp"
 
-#include <memory>
 #include <set>
 #include <vector>
 
@@ -25,9 +24,10 @@ struct CompilerScope {
 
 // The folder of `compiler`'s version when it answers `--version` and the cache has that
 // folder; else every compiler folder of `entries`. Needs no compiler.
-CompilerScope compiler_scope(const std::vector<EntryInfo>& entries, const std::string& compiler) {
+CompilerScope compiler_scope(const store::Store& cache, const std::vector<EntryInfo>& entries,
+                             const std::string& compiler) {
   std::set<std::string> all;
-  for (const auto& e : entries) all.insert(e.path.substr(0, e.path.find('/')));
+  for (const auto& e : entries) all.insert(cache.entry(e).compiler_dir());
   auto version = detect_compiler_version(compiler);
   if (version) {
     std::string dir = fmt::format("{}{}", k_compiler_dir_prefix, *version);
@@ -40,42 +40,31 @@ CompilerScope compiler_scope(const std::vector<EntryInfo>& entries, const std::s
 }  // namespace
 
 void setup_scan(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<ScanOptions>();
-  auto* sub = app.add_subcommand(
-      "scan", "Count the entries a compile run would take on (remaining), and those locked, failed and done");
-  add_cache_option(sub, opts->cache);
+  auto [sub, opts] = add_cache_command(
+      app, exit_code, "scan",
+      "Count the entries a compile run would take on (remaining), and those locked, failed and done", run_scan);
   sub->add_flag("--with-failed", opts->with_failed, "count failed entries as remaining (they would be retried)");
   sub->add_flag("--json", opts->json, "print a JSON object with the counts by state too");
   sub->add_option("--compiler", opts->compiler,
                   "count only the folder of this compiler's version when it is installed and the cache has one "
                   "(else every compiler folder)")
       ->capture_default_str();
-  sub->callback([opts, &exit_code] { exit_code = run_scan(*opts); });
 }
 
 int run_scan(const ScanOptions& opts) {
-  auto s3 = s3_target(opts.cache);
-  if (!s3) return report(s3.error());
-  Result<std::string> root = std::string();
-  Result<std::vector<EntryInfo>> entries = std::vector<EntryInfo>{};
-  if (*s3) {
-    root = (*s3)->url.text;
-    entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
-  } else {
-    root = cache_root(opts.cache);
-    if (!root) return report(root.error());
-    entries = list_entries(entries_root(*root));
-  }
-  if (!entries) return report(entries.error());
-  const auto scope = compiler_scope(*entries, opts.compiler);
+  auto listed = open_listed(opts.cache);
+  if (!listed) return report(listed.error());
+  const auto& [cache, entries] = *listed;
+  const std::string root = cache->name();
+  const auto scope = compiler_scope(*cache, entries, opts.compiler);
   StateCounts c;
-  for (const auto& e : *entries)
-    if (scope.dirs.contains(e.path.substr(0, e.path.find('/')))) ++c.of(e.state);
+  for (const auto& e : entries)
+    if (scope.dirs.contains(cache->entry(e).compiler_dir())) ++c.of(e.state);
   const std::size_t remaining = c.remaining(opts.with_failed);
   const std::size_t failed = opts.with_failed ? 0 : c.failed;
   const std::size_t total = remaining + c.compiling + failed + c.done;
   if (opts.json) {
-    nlohmann::ordered_json j{{"cache", *root},
+    nlohmann::ordered_json j{{"cache", root},
                              {"compiler_dirs", scope.dirs},
                              {"remaining", remaining},
                              {"locked", c.compiling},
@@ -92,7 +81,7 @@ int run_scan(const ScanOptions& opts) {
     fmt::print("{}\n", j.dump(2));
     return k_exit_ok;
   }
-  fmt::print("INFO ||NEURON_CACHE||: Compile cache path: {}\n", *root);
+  fmt::print("INFO ||NEURON_CACHE||: Compile cache path: {}\n", root);
   fmt::print("INFO ||NEURON_CACHE||: Counting {} ({})\n",
              scope.dirs.empty() ? std::string("no compiler folder") : fmt::format("{}", fmt::join(scope.dirs, ", ")),
              scope.why);

@@ -2,8 +2,6 @@
 // cache's own figures (entries by state, sizes, compile time stored) always.
 #include "neffcache/cmd_stats.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <neffcache/core/file.hpp>
@@ -15,40 +13,26 @@
 namespace neffcache::cli {
 
 void setup_stats(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<StatsOptions>();
-  auto* sub = app.add_subcommand(
-      "stats", "Entries by state, sizes and stored compile time; on a neffcachefs mount, the daemon's counters too");
-  add_cache_option(sub, opts->cache);
+  auto [sub, opts] = add_cache_command(
+      app, exit_code, "stats",
+      "Entries by state, sizes and stored compile time; on a neffcachefs mount, the daemon's counters too", run_stats);
   sub->add_flag("--json", opts->json, "print JSON");
-  sub->callback([opts, &exit_code] { exit_code = run_stats(*opts); });
 }
 
 int run_stats(const StatsOptions& opts) {
-  auto s3 = s3_target(opts.cache);
-  if (!s3) return report(s3.error());
-  CacheDirs dirs_value;
-  Result<std::vector<EntryInfo>> entries = std::vector<EntryInfo>{};
-  if (*s3) {
-    dirs_value = {(*s3)->url.text, (*s3)->url.text};
-    entries = list_s3_entries(*(*s3)->s3, (*s3)->url.prefix);
-  } else {
-    auto resolved = CacheDirs::resolve(opts.cache);
-    if (!resolved) return report(resolved.error());
-    dirs_value = *resolved;
-    entries = list_entries(dirs_value.backing);
-  }
-  const CacheDirs* dirs = &dirs_value;
-  if (!entries) return report(entries.error());
+  auto listed = open_listed(opts.cache);
+  if (!listed) return report(listed.error());
+  const auto& [cache, entries] = *listed;
   StateCounts c;
   uint64_t bytes = 0, neff_bytes = 0;
   double compile_seconds = 0;
-  for (const auto& e : *entries) {
+  for (const auto& e : entries) {
     ++c.of(e.state);
     bytes += e.bytes;
     neff_bytes += e.neff_bytes;
     compile_seconds += e.compile_seconds.value_or(0);
   }
-  nlohmann::ordered_json j{{"cache", dirs->view},
+  nlohmann::ordered_json j{{"cache", cache->name()},
                            {"entries", c.total()},
                            {"states",
                             {{"pending", c.pending},
@@ -60,15 +44,12 @@ int run_stats(const StatsOptions& opts) {
                            {"bytes", bytes},
                            {"neff_bytes", neff_bytes},
                            {"stored_compile_seconds", compile_seconds}};
-  if (dirs->view != dirs->backing) {
-    auto text = read_file(fmt::format("{}/.neffcache/stats.json", dirs->view));
-    if (text) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
-  }
+  if (auto text = cache->daemon_stats()) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (opts.json) {
     fmt::print("{}\n", j.dump(2));
     return k_exit_ok;
   }
-  fmt::print("cache                   {}\n", dirs->view);
+  fmt::print("cache                   {}\n", cache->name());
   fmt::print("entries                 {} ({} pending, {} compiling, {} done, {} failed, {} stale locks)\n", c.total(),
              c.pending, c.compiling, c.done, c.failed, c.stale);
   fmt::print("size                    {} ({} in NEFFs)\n", format_size(bytes), format_size(neff_bytes));

@@ -1,8 +1,6 @@
 // neffcache sync push|pull DIR s3://bucket/prefix: copy a directory cache to S3 or back.
 #include "neffcache/cmd_sync.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/sync.hpp>
@@ -12,15 +10,15 @@
 namespace neffcache::cli {
 
 void setup_sync(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<SyncOptions>();
-  auto* sub = app.add_subcommand(
-      "sync", "Copy entries between a directory cache and an s3:// cache: push uploads DIR, pull downloads "
-              "into DIR. Files already there with the same size are skipped; model.done goes after its NEFF");
+  auto [sub, opts] = add_command(app, exit_code, "sync",
+                                 "Copy entries between a directory cache and an s3:// cache: push uploads DIR, pull "
+                                 "downloads into DIR. Files already there with the same size are skipped; model.done "
+                                 "goes after its NEFF",
+                                 run_sync);
   sub->add_option("direction", opts->direction, "push or pull")->required()->check(CLI::IsMember({"push", "pull"}));
   sub->add_option("dir", opts->dir, "the directory cache")->required();
   sub->add_option("url", opts->url, "the S3 cache, s3://bucket[/prefix]")->required();
   sub->add_option("-j,--jobs", opts->jobs, "transfers at a time")->capture_default_str()->check(CLI::Range(1, 256));
-  sub->callback([opts, &exit_code] { exit_code = run_sync(*opts); });
 }
 
 int run_sync(const SyncOptions& opts) {

@@ -15,10 +15,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/inventory.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/layout.hpp>
-#include <neffcache/maintenance.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/maintenance.hpp>
 #include <neffcache/store/store.hpp>
 
 namespace neffcache::store {

@@ -9,7 +9,8 @@
 #include <neffcache/store/directory.hpp>
 #include <neffcache/store/s3.hpp>
 #include <neffcache/store/store.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/cache/location.hpp>
+#include <neffcache/cache/url.hpp>
 
 namespace neffcache::store {
 

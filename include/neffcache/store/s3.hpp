@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/detail/digest.hpp>
-#include <neffcache/s3.hpp>
-#include <neffcache/s3_cache.hpp>
+#include <neffcache/core/detail/digest.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/s3/cache.hpp>
 #include <neffcache/store/store.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/cache/url.hpp>
 
 namespace neffcache::store {
 
@@ -104,6 +104,8 @@ class S3Store final : public Store {
   void remove_empty_compiler_dirs(const std::set<std::string>&) const override {}
 
   // Jobs are the entries' URLs; each compiles under its lease (compile_s3_entry).
+  // Jobs are URLs: the compile finds out under the entry's lease whether it is settled.
+  SettledFunction settled_function() const override { return {}; }
   CompileFunction compile_function() const override {
     return [this](const std::string& job, const CompileSettings& s) {
       auto e = named(job);

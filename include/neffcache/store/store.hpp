@@ -28,10 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile.hpp>
-#include <neffcache/inventory.hpp>
-#include <neffcache/maintenance.hpp>
-#include <neffcache/result.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/cache/maintenance.hpp>
+#include <neffcache/core/result.hpp>
 
 namespace neffcache::store {
 
@@ -93,6 +93,9 @@ enum class IfMissing {
 
 // The scheduler's compile function for jobs named by Store::view (Scheduler::Options::compile).
 using CompileFunction = std::function<CompileResult(const std::string& job, const CompileSettings&)>;
+// Whether a job is settled already (see Scheduler::Options::settled); empty: the compile
+// function finds out itself.
+using SettledFunction = std::function<std::optional<CompileOutcome>(const std::string& job, const CompileSettings&)>;
 
 class Store {
  public:
@@ -160,6 +163,9 @@ class Store {
   // Compiling. The scheduler's compile function for jobs named by view(); empty: the
   // scheduler's own (compile_entry on the folder).
   virtual CompileFunction compile_function() const = 0;
+  // The scheduler's "already settled?" check for jobs named by view(): by default the
+  // entry folder's files (a directory, the local tier).
+  virtual SettledFunction settled_function() const { return folder_settled; }
   // True when a daemon serves this cache and compiles an entry when its NEFF is opened
   // (a neffcachefs mount): a tool asks it rather than compiling here.
   virtual bool compiles_on_open() const { return false; }

@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/layout.hpp>
-#include <neffcache/s3_tier.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/s3/tier.hpp>
 #include <neffcache/store/s3.hpp>
 #include <neffcache/store/store.hpp>
 
