@@ -74,13 +74,14 @@ void setup_analyze(CLI::App& app, int& exit_code) {
 }
 
 int run_analyze(const AnalyzeOptions& opts) {
-  auto listed = open_listed(opts.cache);
-  if (!listed) return report(listed.error());
-  const auto& [cache, entries] = *listed;
+  auto cache = open_cache(opts.cache);
+  if (!cache) return report(cache.error());
   std::error_code ec;
   std::filesystem::create_directories(opts.output, ec);
   if (ec) return report(fmt::format("{}: cannot create the output directory: {}", opts.output, ec.message()));
-  auto graphs = graphs_of(opts, *cache, entries);
+  auto entries = (*cache)->list();
+  if (!entries) return report(entries.error());
+  auto graphs = graphs_of(opts, **cache, *entries);
   if (!graphs) return report(graphs.error());
 
   nlohmann::ordered_json per_graph = nlohmann::ordered_json::object();
@@ -89,7 +90,7 @@ int run_analyze(const AnalyzeOptions& opts) {
   uint64_t instructions = 0;
   for (const auto& g : *graphs) {
     // A graph of an S3 cache is read from a copy here, removed once read.
-    auto file = cache->local_file(g.entry, g.name);
+    auto file = (*cache)->local_file(g.entry, g.name);
     auto a = file ? analyze_hlo_file(file->path()) : Result<HloAnalysis>(file.error());
     if (!a) {
       report(a.error());
@@ -112,7 +113,7 @@ int run_analyze(const AnalyzeOptions& opts) {
   }
   nlohmann::ordered_json total{{"graphs", per_graph.size()}, {"instructions", instructions}, {"opcodes", opcodes}};
   if (opts.verbosity >= 2) total["framework_ops"] = framework_ops;
-  nlohmann::ordered_json result{{"cache", cache->name()},
+  nlohmann::ordered_json result{{"cache", (*cache)->name()},
                                 {"verbosity", opts.verbosity},
                                 {"total", std::move(total)},
                                 {"graphs", std::move(per_graph)},
