@@ -1,61 +1,59 @@
 // neffcachefs: a pass-through FUSE file system over a Neuron cache directory that turns
 // the open of a missing model.neff (or model.done) in a pending entry into a compile.
+//
+// The daemon is made of parts, each owning its state and its mutex:
+//   lowlevel.cpp         the ops table and trampolines: the only caller of fuse_reply_*
+//   fs.hpp, fs*.cpp      Filesystem: the handlers, which return values or errnos
+//   inode_table.hpp      inodes, placeholders, the LRU of O_PATH descriptors
+//   entry_view.hpp       what a pending, compiling, done or failed entry shows
+//   compile_on_open.hpp  requests, the prepare thread, waiters, deadlines, answers
+//   client_locks.hpp     lock files of unmodified clients, and their reaper thread
+//   lock_forwarding.hpp  getlk/setlk/flock, and the threads of waiting locks
+//   stats.hpp            counters, EIO sites, stats.json snapshots
+//   input_policy.hpp     what a finished write of an input starts (eager compile, upload)
+//   caller.hpp           the caller's umask and ownership of what it creates
+//
+// LOCK ORDER (a thread holding a lock takes only locks of higher rank; today no two are
+// ever held at once, and every mutex below is a leaf that calls nothing outside its
+// class while held, so no callback can meet a lock its caller holds):
+//   10  PrepareQueue::mu_        (compile_on_open.hpp) the Scheduler callback takes it,
+//                                possibly on the thread that calls submit: never held
+//                                across submit or any call out (private, leaf)
+//   20  Deadlines::mu_           (compile_on_open.hpp) released before a waiter is answered
+//   30  ClientLocks::mu_         (client_locks.hpp)
+//   40  Filesystem::listings_mu_ (below)
+//   50  InodeTable::inodes_mu_   (inode_table.hpp)
+//   60  InodeTable::fds_mu_      (inode_table.hpp) descriptors are closed after release
+//   70  Stats::snapshots_mu_, InputPolicy::mu_  (leaves, never together)
+//   80  LockForwarding::mu_      (lock_forwarding.hpp) released before nothing but exit
+//   (Scheduler's own mutexes are inside the library: its callbacks run without them.)
 #pragma once
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <cstdint>
-#include <deque>
-#include <list>
-#include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <neffcache/s3_tier.hpp>
-#include <neffcache/scheduler.hpp>
+#include "client_locks.hpp"
+#include "compile_on_open.hpp"
+#include "entry_view.hpp"
+#include "inode_table.hpp"
+#include "input_policy.hpp"
+#include "lock_forwarding.hpp"
+#include "options.hpp"
+#include "reply.hpp"
+#include "stats.hpp"
 
 namespace neffcachefs {
-
-// Threads waiting to take a lock for a client (see Filesystem::setlk).
-struct LockWaiters {
-  std::mutex mu;
-  std::condition_variable idle;
-  int running = 0;
-  std::atomic<bool> stop{false};
-};
-
-struct Options {
-  std::string backing;          // absolute path of the backing directory
-  // A cache in S3: `backing` is its local tier, filled from S3 as names are asked for,
-  // and compiles and fetches go through it (s3_tier.hpp).
-  std::shared_ptr<neffcache::S3Tier> tier;
-  std::string s3_url;
-  neffcache::Scheduler::Options scheduler;
-  bool eager = true;            // compile an HLO as soon as it is written through the mount
-  bool retry_failed = false;    // failed entries compile again when opened
-  std::vector<std::string> default_flags;
-  // How long an open may wait for a compile before it fails with EIO (the compile goes
-  // on). 0: no deadline of its own; each attempt is still bounded by the compile timeout.
-  std::chrono::milliseconds wait_timeout{0};
-};
-
-// Numbered EIO sites (greppable in the log, counted in the statistics).
-enum class EioSite : int {
-  compile_failed = 1,   // the compiler failed (deterministic): model.log recorded
-  compile_transient,    // killed, timed out, shut down: the next open tries again
-  failed_cached,        // a failure is recorded; open fails at once until retried
-  publish_vanished,     // the NEFF was published but could not be opened
-  wait_deadline,        // the wait outlasted --wait-timeout; the compile goes on
-  count
-};
 
 class Filesystem {
  public:
@@ -64,180 +62,104 @@ class Filesystem {
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
-  // Name of the hidden folder at the mount root that holds stats.json (not in the backing).
-  static constexpr const char* k_stats_dir = ".neffcache";
-  static constexpr const char* k_stats_file = "stats.json";
+  static constexpr const char* k_stats_dir = Stats::k_dir;
+  static constexpr const char* k_stats_file = Stats::k_file;
   // The counters as JSON, as stats.json shows them.
   std::string stats_json() const;
   // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).
-  bool is_special(fuse_ino_t ino) const;
-  bool is_stats_file(fuse_ino_t ino) const;
+  bool is_special(fuse_ino_t ino) const { return inodes_.is_special(ino); }
+  bool is_stats_file(fuse_ino_t ino) const { return inodes_.is_stats_file(ino); }
 
-  // The operation table to hand to fuse_session_new; userdata must be this object.
+  // The operation table to hand to fuse_session_new; userdata must be this object
+  // (defined in lowlevel.cpp).
   static const fuse_lowlevel_ops& ops();
-  void set_session(fuse_session* se) { session_ = se; }
+  void set_session(fuse_session* se) { compile_.set_session(se); }
   // Starts the threads (compile workers, prepare, reap, deadline). After daemonizing:
   // the fork keeps only the thread that calls it.
   void start();
   // Drops queued work, stops running compiles, answers every waiter.
   void shutdown();
 
-  struct Inode;
-  struct Waiter;
-  struct PathFd;
-  using PathRef = std::shared_ptr<const PathFd>;
-  struct DirEnt {
-    std::string name;
-    ino_t ino;
-    unsigned char type;
+  // What getattr and setattr answer.
+  struct Attr {
+    struct stat st;
+    double timeout;
   };
-  using Listing = std::vector<DirEnt>;
+  // What getxattr and listxattr answer: the size wanted (size 0 asked), or the bytes.
+  struct Xattr {
+    bool size_only = false;
+    std::size_t size = 0;
+    std::vector<char> bytes;
+  };
+  // A name for a listing: false when it did not fit (the listing ends there).
+  using AddEntry = std::function<bool(const std::string& name, const fuse_entry_param& e, off_t next, bool plus)>;
+  // What create answers.
+  struct Created {
+    fuse_entry_param entry;
+    fuse_file_info fi;
+  };
 
-  // Handlers (public so the C trampolines can reach them).
+  // Handlers: lowlevel.cpp replies with what they return. `req` is passed where the
+  // handler needs the caller (its ids, groups, pid) or keeps the request (Deferred).
   void init(fuse_conn_info* conn);
-  void lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
-  void forget(fuse_ino_t ino, uint64_t n);
-  void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
-  void readlink(fuse_req_t req, fuse_ino_t ino);
-  void mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const char* link_target);
-  void unlink(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir);
-  void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
-              unsigned flags);
-  void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
-  void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
-  void read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
-  void write(fuse_req_t req, const char* buf, size_t size, off_t off, fuse_file_info* fi);
-  void flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void fsync(fuse_req_t req, int datasync, fuse_file_info* fi);
-  void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus);
-  void statfs(fuse_req_t req, fuse_ino_t ino);
-  void getlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock);
-  void setlk(fuse_req_t req, fuse_file_info* fi, struct flock* lock, bool sleep);
-  void flock(fuse_req_t req, fuse_file_info* fi, int op);
-  void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
-  void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
-  void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
-  void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name);
-
-  // Answers a waiter once (the compile result or an interrupt, whichever comes first).
-  void answer(const std::shared_ptr<Waiter>& w, const neffcache::CompileResult* result, int err);
+  Answer<fuse_entry_param> lookup(fuse_ino_t parent, const char* name);
+  void forget(fuse_ino_t ino, uint64_t n) { inodes_.forget(ino, n); }
+  Answer<Attr> getattr(fuse_ino_t ino, fuse_file_info* fi);
+  Answer<Attr> setattr(fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
+  Answer<std::string> readlink(fuse_ino_t ino);
+  Answer<fuse_entry_param> mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                                      const char* link_target);
+  int unlink(fuse_ino_t parent, const char* name, bool dir);
+  int rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname, unsigned flags);
+  Answer<fuse_entry_param> link(fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
+  Answer<fuse_file_info> open(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi);
+  Answer<Created> create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const fuse_file_info& fi);
+  // stats.json's bytes, or (nullopt) a read of the backing descriptor fi.fh.
+  std::optional<std::string> read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi);
+  Answer<size_t> write(const char* buf, size_t size, off_t off, const fuse_file_info& fi);
+  int flush(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi);
+  int release(fuse_ino_t ino, const fuse_file_info& fi);
+  int fsync(int datasync, const fuse_file_info& fi);
+  Answer<fuse_file_info> opendir(fuse_ino_t ino, const fuse_file_info& fi);
+  // Adds names from offset `off` until `add` says one did not fit; 0 or an errno.
+  int readdir(fuse_ino_t ino, off_t off, bool plus, const AddEntry& add);
+  Answer<struct statvfs> statfs(fuse_ino_t ino);
+  Answer<Xattr> getxattr(fuse_ino_t ino, const char* name, size_t size);
+  Answer<Xattr> listxattr(fuse_ino_t ino, size_t size);
+  int setxattr(fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
+  int removexattr(fuse_ino_t ino, const char* name);
+  LockForwarding& locks() { return locks_; }
 
  private:
-  Inode& inode(fuse_ino_t ino);
-  fuse_ino_t id_of(const Inode* i) const;
-  // The inode of `name` in `parent` (one more kernel reference), keeping `path_fd`.
-  Inode* intern(Inode& parent, const char* name, int path_fd, const struct stat& st);
-  // The inode's O_PATH descriptor, opened again from its parent if it was let go.
-  // Null with `err` set when the inode is gone or replaced (ESTALE) or cannot be opened.
-  PathRef path_fd(Inode& i, int& err);
-  PathRef keep_open(Inode& i, PathRef fd);
-  // Under inodes_mu_: drops `nlookup` kernel references, or one of ours when it is 0;
-  // inodes no longer referenced are unlisted and appended to `doomed`.
-  void unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed);
-  void set_parent(Inode* in, Inode& parent, const char* name, std::vector<Inode*>& doomed);
-  void destroy(const std::vector<Inode*>& doomed);
+  // How long the kernel may cache names and attributes. The files of a done entry never
+  // change (a publish renames new inodes into place), so their names and attributes may be
+  // cached for a day; everything else briefly, since other processes change the backing
+  // directory too; placeholders not at all. Should a done entry be removed or repaired
+  // behind the daemon's back, opening a cached name finds its file unlinked and answers
+  // ESTALE, so the kernel looks it up again.
+  static constexpr double k_timeout = 1.0;
+  static constexpr double k_immutable_timeout = 86400.0;
   // A folder's names as the mount shows them (placeholders included); null with `err`.
   std::shared_ptr<const Listing> list(Inode& dir, int& err);
-  // After a rename through the mount: the inode now at `name` in `parent` is known there.
-  void moved(Inode& parent, int parent_fd, const char* name);
   void getattr_of(const Inode& i, struct stat& st) const;
-  int reply_entry(fuse_req_t req, Inode& parent, const char* name);
-  // Looks `name` up in `parent` (one more kernel reference on success); 0 or an errno.
-  int lookup_entry(Inode& parent, const char* name, fuse_entry_param& e);
-  bool is_entry_dir(int dir_fd) const;
-  std::string path_of(Inode& i);
-  std::string name_of(Inode& i);
-  void eio(EioSite site, const std::string& what);
-  void request_compile(const std::string& entry_dir, neffcache::Priority prio,
-                       std::shared_ptr<Waiter> waiter, bool upload_only = false);
-  void prepare_loop();
-  // Answers the waiters still queued for preparing `entry_dir` with its result, if it is
-  // one they would get again: opens that came during a compile wait no longer than it.
-  void answer_queued(const std::string& entry_dir, const neffcache::CompileResult& r);
-  void track_client_lock(fuse_req_t req, int dir_fd, const char* name);
-  // A daemon running as root gives what it creates for a caller to that caller: their
-  // files stay theirs, and the NEFFs compiled from their HLOs are theirs too. `fd` is the
-  // new file's (any kind of descriptor, O_PATH included), in the folder `dir_fd`.
-  void give_to_caller(fuse_req_t req, int dir_fd, int fd);
-  void forget_client_lock(int dir_fd, const char* name);
-  void reap_loop();
-  void deadline_loop();
+  // Looks `name` up in `parent` (one more kernel reference on success).
+  Answer<fuse_entry_param> lookup_entry(Inode& parent, const char* name);
+  // Starts what a finished input calls for in `entry_dir`.
+  void act(InputAction action, const std::string& entry_dir);
 
   Options opts_;
   const bool as_root_ = ::geteuid() == 0;
-  fuse_session* session_ = nullptr;
-  std::unique_ptr<Inode> root_, stats_dir_, stats_file_;
-  PathRef root_fd_;
-  struct Counters {
-    std::atomic<uint64_t> hits{0};         // opens of a finished model.neff
-    std::atomic<uint64_t> misses{0};       // opens that needed a compile (or joined one)
-    std::atomic<uint64_t> waiters{0};      // opens waiting for a compile now
-    std::atomic<uint64_t> interrupted{0};  // waits ended by an interrupt
-    std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads
-  } counters_;
-  std::mutex inodes_mu_;  // guards the inode maps below; never held across I/O
-  std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
-  std::map<std::pair<Inode*, std::string>, Inode*> placeholders_;
-  // Backing descriptors stay open for the most recently used inodes only, so that the
-  // kernel may remember far more names than this process may open files.
-  std::mutex fds_mu_;  // guards open_lru_ and each Inode's fd; never held across I/O
-  std::list<Inode*> open_lru_;  // most recent first
-  std::size_t max_open_ = 0;
-  std::mutex listings_mu_;
+  Stats stats_;
+  InodeTable inodes_;
+  InputPolicy inputs_;
+  CompileOnOpen compile_;
+  ClientLocks client_locks_;
+  LockForwarding locks_;
   bool no_opendir_ = false;  // set once in init, before any request
-  std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
   std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
-  std::unique_ptr<neffcache::Scheduler> scheduler_;
-
-  // Preparing a job reads the whole HLO, so it happens here, never in a handler.
-  struct PrepareItem {
-    std::string entry_dir;
-    neffcache::Priority prio;
-    std::shared_ptr<Waiter> waiter;
-    bool upload_only = false;  // S3: send the entry's inputs to the bucket, no compile
-  };
-  std::mutex prep_mu_;
-  std::condition_variable prep_cv_;
-  std::deque<PrepareItem> prep_queue_;
-  bool prep_stop_ = false;
-  std::thread prep_thread_;
-
-  // Lock files that unmodified clients created through the mount, held for them with an
-  // OFD lock (so other tools see them live) and removed when the creator exits without
-  // removing them (so they are never stale for hours).
-  struct ClientLock {
-    std::string path;
-    dev_t dev;
-    ino_t ino;
-    int pidfd;    // the creating process
-    int lock_fd;  // our OFD lock on the file
-  };
-  // Waiters with a deadline (--wait-timeout), earliest first; answered ones have expired.
-  std::mutex deadline_mu_;
-  std::condition_variable deadline_cv_;
-  std::multimap<std::chrono::steady_clock::time_point, std::weak_ptr<Waiter>> deadlines_;
-  bool deadline_stop_ = false;
-  std::thread deadline_thread_;
-
-  LockWaiters lock_waiters_;
-  std::mutex client_locks_mu_;
-  std::vector<ClientLock> client_locks_;
-  // Open files (by fh) whose writer was killed while it had them open: their release
-  // starts no eager compile of a write that may be cut short.
-  std::mutex cut_writes_mu_;
-  std::set<uint64_t> cut_writes_;
-  // Snapshots of stats.json, one per open (by fh). Owned here, not by the handle: a
-  // daemon stopped before the kernel sent an open's RELEASE frees them all the same.
-  std::mutex snapshots_mu_;
-  std::map<uint64_t, std::string> snapshots_;
-  uint64_t next_snapshot_ = 0;
-  int reap_wake_fd_ = -1;  // eventfd: the set changed, or stop
-  std::atomic<bool> reap_stop_{false};
-  std::thread reap_thread_;
+  std::atomic<bool> stopped_{false};
+  // Rank 40: guards each Inode's listing. A leaf.
+  std::mutex listings_mu_;
 };
 
 }  // namespace neffcachefs

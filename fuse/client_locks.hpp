@@ -1,0 +1,61 @@
+// Lock files that unmodified clients created through the mount, held for them with an
+// OFD lock (so other tools see them live) and removed when the creator exits without
+// removing them (so they are never stale for hours). A thread of its own (the reaper)
+// polls the creators' pidfds.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <neffcache/detail/fs.hpp>
+
+namespace neffcachefs {
+
+class ClientLocks {
+ public:
+  ClientLocks();
+  ~ClientLocks();  // stops the reaper
+  ClientLocks(const ClientLocks&) = delete;
+  ClientLocks& operator=(const ClientLocks&) = delete;
+
+  // Starts the reaper thread (after daemonizing: the fork keeps only the calling thread).
+  void start();
+  // Stops the reaper and lets go of every hold; clients still alive keep their files.
+  void stop();
+
+  // Whether `name` is an entry's lock file name (<hlo>.lock).
+  static bool is_lock_name(const char* name);
+  // Process `pid` created lock file `name` in folder `dir_fd`: hold it for as long as
+  // the process lives. Other names are ignored.
+  void track(pid_t pid, int dir_fd, const char* name);
+  // `name` in `dir_fd` is being removed through the mount: no longer tracked.
+  void forget(int dir_fd, const char* name);
+  // How many lock files are held (for tests).
+  std::size_t held();
+
+ private:
+  struct Held {
+    std::string path;
+    dev_t dev;
+    ino_t ino;
+    neffcache::detail::UniqueFd pidfd;    // the creating process (-1: already gone)
+    neffcache::detail::UniqueFd lock_fd;  // our OFD lock on the file
+  };
+  void wake();
+  void reap_loop();
+
+  // Rank 30 (see fs.hpp): guards held_. Nothing but the reaper's unlink and log line
+  // happen under it; never taken with another lock.
+  std::mutex mu_;
+  std::vector<Held> held_;
+  neffcache::detail::UniqueFd wake_fd_;  // eventfd: the set changed, or stop
+  std::atomic<bool> stop_{false};
+  std::thread reaper_;
+};
+
+}  // namespace neffcachefs

@@ -1,0 +1,241 @@
+// Compile-on-open (compile_on_open.hpp).
+#include "compile_on_open.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include <neffcache/layout.hpp>
+
+#include "entry_view.hpp"
+#include "inode_table.hpp"
+
+namespace neffcachefs {
+
+using namespace neffcache;
+
+// With an S3 cache: scheduler workers beyond the compile slots, for fetches.
+constexpr int k_fetch_lanes = 4;
+
+bool PrepareQueue::push(Item item) {
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) return false;
+    items_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::optional<PrepareQueue::Item> PrepareQueue::pop() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return stop_ || !items_.empty(); });
+  if (stop_) return std::nullopt;
+  Item item = std::move(items_.front());
+  items_.pop_front();
+  return item;
+}
+
+std::vector<std::shared_ptr<Waiter>> PrepareQueue::take_waiters(const std::string& entry_dir) {
+  std::vector<std::shared_ptr<Waiter>> taken;
+  std::lock_guard lk(mu_);
+  std::erase_if(items_, [&](Item& item) {
+    if (!item.waiter || item.entry_dir != entry_dir) return false;
+    taken.push_back(std::move(item.waiter));
+    return true;
+  });
+  return taken;
+}
+
+std::deque<PrepareQueue::Item> PrepareQueue::stop(bool& first) {
+  std::deque<Item> left;
+  {
+    std::lock_guard lk(mu_);
+    first = !stop_;
+    if (!first) return left;
+    stop_ = true;
+    left.swap(items_);
+  }
+  cv_.notify_all();
+  return left;
+}
+
+void Deadlines::start(Expire expire) {
+  expire_ = std::move(expire);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Deadlines::add(Clock::time_point at, const std::shared_ptr<Waiter>& w) {
+  std::lock_guard lk(mu_);
+  auto it = deadlines_.emplace(at, w);
+  if (it == deadlines_.begin()) cv_.notify_one();
+}
+
+void Deadlines::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::size_t Deadlines::pending() {
+  std::lock_guard lk(mu_);
+  return deadlines_.size();
+}
+
+void Deadlines::loop() {
+  std::unique_lock lk(mu_);
+  while (!stop_) {
+    if (deadlines_.empty()) {
+      cv_.wait(lk);
+      continue;
+    }
+    auto first = deadlines_.begin();
+    if (first->first > Clock::now()) {
+      cv_.wait_until(lk, first->first);
+      continue;
+    }
+    auto w = first->second.lock();  // empty: answered and released meanwhile
+    deadlines_.erase(first);
+    if (!w) continue;
+    lk.unlock();
+    expire_(w);
+    lk.lock();
+  }
+}
+
+void CompileOnOpen::start() {
+  Scheduler::Options so = opts_.scheduler;
+  if (opts_.tier) {
+    // Compiles take the tier's slots (as many as --jobs); the extra workers fetch done
+    // entries and wait on other hosts' leases meanwhile.
+    so.jobs += k_fetch_lanes;
+    so.compile = [tier = opts_.tier](const std::string& entry, const CompileSettings& s) { return tier->settle(entry, s); };
+  }
+  scheduler_ = std::make_unique<Scheduler>(so);
+  prep_thread_ = std::thread([this] { prepare_loop(); });
+  if (opts_.wait_timeout.count() > 0)
+    deadlines_.start([this](const std::shared_ptr<Waiter>& w) { answer(w, nullptr, ETIMEDOUT); });
+}
+
+void CompileOnOpen::shutdown() {
+  bool first = false;
+  auto left = queue_.stop(first);
+  if (!first) return;
+  if (prep_thread_.joinable()) prep_thread_.join();
+  deadlines_.stop();
+  // Work never handed to the scheduler still has waiters to answer.
+  for (auto& item : left)
+    if (item.waiter) answer(item.waiter, nullptr, EIO);
+  if (scheduler_) scheduler_->shutdown();
+}
+
+// An interrupt of a waiting open (libfuse calls it at once if the request was
+// interrupted before it was registered).
+static void on_interrupt(fuse_req_t, void* data) {
+  auto* w = static_cast<Waiter*>(data);
+  // The waiter is alive: the pending compile's callback holds it until it is answered.
+  std::shared_ptr<Waiter> alias(std::shared_ptr<Waiter>(), w);
+  w->owner->answer(alias, nullptr, EINTR);
+}
+
+Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const std::string& name,
+                                           int dir_fd, const fuse_file_info& fi) {
+  int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {  // produced meanwhile
+    fuse_file_info opened = fi;
+    opened.fh = static_cast<uint64_t>(fd);
+    opened.direct_io = 1;
+    return opened;
+  }
+  std::string entry = path_of_fd(dir_fd);
+  auto files = read_entry_files(entry);
+  if (files && placeholder_open(entry_stage(*files, false), opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
+    stats_.eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)", entry));
+    return Errno{EIO};
+  }
+  auto w = std::make_shared<Waiter>();
+  w->owner = this;
+  w->req = req;
+  w->ino = ino;
+  w->parent = parent;
+  w->name = name;
+  w->entry = entry;
+  w->parent_fd = detail::UniqueFd(::dup(dir_fd));
+  w->fi = fi;
+  ++stats_.waiters;
+  fuse_req_interrupt_func(req, on_interrupt, w.get());
+  if (opts_.wait_timeout.count() > 0) deadlines_.add(Deadlines::Clock::now() + opts_.wait_timeout, w);
+  request(entry, Priority::waiting, w);
+  return Deferred{};
+}
+
+void CompileOnOpen::answer(const std::shared_ptr<Waiter>& w, const CompileResult* result, int err) {
+  if (w->answered.exchange(true)) return;
+  --stats_.waiters;
+  if (err == EINTR) ++stats_.interrupted;
+  if (err == ETIMEDOUT) {
+    stats_.eio(EioSite::wait_deadline,
+               fmt::format("{}/{}: no compile result within --wait-timeout {} s; the compile goes on", w->entry, w->name,
+                           std::chrono::duration<double>(opts_.wait_timeout).count()));
+    return reply_err_later(w->req, EIO);
+  }
+  if (!result) return reply_err_later(w->req, err);
+  if (!is_success(result->outcome)) {
+    bool recorded = result->outcome == CompileOutcome::failed || result->outcome == CompileOutcome::failed_cached;
+    stats_.eio(recorded ? EioSite::compile_failed : EioSite::compile_transient,
+               fmt::format("{}/{}: {} ({})", w->entry, w->name, to_string(result->outcome), result->message));
+    return reply_err_later(w->req, EIO);
+  }
+  int fd = ::openat(w->parent_fd.get(), w->name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    stats_.eio(EioSite::publish_vanished,
+               fmt::format("{}/{}: compiled but cannot be opened: {}", w->entry, w->name, std::strerror(errno)));
+    return reply_err_later(w->req, EIO);
+  }
+  fuse_file_info fi = w->fi;
+  fi.fh = static_cast<uint64_t>(fd);  // the kernel's from the reply on (closed at its release)
+  // The kernel holds a zero-size placeholder: read through direct I/O, and drop its
+  // cached attributes and name so that later lookups find the real file.
+  fi.direct_io = 1;
+  reply_open_later(w->req, fi);
+  notify_produced(session_, w->ino, w->parent, w->name);
+}
+
+void CompileOnOpen::request(const std::string& entry_dir, Priority prio, std::shared_ptr<Waiter> waiter,
+                            bool upload_only) {
+  if (queue_.push({entry_dir, prio, waiter, upload_only})) return;
+  if (waiter) answer(waiter, nullptr, EIO);
+}
+
+void CompileOnOpen::prepare_loop() {
+  while (auto item = queue_.pop()) {
+    if (item->upload_only) {
+      if (auto up = opts_.tier->upload_inputs(item->entry_dir); !up)
+        fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
+      continue;
+    }
+    JobSpec spec = prepare_job(item->entry_dir, opts_.default_flags);
+    // Each S3 entry publishes its own NEFF: no copies between equal graphs.
+    if (opts_.tier) spec.dedup_key.clear();
+    // No lock is held here; the callback may run on this thread (see the header).
+    scheduler_->submit(spec, item->prio, [this, w = item->waiter, entry = spec.entry_dir](const CompileResult& r) {
+      if (w) answer(w, &r, 0);
+      answer_queued(entry, r);
+    });
+  }
+}
+
+void CompileOnOpen::answer_queued(const std::string& entry_dir, const CompileResult& r) {
+  if (r.outcome == CompileOutcome::transient || r.outcome == CompileOutcome::busy) return;  // they ask again
+  for (auto& w : queue_.take_waiters(entry_dir)) answer(w, &r, 0);
+}
+
+}  // namespace neffcachefs

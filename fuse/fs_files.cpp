@@ -1,0 +1,148 @@
+// neffcachefs handlers: open files (open, create, read, write, flush, release, fsync).
+#include "fs.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include <neffcache/layout.hpp>
+
+#include "caller.hpp"
+
+namespace neffcachefs {
+
+using namespace neffcache;
+using detail::UniqueFd;
+
+Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi) {
+  Inode& i = inodes_.get(ino);
+  fuse_file_info opened = fi;
+  if (i.special != Inode::Special::none) {
+    if (i.special == Inode::Special::stats_dir) return Errno{EISDIR};
+    if ((fi.flags & O_ACCMODE) != O_RDONLY) return Errno{EACCES};
+    // The counters as they were at the open (stats.hpp).
+    opened.fh = stats_.open_snapshot(stats_json());
+    opened.direct_io = 1;
+    return opened;
+  }
+  if (!i.placeholder) {
+    int err = 0;
+    PathRef pfd = inodes_.path_fd(i, err);
+    if (!pfd) return Errno{err};
+    // Unlinked behind the daemon's back while the kernel still knows the name (a done
+    // entry removed or repaired): the kernel looks the name up again.
+    struct stat st {};
+    if (::fstat(pfd->get(), &st) == 0 && st.st_nlink == 0 && !S_ISDIR(st.st_mode)) return Errno{ESTALE};
+    int fd = ::open(proc_path(pfd->get()).c_str(), fi.flags & ~O_NOFOLLOW);
+    if (fd < 0) return Errno{errno};
+    opened.fh = static_cast<uint64_t>(fd);
+    // A done entry's files never change: keep their pages across opens, and their
+    // closes need no FLUSH round trip (nothing to write back; a client that locks one
+    // has its locks dropped at the release of its open instead).
+    bool reading = (fi.flags & O_ACCMODE) == O_RDONLY;
+    opened.keep_cache = reading && i.finished;
+    opened.noflush = reading && i.finished;
+    if (reading && i.finished_neff) {
+      ++stats_.hits;
+      if (opts_.tier) opts_.tier->opened(std::filesystem::path(path_of_fd(pfd->get())).parent_path().string());
+    }
+    return opened;
+  }
+  ++stats_.misses;
+  if ((fi.flags & O_ACCMODE) != O_RDONLY) return Errno{EACCES};
+  int err = 0;
+  PathRef dir = inodes_.path_fd(*i.parent, err);
+  if (!dir) return Errno{err};
+  return compile_.open(req, ino, inodes_.id_of(i.parent), i.name, dir->get(), fi);
+}
+
+Answer<Filesystem::Created> Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                                               const fuse_file_info& fi) {
+  Inode& p = inodes_.get(parent);
+  if (p.placeholder || p.special != Inode::Special::none) return Errno{EACCES};
+  int err = 0;
+  PathRef dir = inodes_.path_fd(p, err);
+  if (!dir) return Errno{err};
+  bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  // Never through a link: one planted in the backing directory between the kernel's
+  // lookup and this create would make a root daemon create or truncate its target.
+  int fd;  // handed to the kernel with the reply, so not a UniqueFd
+  {
+    CallersMode exact;
+    fd = ::openat(dir->get(), name, fi.flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+  }
+  if (fd < 0) return Errno{gone_or(errno, dir->get())};
+  // A lock file a client creates through the mount is owned by that client.
+  if (!existed) {
+    give_to_caller(req, as_root_, dir->get(), fd);
+    client_locks_.track(fuse_req_ctx(req)->pid, dir->get(), name);
+  }
+  Created c{{}, fi};
+  UniqueFd pfd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!pfd || ::fstat(pfd.get(), &c.entry.attr) != 0) {
+    const int err = errno;
+    UniqueFd drop(fd);
+    return Errno{err};
+  }
+  c.entry.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern(p, name, std::move(pfd), c.entry.attr));
+  c.entry.attr_timeout = c.entry.entry_timeout = k_timeout;
+  // The kernel's from the reply on (lowlevel.cpp closes it if the reply fails).
+  c.fi.fh = static_cast<uint64_t>(fd);
+  return c;
+}
+
+std::optional<std::string> Filesystem::read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi) {
+  if (is_stats_file(ino)) return stats_.read_snapshot(fi.fh, size, static_cast<std::size_t>(off));
+  stats_.read_bytes += size;
+  return std::nullopt;
+}
+
+Answer<size_t> Filesystem::write(const char* data, size_t size, off_t off, const fuse_file_info& fi) {
+  ssize_t n = ::pwrite(static_cast<int>(fi.fh), data, size, off);
+  if (n < 0) return Errno{errno};
+  return static_cast<size_t>(n);
+}
+
+int Filesystem::flush(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi) {
+  // Every close() by the client: POSIX drops the closer's locks on the file. The kernel
+  // keeps no record of locks it forwards, so they are dropped here.
+  struct flock unlock {};
+  unlock.l_type = F_UNLCK;
+  unlock.l_whence = SEEK_SET;
+  ::fcntl(static_cast<int>(fi.fh), F_OFD_SETLK, &unlock);
+  // A client killed with an HLO open (release looks at written files only, and forgets
+  // the mark of every file).
+  if (inputs_.flush_may_cut(inodes_.name_of(inodes_.get(ino))) &&
+      InputPolicy::killed_while_exiting(fuse_req_ctx(req)->pid))
+    inputs_.mark_cut(fi.fh);
+  // close() of a duplicate reports delayed write errors (NFS) without ending the open.
+  int dup = ::dup(static_cast<int>(fi.fh));
+  return dup >= 0 && ::close(dup) == 0 ? 0 : errno;
+}
+
+int Filesystem::release(fuse_ino_t ino, const fuse_file_info& fi) {
+  if (is_stats_file(ino)) {
+    stats_.release_snapshot(fi.fh);
+    return 0;
+  }
+  const bool written = (fi.flags & O_ACCMODE) != O_RDONLY;
+  std::string path;
+  if (inputs_.release_may_act(fi.fh, written, written && inodes_.get(ino).placeholder))
+    path = inodes_.path_of(inodes_.get(ino));
+  UniqueFd(static_cast<int>(fi.fh)).reset();  // the open ends
+  // A client finished writing an input into an entry: its compile or upload starts now,
+  // in the background (input_policy.hpp).
+  if (InputAction action = inputs_.after_close(path); action != InputAction::none)
+    act(action, std::filesystem::path(path).parent_path().string());
+  return 0;
+}
+
+int Filesystem::fsync(int datasync, const fuse_file_info& fi) {
+  int fd = static_cast<int>(fi.fh);
+  return (datasync ? ::fdatasync(fd) : ::fsync(fd)) == 0 ? 0 : errno;
+}
+
+}  // namespace neffcachefs

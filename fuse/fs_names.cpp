@@ -1,0 +1,174 @@
+// neffcachefs handlers: making, removing, renaming and listing names.
+#include "fs.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <neffcache/layout.hpp>
+
+#include "caller.hpp"
+
+namespace neffcachefs {
+
+using namespace neffcache;
+using detail::UniqueFd;
+
+Answer<fuse_entry_param> Filesystem::mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                                                const char* target) {
+  Inode& p = inodes_.get(parent);
+  if (p.placeholder || p.special != Inode::Special::none) return Errno{p.placeholder ? ENOTDIR : EACCES};
+  // Device nodes are refused: a compile cache has no use for them, the mount is nodev,
+  // and the backing directory may not be (a root daemon would make them for the caller).
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return Errno{EPERM};
+  int err = 0;
+  PathRef dir = inodes_.path_fd(p, err);
+  if (!dir) return Errno{err};
+  int rc;
+  {
+    CallersMode exact;
+    rc = target ? ::symlinkat(target, dir->get(), name)
+         : S_ISDIR(mode) ? ::mkdirat(dir->get(), name, mode)
+                         : ::mknodat(dir->get(), name, mode, 0);
+  }
+  if (rc != 0) return Errno{gone_or(errno, dir->get())};
+  if (as_root_) {
+    UniqueFd made(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (made) give_to_caller(req, as_root_, dir->get(), made.get());
+  }
+  return lookup_entry(p, name);
+}
+
+int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
+  Inode& p = inodes_.get(parent);
+  if (p.placeholder || p.special != Inode::Special::none) return p.placeholder ? ENOTDIR : EACCES;
+  int err = 0;
+  PathRef pfd = inodes_.path_fd(p, err);
+  if (!pfd) return err;
+  if (!dir) client_locks_.forget(pfd->get(), name);
+  return ::unlinkat(pfd->get(), name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno;
+}
+
+int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname, unsigned flags) {
+  Inode& p = inodes_.get(parent);
+  Inode& np = inodes_.get(newparent);
+  int err = 0;
+  PathRef pfd = inodes_.path_fd(p, err), npfd = pfd ? inodes_.path_fd(np, err) : nullptr;
+  if (!pfd || !npfd) return p.special != Inode::Special::none || np.special != Inode::Special::none ? EACCES : err;
+  if (::syscall(SYS_renameat2, pfd->get(), name, npfd->get(), newname, flags) != 0) return errno;
+  // The kernel keeps the moved inodes under their new names: so does this process.
+  inodes_.moved(np, npfd->get(), newname);
+  if (flags & RENAME_EXCHANGE) inodes_.moved(p, pfd->get(), name);
+  // An HLO renamed into place is a finished write (input_policy.hpp).
+  if (InputAction action = inputs_.after_rename(newname); action != InputAction::none)
+    act(action, inodes_.path_of(np));
+  return 0;
+}
+
+Answer<fuse_entry_param> Filesystem::link(fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Inode& i = inodes_.get(ino);
+  Inode& np = inodes_.get(newparent);
+  int err = 0;
+  PathRef fd = inodes_.path_fd(i, err), npfd = fd ? inodes_.path_fd(np, err) : nullptr;
+  if (!fd || !npfd) return Errno{i.placeholder || i.special != Inode::Special::none ? EPERM : err};
+  if (::linkat(AT_FDCWD, proc_path(fd->get()).c_str(), npfd->get(), newname, AT_SYMLINK_FOLLOW) != 0) return Errno{errno};
+  return lookup_entry(np, newname);
+}
+
+// Folders are opened by the kernel alone when it can (no OPENDIR/RELEASEDIR requests:
+// two round trips per folder of a walk). A listing is read at offset 0 and kept until
+// its end is read; the kernel caches it and drops it when the folder's mtime changes,
+// which every change of an entry's state does.
+Answer<fuse_file_info> Filesystem::opendir(fuse_ino_t ino, const fuse_file_info& fi) {
+  if (no_opendir_) return Errno{ENOSYS};
+  if (inodes_.get(ino).placeholder) return Errno{ENOTDIR};
+  fuse_file_info opened = fi;
+  opened.fh = 0;
+  opened.cache_readdir = 1;
+  opened.keep_cache = 1;
+  return opened;
+}
+
+std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
+  if (i.special == Inode::Special::stats_dir)
+    return std::make_shared<Listing>(Listing{{{".", 1, DT_DIR}, {"..", 1, DT_DIR}, {k_stats_file, 2, DT_REG}}});
+  PathRef dir = inodes_.path_fd(i, err);
+  if (!dir) return nullptr;
+  struct stat st {};
+  if (::fstat(dir->get(), &st) == 0 && st.st_nlink == 0) return err = ESTALE, nullptr;  // removed meanwhile
+  if (opts_.tier) opts_.tier->fill_listing(path_of_fd(dir->get()));
+  int fd = ::openat(dir->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return err = errno, nullptr;
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    err = errno;
+    UniqueFd close_it(fd);
+    return nullptr;
+  }
+  auto h = std::make_shared<Listing>();
+  EntryFiles files;
+  while (dirent* e = ::readdir(d)) {
+    // The root's .neffcache is the mount's own (stats.json); a backing folder of that
+    // name (an S3 tier's staging) is not shown.
+    if (&i == &inodes_.root() && std::strcmp(e->d_name, k_stats_dir) == 0) continue;
+    h->push_back({e->d_name, e->d_ino, e->d_type});
+    files.note(e->d_name);
+  }
+  ::closedir(d);
+  // A pending (or failed) entry lists what opening it will produce (entry_view.hpp).
+  const bool maybe_entry = files.has_hlo() && !files.done();
+  const EntryStage stage = entry_stage(files, maybe_entry && client_compiling_at(dir->get(), files));
+  for (std::string_view name : placeholder_names(files, stage)) h->push_back({std::string(name), 0, DT_REG});
+  return h;
+}
+
+int Filesystem::readdir(fuse_ino_t ino, off_t off, bool plus, const AddEntry& add) {
+  Inode& dir = inodes_.get(ino);
+  if (dir.placeholder) return ENOTDIR;
+  std::shared_ptr<const Listing> h;
+  if (off > 0) {
+    std::lock_guard lk(listings_mu_);
+    h = dir.listing;
+  }
+  if (!h) {
+    int err = 0;
+    if (!(h = list(dir, err))) return err;
+    std::lock_guard lk(listings_mu_);
+    dir.listing = h;
+  }
+  bool any = false;
+  for (auto i = static_cast<std::size_t>(off); i < h->size(); ++i) {
+    const auto& ent = (*h)[i];
+    fuse_entry_param e{};
+    // With plus, each name is looked up as the kernel would (one more reference to its
+    // inode). Inode 0 means "no attributes, look it up yourself": for . and .., names
+    // that went away meanwhile, and the mount-only folder.
+    bool looked_up = false;
+    if (plus && dir.special == Inode::Special::none && ent.name != "." && ent.name != "..") {
+      auto found = lookup_entry(dir, ent.name.c_str());
+      if ((looked_up = found.ok())) e = found.value();
+    }
+    if (!looked_up) {
+      e = {};
+      e.attr.st_ino = ent.ino ? ent.ino : 1;
+      e.attr.st_mode = static_cast<mode_t>(ent.type) << 12;
+    }
+    if (!add(ent.name, e, static_cast<off_t>(i + 1), plus)) {
+      if (looked_up) forget(e.ino, 1);  // not sent: the kernel never learns of it
+      break;
+    }
+    any = true;
+  }
+  if (!any) {  // the end: let the listing go
+    std::lock_guard lk(listings_mu_);
+    if (dir.listing == h) dir.listing.reset();
+  }
+  return 0;
+}
+
+}  // namespace neffcachefs

@@ -1,0 +1,239 @@
+// The inode table (inode_table.hpp).
+#include "inode_table.hpp"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace neffcachefs {
+
+using neffcache::detail::UniqueFd;
+
+std::string proc_path(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
+
+std::string path_of_fd(int fd) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(proc_path(fd).c_str(), buf, sizeof buf);
+  return n > 0 && n < static_cast<ssize_t>(sizeof buf) ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+int gone_or(int err, int dir_fd) {
+  struct stat st {};
+  return err == ENOENT && ::fstat(dir_fd, &st) == 0 && st.st_nlink == 0 ? ESTALE : err;
+}
+
+InodeTable::InodeTable(const std::string& backing, std::size_t max_open) {
+  root_ = std::make_unique<Inode>();
+  root_fd_ = std::make_shared<PathFd>(UniqueFd(::open(backing.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)));
+  struct stat st {};
+  ::fstat(root_fd_->get(), &st);
+  root_->dev = st.st_dev;
+  root_->ino = st.st_ino;
+  root_->nlookup = 2;
+  stats_dir_ = std::make_unique<Inode>();
+  stats_dir_->special = Inode::Special::stats_dir;
+  stats_file_ = std::make_unique<Inode>();
+  stats_file_->special = Inode::Special::stats_file;
+  if (max_open == 0) {
+    // Half the descriptors for inodes; the rest for open files, compiles and locks.
+    struct rlimit rl {};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    max_open = std::max<std::size_t>(64, static_cast<std::size_t>(std::min<rlim_t>(rl.rlim_cur, 1 << 21) / 2));
+  }
+  max_open_ = max_open;
+}
+
+InodeTable::~InodeTable() {
+  std::lock_guard lk(inodes_mu_);
+  open_lru_.clear();
+  for (auto& [key, in] : inodes_) delete in;
+  for (auto& [key, in] : placeholders_) delete in;
+  inodes_.clear();
+  placeholders_.clear();
+}
+
+std::string InodeTable::name_of(Inode& i) {
+  std::lock_guard lk(inodes_mu_);  // a rename may change it
+  return i.name;
+}
+
+std::string InodeTable::path_of(Inode& i) {
+  int err = 0;
+  PathRef fd = path_fd(i, err);
+  return fd ? path_of_fd(fd->get()) : std::string();
+}
+
+PathRef InodeTable::keep_open(Inode& i, PathRef fd) {
+  std::vector<PathRef> closing;  // closed after the lock is let go
+  std::lock_guard lk(fds_mu_);
+  if (i.fd) {  // opened by another request meanwhile
+    open_lru_.splice(open_lru_.begin(), open_lru_, i.lru);
+    closing.push_back(std::move(fd));
+    return i.fd;
+  }
+  i.fd = fd;
+  open_lru_.push_front(&i);
+  i.lru = open_lru_.begin();
+  while (open_lru_.size() > max_open_) {
+    Inode* victim = open_lru_.back();
+    open_lru_.pop_back();
+    closing.push_back(std::move(victim->fd));  // requests using it keep it open
+    victim->fd.reset();
+  }
+  return fd;
+}
+
+PathRef InodeTable::path_fd(Inode& i, int& err) {
+  if (&i == root_.get()) return root_fd_;
+  if (i.placeholder || i.special != Inode::Special::none) {
+    err = ENOENT;
+    return nullptr;
+  }
+  {
+    std::lock_guard lk(fds_mu_);
+    if (i.fd) {
+      open_lru_.splice(open_lru_.begin(), open_lru_, i.lru);
+      return i.fd;
+    }
+  }
+  Inode* parent;
+  std::string name;
+  {
+    std::lock_guard lk(inodes_mu_);
+    parent = i.parent;
+    name = i.name;
+    ++parent->refs;  // a rename meanwhile must not free it under us
+  }
+  PathRef result;
+  if (PathRef dir = path_fd(*parent, err)) {
+    UniqueFd fd(::openat(dir->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    const int open_errno = errno;
+    struct stat st {};
+    if (fd && ::fstat(fd.get(), &st) == 0 && st.st_dev == i.dev && st.st_ino == i.ino) {
+      result = keep_open(i, std::make_shared<PathFd>(std::move(fd)));
+    } else {
+      // Gone or replaced by another process: the kernel looks the name up again.
+      err = !fd && open_errno != ENOENT && open_errno != ENOTDIR ? open_errno : ESTALE;
+    }
+  }
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    unref(parent, 0, doomed);
+  }
+  destroy(doomed);
+  return result;
+}
+
+void InodeTable::unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed) {
+  while (in && in != root_.get()) {
+    if (nlookup) in->nlookup -= std::min(nlookup, in->nlookup);
+    else --in->refs;
+    if (in->nlookup || in->refs) return;
+    if (in->placeholder) placeholders_.erase({in->parent, in->name});
+    else inodes_.erase({in->dev, in->ino});
+    doomed.push_back(in);
+    in = in->parent;  // held a reference for this one
+    nlookup = 0;
+  }
+}
+
+void InodeTable::set_parent(Inode* in, Inode& parent, const char* name, std::vector<Inode*>& doomed) {
+  if (in->parent == &parent && in->name == name) return;
+  ++parent.refs;
+  Inode* old = std::exchange(in->parent, &parent);
+  in->name = name;
+  if (old) unref(old, 0, doomed);
+}
+
+void InodeTable::destroy(const std::vector<Inode*>& doomed) {
+  if (doomed.empty()) return;
+  std::vector<PathRef> closing;  // closed after the lock is let go
+  {
+    std::lock_guard lk(fds_mu_);
+    for (Inode* in : doomed)
+      if (in->fd) {
+        open_lru_.erase(in->lru);
+        closing.push_back(std::move(in->fd));
+      }
+  }
+  for (Inode* in : doomed) delete in;
+}
+
+void InodeTable::forget(fuse_ino_t ino, uint64_t n) {
+  if (ino == FUSE_ROOT_ID) return;
+  Inode* in = reinterpret_cast<Inode*>(ino);
+  if (in->special != Inode::Special::none || n == 0) return;  // stats: owned by the table
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    unref(in, n, doomed);
+  }
+  destroy(doomed);
+}
+
+void InodeTable::moved(Inode& parent, int parent_fd, const char* name) {
+  struct stat st {};
+  if (::fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto it = inodes_.find({st.st_dev, st.st_ino});
+    if (it != inodes_.end()) set_parent(it->second, parent, name, doomed);
+  }
+  destroy(doomed);
+}
+
+Inode* InodeTable::intern(Inode& parent, const char* name, UniqueFd path_fd, const struct stat& st) {
+  Inode* in;
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto& slot = inodes_[{st.st_dev, st.st_ino}];
+    if (!slot) {
+      slot = new Inode;
+      slot->dev = st.st_dev;
+      slot->ino = st.st_ino;
+    }
+    in = slot;
+    ++in->nlookup;
+    set_parent(in, parent, name, doomed);
+  }
+  destroy(doomed);
+  keep_open(*in, std::make_shared<PathFd>(std::move(path_fd)));
+  return in;
+}
+
+Inode* InodeTable::intern_placeholder(Inode& parent, const char* name) {
+  std::lock_guard lk(inodes_mu_);
+  auto& slot = placeholders_[{&parent, name}];
+  if (!slot) {
+    slot = new Inode;
+    slot->placeholder = true;
+    slot->parent = &parent;
+    slot->name = name;
+    ++parent.refs;
+  }
+  ++slot->nlookup;
+  return slot;
+}
+
+InodeTable::Census InodeTable::census() {
+  Census c;
+  {
+    std::lock_guard lk(inodes_mu_);
+    c.inodes = inodes_.size();
+    c.placeholders = placeholders_.size();
+  }
+  std::lock_guard lk(fds_mu_);
+  c.open = open_lru_.size();
+  return c;
+}
+
+}  // namespace neffcachefs

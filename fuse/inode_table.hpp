@@ -1,0 +1,151 @@
+// The inode table: which backing file each inode number names, the kernel's references
+// to it, and the O_PATH descriptors kept open for the most recently used inodes.
+//
+// Inodes are backing files keyed by (st_dev, st_ino), as in libfuse's passthrough_hp,
+// but an inode does not pin a descriptor: it knows its parent and name, and its O_PATH
+// descriptor is kept open only while it is among the most recently used (half the
+// descriptor limit). A walk of a large cache makes the kernel remember more names than
+// a process may open files. Reopening checks (st_dev, st_ino): a name that now holds
+// another file answers ESTALE, and the kernel looks the name up again.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <neffcache/detail/fs.hpp>
+
+namespace neffcachefs {
+
+static_assert(sizeof(fuse_ino_t) >= sizeof(void*), "inode numbers carry pointers");
+
+// An open O_PATH descriptor, closed when its last user lets go of it.
+struct PathFd {
+  neffcache::detail::UniqueFd fd;
+  explicit PathFd(neffcache::detail::UniqueFd f) : fd(std::move(f)) {}
+  int get() const { return fd.get(); }
+};
+using PathRef = std::shared_ptr<const PathFd>;
+
+// One name of a folder as the mount lists it.
+struct DirEnt {
+  std::string name;
+  ino_t ino;
+  unsigned char type;
+};
+using Listing = std::vector<DirEnt>;
+
+struct Inode {
+  enum class Special { none, stats_dir, stats_file };
+  Special special = Special::none;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool placeholder = false;  // model.neff or model.done of a pending entry
+  // A file of a done entry (seen so by a lookup): its content never changes, so its
+  // pages may stay cached across opens. finished_neff: its model.neff (opens are hits).
+  std::atomic<bool> finished{false};
+  std::atomic<bool> finished_neff{false};
+  // Guarded by InodeTable::inodes_mu_ (a placeholder's never change): where the inode
+  // was last seen, which is how its descriptor is opened again.
+  Inode* parent = nullptr;
+  std::string name;
+  uint64_t nlookup = 0;  // the kernel's references
+  uint64_t refs = 0;     // ours: inodes whose parent this is, and reopens under way
+  // Guarded by InodeTable::fds_mu_: the descriptor while the inode is in open_lru_.
+  PathRef fd;
+  std::list<Inode*>::iterator lru;
+  // Guarded by Filesystem::listings_mu_: a folder's listing while the kernel reads it.
+  std::shared_ptr<const Listing> listing;
+};
+
+class InodeTable {
+ public:
+  // `backing`: the absolute path of the backing folder (the root inode). `max_open`:
+  // how many O_PATH descriptors stay open; 0 for half the descriptor limit (at least 64).
+  explicit InodeTable(const std::string& backing, std::size_t max_open = 0);
+  // Frees every inode: the kernel sends no FORGET for what it still remembers at unmount.
+  ~InodeTable();
+  InodeTable(const InodeTable&) = delete;
+  InodeTable& operator=(const InodeTable&) = delete;
+
+  Inode& get(fuse_ino_t ino) { return ino == FUSE_ROOT_ID ? *root_ : *reinterpret_cast<Inode*>(ino); }
+  fuse_ino_t id_of(const Inode* i) const {
+    return i == root_.get() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(i);
+  }
+  Inode& root() { return *root_; }
+  const PathRef& root_fd() const { return root_fd_; }
+  Inode& stats_dir() { return *stats_dir_; }
+  Inode& stats_file() { return *stats_file_; }
+  // By inode number alone: the hot paths (read, flush, locks) need not touch an Inode
+  // that a FORGET on another thread may free once the kernel is done with it. (The
+  // kernel orders the two, but no sanitizer can see that.)
+  bool is_special(fuse_ino_t ino) const { return is_stats_file(ino) || ino == reinterpret_cast<fuse_ino_t>(stats_dir_.get()); }
+  bool is_stats_file(fuse_ino_t ino) const { return ino == reinterpret_cast<fuse_ino_t>(stats_file_.get()); }
+  std::size_t max_open() const { return max_open_; }
+
+  // The inode of backing file `st` at `name` in `parent`, counting one more kernel
+  // lookup; the name seen last is where it is opened again (hard links, renames by other
+  // processes). Keeps `path_fd` as its descriptor.
+  Inode* intern(Inode& parent, const char* name, neffcache::detail::UniqueFd path_fd, const struct stat& st);
+  // The placeholder `name` in `parent` (no backing file yet), one more kernel lookup.
+  Inode* intern_placeholder(Inode& parent, const char* name);
+  // The inode's O_PATH descriptor, opened again from its parent if it was let go.
+  // Null with `err` set when the inode is gone or replaced (ESTALE), is a placeholder or
+  // special (ENOENT), or cannot be opened.
+  PathRef path_fd(Inode& i, int& err);
+  // Drops `n` kernel references (FORGET); an inode no longer referenced is freed.
+  void forget(fuse_ino_t ino, uint64_t n);
+  // After a rename through the mount: the inode now at `name` in `parent` is known there.
+  void moved(Inode& parent, int parent_fd, const char* name);
+  std::string name_of(Inode& i);
+  // The backing path of the inode; empty when it cannot be opened.
+  std::string path_of(Inode& i);
+
+  // For tests and the log: how many inodes are listed and how many descriptors are open.
+  struct Census {
+    std::size_t inodes = 0, placeholders = 0, open = 0;
+  };
+  Census census();
+
+ private:
+  PathRef keep_open(Inode& i, PathRef fd);
+  // Under inodes_mu_: drops `nlookup` kernel references, or one of ours when it is 0;
+  // inodes no longer referenced are unlisted and appended to `doomed`.
+  void unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed);
+  void set_parent(Inode* in, Inode& parent, const char* name, std::vector<Inode*>& doomed);
+  // Without inodes_mu_: closes the doomed inodes' descriptors and frees them.
+  void destroy(const std::vector<Inode*>& doomed);
+
+  std::unique_ptr<Inode> root_, stats_dir_, stats_file_;
+  PathRef root_fd_;
+  std::size_t max_open_ = 0;
+  // Rank 50 (see fs.hpp): guards inodes_, placeholders_ and each Inode's parent, name,
+  // nlookup and refs. A leaf: never held across I/O or with another lock.
+  std::mutex inodes_mu_;
+  std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
+  std::map<std::pair<Inode*, std::string>, Inode*> placeholders_;
+  // Rank 60: guards open_lru_ and each Inode's fd and lru. A leaf: never held across
+  // I/O (descriptors are closed after it is let go) or with another lock.
+  std::mutex fds_mu_;
+  std::list<Inode*> open_lru_;  // most recent first
+};
+
+// The path of the file an open descriptor names; empty if it cannot be read.
+std::string path_of_fd(int fd);
+// "/proc/self/fd/N": reopens or changes a file by its descriptor.
+std::string proc_path(int fd);
+// ENOENT in a folder that was removed behind the daemon's back while the kernel still
+// knows it (a done entry's name is kept for a day): ESTALE, so the kernel looks the
+// folder up again and a system call that walks a path tries once more.
+int gone_or(int err, int dir_fd);
+
+}  // namespace neffcachefs

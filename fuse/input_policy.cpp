@@ -1,0 +1,61 @@
+// The "an input finished writing" policy (input_policy.hpp).
+#include "input_policy.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include <neffcache/detail/proc.hpp>
+#include <neffcache/flags.hpp>
+#include <neffcache/layout.hpp>
+
+#include "entry_view.hpp"
+
+namespace neffcachefs {
+
+using namespace neffcache;
+
+bool InputPolicy::flush_may_cut(std::string_view name) const { return eager_ && is_hlo_name(name); }
+
+// Exiting (PF_EXITING in the flags of /proc/TID/stat, field 9) with a signal as its exit
+// code (field 52).
+bool InputPolicy::killed_while_exiting(pid_t tid) {
+  constexpr unsigned long k_pf_exiting = 0x4;
+  auto fields = tid > 0 ? detail::proc_stat_fields(tid) : std::nullopt;
+  if (!fields || fields->size() < 52 - 2) return false;  // exit_code is shown to whoever may trace it
+  auto number = [&](int field) { return std::strtoul((*fields)[static_cast<std::size_t>(field - 3)].c_str(), nullptr, 10); };
+  return (number(9) & k_pf_exiting) && (number(52) & 0x7f) != 0;
+}
+
+void InputPolicy::mark_cut(uint64_t fh) {
+  std::lock_guard lk(mu_);
+  cut_.insert(fh);
+}
+
+bool InputPolicy::release_may_act(uint64_t fh, bool written, bool placeholder) {
+  bool cut;
+  {
+    std::lock_guard lk(mu_);
+    cut = cut_.erase(fh) > 0;
+  }
+  return (eager_ || s3_) && written && !placeholder && !cut;
+}
+
+InputAction InputPolicy::after_close(const std::string& path) const {
+  if (path.empty()) return InputAction::none;
+  std::filesystem::path p(path);
+  const std::string name = p.filename().string();
+  if (!p.parent_path().filename().string().starts_with(k_module_dir_prefix)) return InputAction::none;
+  // With an S3 cache the compile uploads the inputs first; without a compile they go up alone.
+  if (eager_ && is_hlo_name(name)) return InputAction::compile;
+  if (s3_ && (is_hlo_name(name) || name == k_compile_flags_file)) return InputAction::upload;
+  return InputAction::none;
+}
+
+InputAction InputPolicy::after_rename(std::string_view name) const {
+  // An HLO renamed into place is a finished write.
+  if (!is_hlo_name(name) || !(eager_ || s3_)) return InputAction::none;
+  return eager_ ? InputAction::compile : InputAction::upload;
+}
+
+}  // namespace neffcachefs

@@ -1,0 +1,48 @@
+// Lock forwarding: a client's POSIX lock becomes an OFD lock, and its flock a flock, on
+// this daemon's descriptor of the backing file, so a client locking through the mount
+// and a tool locking the backing file see each other. (An OFD lock belongs to one open
+// file, not to a process: two opens by one client conflict, which POSIX would not do.)
+//
+// A lock that must wait is retried on a thread of its own, so no FUSE worker is parked;
+// an interrupt from the client, or stop(), ends the wait with EINTR.
+#pragma once
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+
+#include "reply.hpp"
+
+namespace neffcachefs {
+
+class LockForwarding {
+ public:
+  ~LockForwarding() { stop(); }
+
+  // F_GETLK on the open file `fd`.
+  Answer<struct flock> getlk(int fd, struct flock lock);
+  // F_SETLK/F_SETLKW; `sleep`: wait for the lock (Deferred: `req` is answered later).
+  Answer<Ok> setlk(fuse_req_t req, int fd, struct flock lock, bool sleep);
+  // flock(2) with `op` (LOCK_SH, LOCK_EX, LOCK_UN, maybe LOCK_NB).
+  Answer<Ok> flock(fuse_req_t req, int fd, int op);
+  // Ends every wait with EINTR and returns when all of them have answered (while the
+  // session can still carry the replies). Later waits end at once.
+  void stop();
+  // How many waits are under way (for tests).
+  int waiting();
+
+ private:
+  // Retries `attempt` (which returns 0, EAGAIN/EWOULDBLOCK, or an errno) on a thread.
+  void wait_for_lock(fuse_req_t req, std::function<int()> attempt);
+
+  // Rank 80 (see fs.hpp): guards running_. A leaf.
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int running_ = 0;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace neffcachefs

@@ -1,0 +1,197 @@
+// The FUSE boundary: the low-level ops table, the C trampolines, and the only calls of
+// libfuse's fuse_reply_* functions (reply.hpp). Handlers return values or errnos; here
+// they become replies. Requests kept for later (opens waiting on a compile, locks
+// waiting for their holder) are answered through reply_*_later, defined here too.
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include <neffcache/detail/fs.hpp>
+
+#include "fs.hpp"
+#include "reply.hpp"
+
+namespace neffcachefs {
+
+namespace {
+
+Filesystem& self(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+// An open's descriptor is the kernel's once the reply is sent; if the request is gone
+// (interrupted, the mount aborted), nobody will release it.
+void reply_open(fuse_req_t req, const fuse_file_info& fi) {
+  if (fuse_reply_open(req, &fi) != 0) neffcache::detail::UniqueFd(static_cast<int>(fi.fh)).reset();
+}
+
+void reply_entry(fuse_req_t req, Answer<fuse_entry_param> a) {
+  if (!a.ok()) return (void)fuse_reply_err(req, a.error());
+  fuse_reply_entry(req, &a.value());
+}
+
+void reply_attr(fuse_req_t req, Answer<Filesystem::Attr> a) {
+  if (!a.ok()) return (void)fuse_reply_err(req, a.error());
+  fuse_reply_attr(req, &a.value().st, a.value().timeout);
+}
+
+void reply_xattr(fuse_req_t req, Answer<Filesystem::Xattr> a) {
+  if (!a.ok()) return (void)fuse_reply_err(req, a.error());
+  const auto& x = a.value();
+  if (x.size_only) return (void)fuse_reply_xattr(req, x.size);
+  fuse_reply_buf(req, x.bytes.data(), x.bytes.size());
+}
+
+// setlk and flock: Deferred means a lock thread replies later.
+void reply_lock_answer(fuse_req_t req, const Answer<Ok>& a) {
+  if (!a.deferred()) fuse_reply_err(req, a.error());
+}
+
+void op_open(fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
+  auto a = self(r).open(r, i, *fi);
+  if (a.deferred()) return;  // the compile's answer replies (CompileOnOpen::answer)
+  if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+  reply_open(r, a.value());
+}
+
+void op_create(fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) {
+  auto a = self(r).create(r, p, n, m, *fi);
+  if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+  auto& c = a.value();
+  if (fuse_reply_create(r, &c.entry, &c.fi) != 0) neffcache::detail::UniqueFd(static_cast<int>(c.fi.fh)).reset();
+}
+
+void op_read(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, fuse_file_info* fi) {
+  if (auto bytes = self(r).read_special(i, size, off, *fi)) return (void)fuse_reply_buf(r, bytes->data(), bytes->size());
+  // Answered with the backing descriptor itself: libfuse splices file -> pipe ->
+  // /dev/fuse, no copy through this process.
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = static_cast<int>(fi->fh);
+  buf.buf[0].pos = off;
+  fuse_reply_data(r, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_readdir(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, bool plus) {
+  std::vector<char> buf(size);
+  std::size_t used = 0;
+  int err = self(r).readdir(i, off, plus, [&](const std::string& name, const fuse_entry_param& e, off_t next, bool with_attrs) {
+    char* at = buf.data() + used;
+    std::size_t room = size - used, n;
+    if (with_attrs) n = fuse_add_direntry_plus(r, at, room, name.c_str(), &e, next);
+    else n = fuse_add_direntry(r, at, room, name.c_str(), &e.attr, next);
+    if (n > room) return false;
+    used += n;
+    return true;
+  });
+  if (err) return (void)fuse_reply_err(r, err);
+  fuse_reply_buf(r, buf.data(), used);
+}
+
+}  // namespace
+
+void reply_err_later(fuse_req_t req, int err) { fuse_reply_err(req, err); }
+
+void reply_open_later(fuse_req_t req, const fuse_file_info& fi) { reply_open(req, fi); }
+
+void notify_produced(fuse_session* se, fuse_ino_t ino, fuse_ino_t parent, const std::string& name) {
+  if (!se) return;
+  fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
+  fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
+}
+
+const fuse_lowlevel_ops& Filesystem::ops() {
+  static const fuse_lowlevel_ops table = [] {
+    fuse_lowlevel_ops o{};
+    o.init = [](void* ud, fuse_conn_info* c) { static_cast<Filesystem*>(ud)->init(c); };
+    o.lookup = [](fuse_req_t r, fuse_ino_t p, const char* n) { reply_entry(r, self(r).lookup(p, n)); };
+    o.forget = [](fuse_req_t r, fuse_ino_t i, uint64_t n) {
+      self(r).forget(i, n);
+      fuse_reply_none(r);
+    };
+    o.forget_multi = [](fuse_req_t r, size_t count, fuse_forget_data* f) {
+      for (size_t k = 0; k < count; ++k) self(r).forget(f[k].ino, f[k].nlookup);
+      fuse_reply_none(r);
+    };
+    o.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { reply_attr(r, self(r).getattr(i, fi)); };
+    o.setattr = [](fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info* fi) {
+      reply_attr(r, self(r).setattr(i, a, s, fi));
+    };
+    o.readlink = [](fuse_req_t r, fuse_ino_t i) {
+      auto a = self(r).readlink(i);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      fuse_reply_readlink(r, a.value().c_str());
+    };
+    o.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t) {
+      reply_entry(r, self(r).mknod_like(r, p, n, m, nullptr));
+    };
+    o.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) {
+      reply_entry(r, self(r).mknod_like(r, p, n, S_IFDIR | m, nullptr));
+    };
+    o.symlink = [](fuse_req_t r, const char* t, fuse_ino_t p, const char* n) {
+      reply_entry(r, self(r).mknod_like(r, p, n, S_IFLNK, t));
+    };
+    o.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { fuse_reply_err(r, self(r).unlink(p, n, false)); };
+    o.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { fuse_reply_err(r, self(r).unlink(p, n, true)); };
+    o.rename = [](fuse_req_t r, fuse_ino_t p, const char* n, fuse_ino_t np, const char* nn, unsigned f) {
+      fuse_reply_err(r, self(r).rename(p, n, np, nn, f));
+    };
+    o.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { reply_entry(r, self(r).link(i, np, nn)); };
+    o.open = op_open;
+    o.create = op_create;
+    o.read = op_read;
+    o.write = [](fuse_req_t r, fuse_ino_t, const char* b, size_t s, off_t off, fuse_file_info* fi) {
+      auto a = self(r).write(b, s, off, *fi);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      fuse_reply_write(r, a.value());
+    };
+    // stats.json has no backing descriptor: nothing to flush, sync or lock.
+    o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
+      fuse_reply_err(r, self(r).flush(r, i, *fi));
+    };
+    o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { fuse_reply_err(r, self(r).release(i, *fi)); };
+    o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
+      fuse_reply_err(r, self(r).fsync(d, *fi));
+    };
+    o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
+      auto a = self(r).opendir(i, *fi);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      *fi = a.value();
+      fuse_reply_open(r, fi);
+    };
+    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info*) { op_readdir(r, i, s, off, false); };
+    o.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info*) { op_readdir(r, i, s, off, true); };
+    o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info*) { fuse_reply_err(r, 0); };
+    o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) { fuse_reply_err(r, 0); };
+    o.statfs = [](fuse_req_t r, fuse_ino_t i) {
+      auto a = self(r).statfs(i);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      fuse_reply_statfs(r, &a.value());
+    };
+    o.getlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
+      auto a = self(r).locks().getlk(static_cast<int>(fi->fh), *l);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      fuse_reply_lock(r, &a.value());
+    };
+    o.setlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l, int sleep) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
+      reply_lock_answer(r, self(r).locks().setlk(r, static_cast<int>(fi->fh), *l, sleep != 0));
+    };
+    o.flock = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, int op) {
+      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
+      reply_lock_answer(r, self(r).locks().flock(r, static_cast<int>(fi->fh), op));
+    };
+    o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { reply_xattr(r, self(r).getxattr(i, n, s)); };
+    o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { reply_xattr(r, self(r).listxattr(i, s)); };
+    o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) {
+      fuse_reply_err(r, self(r).setxattr(i, n, v, s, f));
+    };
+    o.removexattr = [](fuse_req_t r, fuse_ino_t i, const char* n) { fuse_reply_err(r, self(r).removexattr(i, n)); };
+    return o;
+  }();
+  return table;
+}
+
+}  // namespace neffcachefs

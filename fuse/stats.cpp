@@ -1,0 +1,60 @@
+// Statistics of the daemon (stats.hpp).
+#include "stats.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace neffcachefs {
+
+void Stats::eio(EioSite site, const std::string& what) {
+  ++eio_counts_[static_cast<int>(site)];
+  fmt::print(stderr, "neffcachefs: EIO ({:02}) {}\n", static_cast<int>(site), what);
+}
+
+std::string Stats::json(const Context& ctx) const {
+  const auto& p = ctx.progress;
+  nlohmann::ordered_json eio;
+  for (int site = 1; site < static_cast<int>(EioSite::count); ++site)
+    eio[fmt::format("{:02}", site)] = eio_counts_[site].load();
+  nlohmann::ordered_json j{
+      {"hits", hits.load()},
+      {"misses", misses.load()},
+      {"waiters", waiters.load()},
+      {"interrupted", interrupted.load()},
+      {"read_bytes", read_bytes.load()},
+      {"compiles", {{"started", p.compiles_started}, {"succeeded", p.compiles_succeeded},
+                    {"failed", p.compiles_failed}, {"transient", p.compiles_transient},
+                    {"seconds", p.compile_seconds}}},
+      {"entries", {{"queued", p.queued}, {"running", p.running}, {"locked", p.locked},
+                   {"done", p.done}, {"failed", p.failed}}},
+      {"eio", eio},
+      {"jobs", ctx.jobs},
+      // Tools read the entries' true state there: through the mount, a pending entry
+      // lists the model.neff it will produce.
+      {"backing", ctx.backing},
+  };
+  if (ctx.s3) j["s3"] = *ctx.s3;
+  return j.dump(2) + "\n";
+}
+
+uint64_t Stats::open_snapshot(std::string text) {
+  std::lock_guard lk(snapshots_mu_);
+  const uint64_t fh = ++next_snapshot_;
+  snapshots_.emplace(fh, std::move(text));
+  return fh;
+}
+
+std::string Stats::read_snapshot(uint64_t fh, std::size_t size, std::size_t off) {
+  std::lock_guard lk(snapshots_mu_);
+  const std::string& text = snapshots_.at(fh);
+  return text.substr(std::min(text.size(), off), size);
+}
+
+void Stats::release_snapshot(uint64_t fh) {
+  std::lock_guard lk(snapshots_mu_);
+  snapshots_.erase(fh);
+}
+
+}  // namespace neffcachefs

@@ -1,0 +1,72 @@
+// Statistics of the daemon: counters, the numbered EIO sites, and the snapshots of
+// stats.json that open files of it read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <neffcache/scheduler.hpp>
+
+namespace neffcachefs {
+
+// Numbered EIO sites (greppable in the log, counted in the statistics).
+enum class EioSite : int {
+  compile_failed = 1,   // the compiler failed (deterministic): model.log recorded
+  compile_transient,    // killed, timed out, shut down: the next open tries again
+  failed_cached,        // a failure is recorded; open fails at once until retried
+  publish_vanished,     // the NEFF was published but could not be opened
+  wait_deadline,        // the wait outlasted --wait-timeout; the compile goes on
+  count
+};
+
+class Stats {
+ public:
+  // Name of the hidden folder at the mount root that holds stats.json (not in the backing).
+  static constexpr const char* k_dir = ".neffcache";
+  static constexpr const char* k_file = "stats.json";
+
+  std::atomic<uint64_t> hits{0};         // opens of a finished model.neff
+  std::atomic<uint64_t> misses{0};       // opens that needed a compile (or joined one)
+  std::atomic<uint64_t> waiters{0};      // opens waiting for a compile now
+  std::atomic<uint64_t> interrupted{0};  // waits ended by an interrupt
+  std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads
+
+  // Counts an EIO at `site` and logs it as "EIO (NN) what".
+  void eio(EioSite site, const std::string& what);
+  uint64_t eio_count(EioSite site) const { return eio_counts_[static_cast<int>(site)].load(); }
+
+  // What stats.json shows besides the counters.
+  struct Context {
+    neffcache::Progress progress;
+    int jobs = 0;
+    std::string backing;
+    std::optional<nlohmann::ordered_json> s3;  // the tier's statistics, url included
+  };
+  // The counters as JSON, as stats.json shows them.
+  std::string json(const Context& ctx) const;
+
+  // Snapshots of stats.json, one per open: a reader that takes it in several reads gets
+  // one document, not pieces of two (a counter that gains a digit shifts them). Owned
+  // here, not by the handle: a daemon stopped before the kernel sent an open's RELEASE
+  // frees them all the same. open_snapshot returns the handle (fh).
+  uint64_t open_snapshot(std::string text);
+  // A copy this thread owns: the reply wakes the client, whose close may free the
+  // snapshot on another thread before the write of the reply has returned.
+  std::string read_snapshot(uint64_t fh, std::size_t size, std::size_t off);
+  void release_snapshot(uint64_t fh);
+
+ private:
+  std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
+  // Rank 70 (see fs.hpp): guards snapshots_ and next_snapshot_. A leaf.
+  std::mutex snapshots_mu_;
+  std::map<uint64_t, std::string> snapshots_;
+  uint64_t next_snapshot_ = 0;
+};
+
+}  // namespace neffcachefs
