@@ -1,0 +1,439 @@
+// The daemon's parts without a mount: the entry view, the inode table, the prepare queue
+// and deadlines of compile-on-open, the input policy, stats, client locks and lock
+// forwarding.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "client_locks.hpp"
+#include "compile_on_open.hpp"
+#include "entry_view.hpp"
+#include "inode_table.hpp"
+#include "input_policy.hpp"
+#include "lock_forwarding.hpp"
+#include "stats.hpp"
+
+namespace fs = std::filesystem;
+using namespace neffcachefs;
+using neffcache::EntryFiles;
+using neffcache::detail::UniqueFd;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A temporary folder, removed with what it holds.
+class Scratch {
+ public:
+  Scratch() {
+    std::string tmpl = (fs::temp_directory_path() / "neffcachefs-unit-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+void put(const fs::path& p, const std::string& bytes = "x") {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+EntryFiles files_of(std::initializer_list<const char*> names) {
+  EntryFiles f;
+  for (const char* n : names) f.note(n);
+  return f;
+}
+
+std::vector<std::string> names_of(const EntryFiles& f, EntryStage s) {
+  std::vector<std::string> out;
+  for (auto n : placeholder_names(f, s)) out.emplace_back(n);
+  return out;
+}
+
+// Waits up to `limit` for `done`.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = 5000ms) {
+  for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE("entry view: what each stage of an entry shows and what its open does", "[fuse-unit]") {
+  SECTION("no HLO: nothing") {
+    auto f = files_of({"model.neff"});
+    CHECK(entry_stage(f, false) == EntryStage::not_entry);
+    CHECK(names_of(f, entry_stage(f, false)).empty());
+  }
+  SECTION("pending: both placeholders, the open compiles") {
+    auto f = files_of({"model.hlo_module.pb"});
+    CHECK(entry_stage(f, false) == EntryStage::pending);
+    CHECK(names_of(f, EntryStage::pending) == std::vector<std::string>{"model.neff", "model.done"});
+    CHECK(placeholder_open(EntryStage::pending, false) == PlaceholderOpen::compile);
+  }
+  SECTION("pending with the NEFF in place and no model.done: only model.done") {
+    auto f = files_of({"model.hlo_module.pb", "model.neff"});
+    CHECK(entry_stage(f, false) == EntryStage::pending);
+    CHECK(names_of(f, EntryStage::pending) == std::vector<std::string>{"model.done"});
+  }
+  SECTION("a client compiling it (its live lock): none") {
+    auto f = files_of({"model.hlo_module.pb", "model.hlo_module.pb.lock"});
+    CHECK(entry_stage(f, true) == EntryStage::client_compiling);
+    CHECK(names_of(f, EntryStage::client_compiling).empty());
+    CHECK_FALSE(shows_placeholders(EntryStage::client_compiling));
+  }
+  SECTION("done: the real files, no placeholders, even with a client lock") {
+    auto f = files_of({"model.hlo_module.pb", "model.neff", "model.done"});
+    CHECK(entry_stage(f, true) == EntryStage::done);
+    CHECK(names_of(f, EntryStage::done).empty());
+  }
+  SECTION("failed: placeholders shown (lookup and listing alike), open fails unless retried") {
+    auto f = files_of({"model.hlo_module.pb", "model.log"});
+    CHECK(entry_stage(f, false) == EntryStage::failed);
+    CHECK(shows_placeholders(EntryStage::failed));
+    CHECK(names_of(f, EntryStage::failed) == std::vector<std::string>{"model.neff", "model.done"});
+    CHECK(placeholder_open(EntryStage::failed, false) == PlaceholderOpen::fail_recorded);
+    CHECK(placeholder_open(EntryStage::failed, true) == PlaceholderOpen::compile);
+  }
+  SECTION("names") {
+    CHECK(is_hlo_name(neffcache::k_hlo_module_file));
+    CHECK(is_hlo_name(neffcache::k_hlo_legacy_file));
+    CHECK_FALSE(is_hlo_name("model.neff"));
+    CHECK(is_product_name("model.neff"));
+    CHECK(is_product_name("model.done"));
+    CHECK_FALSE(is_product_name("model.log"));
+  }
+}
+
+TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
+  Scratch d;
+  put(d / "e" / "model.hlo_module.pb");
+  put(d / "plain" / "readme");
+  auto stage_of = [&](const std::string& dir) {
+    UniqueFd fd(::open((d / dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    REQUIRE(fd);
+    return entry_stage_at(fd.get());
+  };
+  CHECK(stage_of("e") == EntryStage::pending);
+  CHECK(stage_of("plain") == EntryStage::not_entry);
+  put(d / "e" / "model.log", "error");
+  CHECK(stage_of("e") == EntryStage::failed);
+  put(d / "e" / "model.neff");
+  put(d / "e" / "model.done");
+  CHECK(stage_of("e") == EntryStage::done);
+}
+
+TEST_CASE("inode table: references, forget, placeholders, renames and reopening", "[fuse-unit]") {
+  Scratch d;
+  put(d / "a" / "f");
+  put(d / "a" / "g");
+  InodeTable t(d.path().string(), 2);
+  auto intern = [&](Inode& parent, const char* name) {
+    int err = 0;
+    PathRef dir = t.path_fd(parent, err);
+    REQUIRE(dir);
+    UniqueFd fd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    REQUIRE(fd);
+    struct stat st {};
+    REQUIRE(::fstat(fd.get(), &st) == 0);
+    return t.intern(parent, name, std::move(fd), st);
+  };
+  Inode* a = intern(t.root(), "a");
+  CHECK(intern(t.root(), "a") == a);  // one inode per backing file
+  CHECK(a->nlookup == 2);
+  Inode* f = intern(*a, "f");
+  CHECK(t.census().inodes == 2);
+  CHECK(t.name_of(*f) == "f");
+  CHECK(t.path_of(*f) == (d / "a" / "f").string());
+
+  // A placeholder is one inode per name and holds its folder.
+  Inode* p = t.intern_placeholder(*a, "model.neff");
+  CHECK(t.intern_placeholder(*a, "model.neff") == p);
+  CHECK(t.census().placeholders == 1);
+  int err = 0;
+  CHECK_FALSE(t.path_fd(*p, err));
+  CHECK(err == ENOENT);
+
+  // Renamed through the mount: known under the new name.
+  int afd = ::open((d / "a").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  fs::rename(d / "a" / "f", d / "a" / "h");
+  t.moved(*a, afd, "h");
+  ::close(afd);
+  CHECK(t.name_of(*f) == "h");
+
+  // The kernel forgets the folder: it stays while its file and placeholder use it.
+  t.forget(t.id_of(a), 2);
+  CHECK(t.census().inodes == 2);
+  t.forget(reinterpret_cast<fuse_ino_t>(p), 2);
+  CHECK(t.census().placeholders == 0);
+  CHECK(t.census().inodes == 2);
+  t.forget(reinterpret_cast<fuse_ino_t>(f), 1);  // the last reference: both go
+  CHECK(t.census().inodes == 0);
+  CHECK(t.census().open == 0);
+}
+
+TEST_CASE("inode table: descriptors are let go beyond the limit and reopened; a replaced file is stale", "[fuse-unit]") {
+  Scratch d;
+  put(d / "x");
+  put(d / "y");
+  put(d / "z");
+  InodeTable t(d.path().string(), 2);
+  std::vector<Inode*> in;
+  for (const char* n : {"x", "y", "z"}) {
+    UniqueFd fd(::openat(t.root_fd()->get(), n, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    REQUIRE(::fstat(fd.get(), &st) == 0);
+    in.push_back(t.intern(t.root(), n, std::move(fd), st));
+  }
+  CHECK(t.census().open == 2);  // x was let go
+  int err = 0;
+  PathRef x = t.path_fd(*in[0], err);
+  REQUIRE(x);  // reopened by its name
+  CHECK(path_of_fd(x->get()) == (d / "x").string());
+  CHECK(t.census().open == 2);
+  // y is let go by that reopen; replaced by another file, it is stale.
+  put(d / "y2", "other");  // made while y exists: another inode number
+  fs::rename(d / "y2", d / "y");
+  err = 0;
+  CHECK_FALSE(t.path_fd(*in[1], err));
+  CHECK(err == ESTALE);
+}
+
+TEST_CASE("prepare queue: order, the waiters of one entry, stop", "[fuse-unit]") {
+  PrepareQueue q;
+  auto w1 = std::make_shared<Waiter>(), w2 = std::make_shared<Waiter>(), w3 = std::make_shared<Waiter>();
+  CHECK(q.push({"/c/A", neffcache::Priority::waiting, w1}));
+  CHECK(q.push({"/c/B", neffcache::Priority::waiting, w2}));
+  CHECK(q.push({"/c/A", neffcache::Priority::background, nullptr}));
+  CHECK(q.push({"/c/A", neffcache::Priority::waiting, w3}));
+  auto first = q.pop();
+  REQUIRE(first);
+  CHECK(first->entry_dir == "/c/A");
+  CHECK(first->waiter == w1);
+  // The answer for /c/A goes to w3 as well; the background item and B stay.
+  auto taken = q.take_waiters("/c/A");
+  REQUIRE(taken.size() == 1);
+  CHECK(taken[0] == w3);
+  bool stopped = false;
+  auto left = q.stop(stopped);
+  CHECK(stopped);
+  REQUIRE(left.size() == 2);
+  CHECK(left[0].waiter == w2);
+  CHECK_FALSE(left[1].waiter);
+  CHECK_FALSE(q.pop());
+  CHECK_FALSE(q.push({"/c/C", neffcache::Priority::waiting, nullptr}));
+  q.stop(stopped);
+  CHECK_FALSE(stopped);
+}
+
+TEST_CASE("deadlines expire earliest first and skip waiters answered meanwhile", "[fuse-unit]") {
+  Deadlines d;
+  std::mutex mu;
+  std::vector<std::string> expired;
+  d.start([&](const std::shared_ptr<Waiter>& w) {
+    std::lock_guard lk(mu);
+    expired.push_back(w->name);
+  });
+  auto make = [](const char* name) {
+    auto w = std::make_shared<Waiter>();
+    w->name = name;
+    return w;
+  };
+  auto now = Deadlines::Clock::now();
+  auto late = make("late"), early = make("early"), middle = make("middle"), gone = make("gone");
+  d.add(now + 150ms, late);
+  d.add(now + 50ms, early);
+  d.add(now + 20ms, gone);
+  d.add(now + 100ms, middle);
+  gone.reset();  // answered and released before its deadline
+  CHECK(eventually([&] {
+    std::lock_guard lk(mu);
+    return expired.size() >= 3;
+  }));
+  d.stop();
+  std::lock_guard lk(mu);
+  CHECK(expired == std::vector<std::string>{"early", "middle", "late"});
+  CHECK(d.pending() == 0);
+}
+
+TEST_CASE("compile-on-open: an answer known at submit runs on the prepare thread without a deadlock", "[fuse-unit]") {
+  // Scheduler::submit runs the callback on the calling thread for a settled entry; the
+  // callback takes the prepare queue's lock (answer_queued). Before, only the order of
+  // two statements kept that from deadlocking.
+  Scratch d;
+  const fs::path done = d / "neuronxcc-2.21.0" / "MODULE_done+0", failed = d / "neuronxcc-2.21.0" / "MODULE_failed+0";
+  put(done / "model.hlo_module.pb");
+  put(done / "model.neff");
+  put(done / "model.done");
+  put(failed / "model.hlo_module.pb");
+  put(failed / "model.log", "error");
+  Options opts;
+  opts.backing = d.path().string();
+  opts.scheduler.jobs = 1;
+  Stats stats;
+  CompileOnOpen c(opts, stats);
+  c.start();
+  for (int i = 0; i < 3; ++i) {
+    c.request(done.string(), neffcache::Priority::background, nullptr);
+    c.request(failed.string(), neffcache::Priority::background, nullptr);
+  }
+  CHECK(eventually([&] { return c.progress().total == 6; }));
+  auto p = c.progress();
+  CHECK(p.done == 3);
+  CHECK(p.failed == 3);
+  CHECK(p.compiles_started == 0);
+  c.shutdown();
+}
+
+TEST_CASE("input policy: which finished writes start a compile or an upload", "[fuse-unit]") {
+  const std::string entry = "/c/neuronxcc-2.21.0/MODULE_1+0/";
+  SECTION("eager, local") {
+    InputPolicy p(true, false);
+    CHECK(p.after_close(entry + "model.hlo_module.pb") == InputAction::compile);
+    CHECK(p.after_close(entry + "compile_flags.json") == InputAction::none);
+    CHECK(p.after_close("/c/other/model.hlo_module.pb") == InputAction::none);  // not an entry folder
+    CHECK(p.after_close("") == InputAction::none);
+    CHECK(p.after_rename("model.hlo_module.pb") == InputAction::compile);
+    CHECK(p.after_rename("notes.txt") == InputAction::none);
+    CHECK(p.flush_may_cut("model.hlo_module.pb"));
+    CHECK_FALSE(p.flush_may_cut("model.neff"));
+  }
+  SECTION("not eager, S3: uploads only") {
+    InputPolicy p(false, true);
+    CHECK(p.after_close(entry + "model.hlo_module.pb") == InputAction::upload);
+    CHECK(p.after_close(entry + "compile_flags.json") == InputAction::upload);
+    CHECK(p.after_rename("model.hlo_module.pb") == InputAction::upload);
+    CHECK_FALSE(p.flush_may_cut("model.hlo_module.pb"));
+  }
+  SECTION("neither: nothing") {
+    InputPolicy p(false, false);
+    CHECK(p.after_rename("model.hlo_module.pb") == InputAction::none);
+    CHECK_FALSE(p.release_may_act(7, true, false));
+  }
+  SECTION("a write cut short starts nothing, and its mark is forgotten at release") {
+    InputPolicy p(true, false);
+    CHECK_FALSE(p.release_may_act(7, false, false));  // read only
+    CHECK_FALSE(p.release_may_act(7, true, true));    // a placeholder
+    p.mark_cut(7);
+    CHECK_FALSE(p.release_may_act(7, true, false));
+    CHECK(p.release_may_act(7, true, false));  // the mark went with the first release
+  }
+  SECTION("a living process is not being killed") { CHECK_FALSE(InputPolicy::killed_while_exiting(::gettid())); }
+}
+
+TEST_CASE("stats: counters and EIO sites in stats.json, snapshots by handle", "[fuse-unit]") {
+  Stats s;
+  s.hits += 3;
+  s.eio(EioSite::failed_cached, "unit test");
+  s.eio(EioSite::failed_cached, "unit test");
+  CHECK(s.eio_count(EioSite::failed_cached) == 2);
+  Stats::Context ctx;
+  ctx.jobs = 4;
+  ctx.backing = "/b";
+  auto j = nlohmann::ordered_json::parse(s.json(ctx));
+  CHECK(j["hits"] == 3);
+  CHECK(j["eio"]["03"] == 2);
+  CHECK(j["eio"]["01"] == 0);
+  CHECK(j["jobs"] == 4);
+  CHECK(j["backing"] == "/b");
+  CHECK_FALSE(j.contains("s3"));
+  CHECK(j.begin().key() == "hits");  // the order tools see
+  auto fh = s.open_snapshot("0123456789");
+  CHECK(s.read_snapshot(fh, 4, 3) == "3456");
+  CHECK(s.read_snapshot(fh, 100, 8) == "89");
+  CHECK(s.read_snapshot(fh, 4, 50).empty());
+  s.release_snapshot(fh);
+  CHECK(s.open_snapshot("x") != fh);
+}
+
+TEST_CASE("client locks: held while the creator lives, removed when it exits", "[fuse-unit]") {
+  Scratch d;
+  const std::string lock = "model.hlo_module.pb.lock";
+  put(d / lock, "");
+  put(d / "other", "");
+  UniqueFd dir(::open(d.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(go[1]);  // so that the parent's close is an end of file here
+    char c;
+    (void)!::read(go[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ClientLocks locks;
+  locks.start();
+  locks.track(child, dir.get(), "other");  // not a lock name
+  CHECK(locks.held() == 0);
+  locks.track(child, dir.get(), lock.c_str());
+  CHECK(locks.held() == 1);
+  // Our OFD lock makes the file live for others.
+  UniqueFd probe(::open((d / lock).c_str(), O_RDWR | O_CLOEXEC));
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  CHECK(::fcntl(probe.get(), F_OFD_SETLK, &fl) != 0);
+  std::this_thread::sleep_for(50ms);
+  CHECK(fs::exists(d / lock));  // the creator lives
+  ::close(go[1]);
+  ::waitpid(child, nullptr, 0);
+  CHECK(eventually([&] { return !fs::exists(d / lock); }));
+  CHECK(locks.held() == 0);
+  // Removed through the mount: forgotten, and the file stays.
+  put(d / lock, "");
+  locks.track(::getpid(), dir.get(), lock.c_str());
+  CHECK(locks.held() == 1);
+  locks.forget(dir.get(), lock.c_str());
+  CHECK(locks.held() == 0);
+  locks.stop();
+  CHECK(fs::exists(d / lock));
+}
+
+TEST_CASE("lock forwarding: OFD locks and flocks that need no wait", "[fuse-unit]") {
+  Scratch d;
+  put(d / "f");
+  UniqueFd a(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC)), b(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC));
+  LockForwarding locks;
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_pid = 1234;  // ignored: OFD locks need 0
+  CHECK(locks.setlk(nullptr, a.get(), l, false).ok());
+  auto conflict = locks.setlk(nullptr, b.get(), l, false);
+  CHECK_FALSE(conflict.ok());
+  CHECK_FALSE(conflict.deferred());
+  CHECK((conflict.error() == EAGAIN || conflict.error() == EACCES));
+  auto seen = locks.getlk(b.get(), l);
+  REQUIRE(seen.ok());
+  CHECK(seen.value().l_type == F_WRLCK);
+  CHECK(locks.flock(nullptr, a.get(), LOCK_EX).ok());
+  auto busy = locks.flock(nullptr, b.get(), LOCK_EX | LOCK_NB);
+  CHECK(busy.error() == EWOULDBLOCK);
+  CHECK(locks.waiting() == 0);
+}
