@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,6 +26,7 @@
 #include "input_policy.hpp"
 #include "lock_forwarding.hpp"
 #include "stats.hpp"
+#include "support.hpp"
 
 namespace fs = std::filesystem;
 using namespace neffcachefs;
@@ -35,30 +35,6 @@ using neffcache::detail::UniqueFd;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A temporary folder, removed with what it holds.
-class Scratch {
- public:
-  Scratch() {
-    std::string tmpl = (fs::temp_directory_path() / "neffcachefs-unit-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-
-void put(const fs::path& p, const std::string& bytes = "x") {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << bytes;
-}
 
 EntryFiles files_of(std::initializer_list<const char*> names) {
   EntryFiles f;
@@ -131,9 +107,9 @@ TEST_CASE("entry view: what each stage of an entry shows and what its open does"
 }
 
 TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
-  Scratch d;
-  put(d / "e" / "model.hlo_module.pb");
-  put(d / "plain" / "readme");
+  test::TempDir d;
+  test::spit(d / "e" / "model.hlo_module.pb", "x");
+  test::spit(d / "plain" / "readme", "x");
   auto stage_of = [&](const std::string& dir) {
     UniqueFd fd(::open((d / dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     REQUIRE(fd);
@@ -141,17 +117,17 @@ TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
   };
   CHECK(stage_of("e") == EntryStage::pending);
   CHECK(stage_of("plain") == EntryStage::not_entry);
-  put(d / "e" / "model.log", "error");
+  test::spit(d / "e" / "model.log", "error");
   CHECK(stage_of("e") == EntryStage::failed);
-  put(d / "e" / "model.neff");
-  put(d / "e" / "model.done");
+  test::spit(d / "e" / "model.neff", "x");
+  test::spit(d / "e" / "model.done", "x");
   CHECK(stage_of("e") == EntryStage::done);
 }
 
 TEST_CASE("inode table: references, forget, placeholders, renames and reopening", "[fuse-unit]") {
-  Scratch d;
-  put(d / "a" / "f");
-  put(d / "a" / "g");
+  test::TempDir d;
+  test::spit(d / "a" / "f", "x");
+  test::spit(d / "a" / "g", "x");
   InodeTable t(d.path().string(), 2);
   auto intern = [&](Inode& parent, const char* name) {
     int err = 0;
@@ -198,10 +174,10 @@ TEST_CASE("inode table: references, forget, placeholders, renames and reopening"
 }
 
 TEST_CASE("inode table: descriptors are let go beyond the limit and reopened; a replaced file is stale", "[fuse-unit]") {
-  Scratch d;
-  put(d / "x");
-  put(d / "y");
-  put(d / "z");
+  test::TempDir d;
+  test::spit(d / "x", "x");
+  test::spit(d / "y", "x");
+  test::spit(d / "z", "x");
   InodeTable t(d.path().string(), 2);
   std::vector<Inode*> in;
   for (const char* n : {"x", "y", "z"}) {
@@ -217,7 +193,7 @@ TEST_CASE("inode table: descriptors are let go beyond the limit and reopened; a 
   CHECK(path_of_fd(x->get()) == (d / "x").string());
   CHECK(t.census().open == 2);
   // y is let go by that reopen; replaced by another file, it is stale.
-  put(d / "y2", "other");  // made while y exists: another inode number
+  test::spit(d / "y2", "other");  // made while y exists: another inode number
   fs::rename(d / "y2", d / "y");
   err = 0;
   CHECK_FALSE(t.path_fd(*in[1], err));
@@ -285,13 +261,13 @@ TEST_CASE("compile-on-open: an answer known at submit runs on the prepare thread
   // Scheduler::submit runs the callback on the calling thread for a settled entry; the
   // callback takes the prepare queue's lock (answer_queued). Before, only the order of
   // two statements kept that from deadlocking.
-  Scratch d;
+  test::TempDir d;
   const fs::path done = d / "neuronxcc-2.21.0" / "MODULE_done+0", failed = d / "neuronxcc-2.21.0" / "MODULE_failed+0";
-  put(done / "model.hlo_module.pb");
-  put(done / "model.neff");
-  put(done / "model.done");
-  put(failed / "model.hlo_module.pb");
-  put(failed / "model.log", "error");
+  test::spit(done / "model.hlo_module.pb", "x");
+  test::spit(done / "model.neff", "x");
+  test::spit(done / "model.done", "x");
+  test::spit(failed / "model.hlo_module.pb", "x");
+  test::spit(failed / "model.log", "error");
   Options opts;
   opts.backing = d.path().string();
   opts.scheduler.jobs = 1;
@@ -372,10 +348,10 @@ TEST_CASE("stats: counters and EIO sites in stats.json, snapshots by handle", "[
 }
 
 TEST_CASE("client locks: held while the creator lives, removed when it exits", "[fuse-unit]") {
-  Scratch d;
+  test::TempDir d;
   const std::string lock = "model.hlo_module.pb.lock";
-  put(d / lock, "");
-  put(d / "other", "");
+  test::spit(d / lock, "");
+  test::spit(d / "other", "");
   UniqueFd dir(::open(d.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   int go[2];
   REQUIRE(::pipe(go) == 0);
@@ -406,7 +382,7 @@ TEST_CASE("client locks: held while the creator lives, removed when it exits", "
   CHECK(eventually([&] { return !fs::exists(d / lock); }));
   CHECK(locks.held() == 0);
   // Removed through the mount: forgotten, and the file stays.
-  put(d / lock, "");
+  test::spit(d / lock, "");
   locks.track(::getpid(), dir.get(), lock.c_str());
   CHECK(locks.held() == 1);
   locks.forget(dir.get(), lock.c_str());
@@ -416,8 +392,8 @@ TEST_CASE("client locks: held while the creator lives, removed when it exits", "
 }
 
 TEST_CASE("lock forwarding: OFD locks and flocks that need no wait", "[fuse-unit]") {
-  Scratch d;
-  put(d / "f");
+  test::TempDir d;
+  test::spit(d / "f", "x");
   UniqueFd a(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC)), b(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC));
   LockForwarding locks;
   struct flock l {};
