@@ -113,11 +113,12 @@ void Deadlines::loop() {
 
 void CompileOnOpen::start() {
   Scheduler::Options so = opts_.scheduler;
-  if (opts_.tier) {
-    // Compiles take the tier's slots (as many as --jobs); the extra workers fetch done
-    // entries and wait on other hosts' leases meanwhile.
+  if (auto compile = opts_.store->compile_function()) {
+    // A store with a compile of its own (the local tier over S3) limits compiles to its
+    // slots (as many as --jobs); the extra workers fetch done entries and wait on other
+    // hosts' leases meanwhile.
     so.jobs += k_fetch_lanes;
-    so.compile = [tier = opts_.tier](const std::string& entry, const CompileSettings& s) { return tier->settle(entry, s); };
+    so.compile = std::move(compile);
   }
   scheduler_ = std::make_unique<Scheduler>(so);
   prep_thread_ = std::thread([this] { prepare_loop(); });
@@ -218,13 +219,14 @@ void CompileOnOpen::request(const std::string& entry_dir, Priority prio, std::sh
 void CompileOnOpen::prepare_loop() {
   while (auto item = queue_.pop()) {
     if (item->upload_only) {
-      if (auto up = opts_.tier->upload_inputs(item->entry_dir); !up)
-        fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
+      auto entry = opts_.store->of_folder(item->entry_dir);
+      auto up = entry ? opts_.store->publish_inputs(*entry) : Result<void>(entry.error());
+      if (!up) fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
       continue;
     }
     JobSpec spec = prepare_job(item->entry_dir, opts_.default_flags);
-    // Each S3 entry publishes its own NEFF: no copies between equal graphs.
-    if (opts_.tier) spec.dedup_key.clear();
+    // Where each entry publishes its own NEFF (S3), no copies between equal graphs.
+    if (!opts_.store->copies_equal_graphs()) spec.dedup_key.clear();
     // No lock is held here; the callback may run on this thread (see the header).
     scheduler_->submit(spec, item->prio, [this, w = item->waiter, entry = spec.entry_dir](const CompileResult& r) {
       if (w) answer(w, &r, 0);

@@ -53,7 +53,7 @@ void remove_stale_lock(int entry_fd) {
 Filesystem::Filesystem(Options opts)
     : opts_(std::move(opts)),
       inodes_(opts_.backing),
-      inputs_(opts_.eager, opts_.tier != nullptr),
+      inputs_(opts_.eager, opts_.store->publishes_inputs()),
       compile_(opts_, stats_) {
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
@@ -77,9 +77,9 @@ void Filesystem::shutdown() {
 
 std::string Filesystem::stats_json() const {
   Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, std::nullopt};
-  if (opts_.tier) {
-    ctx.s3 = opts_.tier->stats();
-    (*ctx.s3)["url"] = opts_.s3_url;
+  if (auto counters = opts_.store->counters()) {
+    ctx.s3 = std::move(counters);
+    (*ctx.s3)["url"] = opts_.store->name();
   }
   return stats_.json(ctx);
 }
@@ -97,7 +97,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   UniqueFd fd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   int open_errno = errno;
   // Not here yet: the S3 cache may have it.
-  if (!fd && open_errno == ENOENT && opts_.tier && opts_.tier->fill(path_of_fd(dir->get()), name)) {
+  if (!fd && open_errno == ENOENT && opts_.store->fill(path_of_fd(dir->get()), name)) {
     fd = UniqueFd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     open_errno = errno;
   }

@@ -47,7 +47,8 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     opened.noflush = reading && i.finished;
     if (reading && i.finished_neff) {
       ++stats_.hits;
-      if (opts_.tier) opts_.tier->opened(std::filesystem::path(path_of_fd(pfd->get())).parent_path().string());
+      if (auto entry = opts_.store->of_folder(std::filesystem::path(path_of_fd(pfd->get())).parent_path().string()))
+        opts_.store->neff_opened(*entry);
     }
     return opened;
   }

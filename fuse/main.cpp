@@ -21,6 +21,8 @@
 #include <neffcache/s3/client.hpp>
 #include <neffcache/core/size.hpp>
 #include <neffcache/cache/location.hpp>
+#include <neffcache/store/directory.hpp>
+#include <neffcache/store/tier.hpp>
 
 #include "fs.hpp"
 
@@ -97,7 +99,6 @@ int main(int argc, char** argv) {
     opts.scheduler.settings.run_as = std::move(*user);
   }
   std::error_code ec;
-  std::unique_ptr<neffcache::S3Client> s3;
   std::optional<neffcache::CacheUrl> s3_url;
   if (backing.starts_with("s3://")) {
     auto url = neffcache::parse_cache_url(backing);
@@ -110,7 +111,6 @@ int main(int argc, char** argv) {
     if (auto l = (*client)->list(url->prefix.empty() ? "" : url->prefix + "/", "/", 1); !l)
       return fail(l.error().message);
     std::filesystem::create_directories(local_cache, ec);
-    s3 = std::move(*client);
     s3_url = *url;
     // Without links: the tier knows its entries by the paths the daemon reads back from
     // its descriptors.
@@ -157,19 +157,21 @@ int main(int argc, char** argv) {
   auto max_retries = neffcache::retries_option(retries, neffcache::process_env);
   if (!max_retries) return fail(max_retries.error().message);
   opts.scheduler.settings.max_retries = *max_retries;
-  if (s3) {
+  if (s3_url) {
     auto cap = neffcache::parse_size(local_cache_size);
     if (!cap) return fail(fmt::format("--local-cache-size '{}' is not a size like 50G", local_cache_size));
     if (lease_ttl < 1 || lease_ttl > static_cast<double>(neffcache::k_max_lease_ttl.count()))
       return fail(fmt::format("--lease-ttl must be from 1 to {} seconds", neffcache::k_max_lease_ttl.count()));
     neffcache::S3Tier::Options t;
-    t.prefix = s3_url->prefix;
     t.root = opts.backing;
     t.cap_bytes = *cap;
     t.compile_slots = opts.scheduler.jobs;
     t.compile.lease_ttl = std::chrono::seconds(static_cast<int64_t>(lease_ttl));
-    opts.tier = std::make_shared<neffcache::S3Tier>(std::move(s3), std::move(t));
-    opts.s3_url = s3_url->text;
+    auto tier = neffcache::store::TierStore::open(*s3_url, std::move(t));
+    if (!tier) return fail(tier.error().message);
+    opts.store = std::move(*tier);
+  } else {
+    opts.store = neffcache::store::DirectoryStore::open(opts.backing);
   }
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
@@ -224,7 +226,7 @@ int main(int argc, char** argv) {
     fuse_session_destroy(se);
     return fail(fmt::format("cannot mount on {}", mountpoint));
   }
-  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once)\n", opts.tier ? opts.s3_url : opts.backing, mountpoint,
+  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once)\n", opts.store->name(), mountpoint,
              opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s");
   fuse_daemonize(foreground ? 1 : 0);
 

@@ -6,17 +6,17 @@
 #include <string>
 #include <vector>
 
-#include <neffcache/s3_tier.hpp>
-#include <neffcache/scheduler.hpp>
+#include <neffcache/compile/scheduler.hpp>
+#include <neffcache/store/store.hpp>
 
 namespace neffcachefs {
 
 struct Options {
   std::string backing;          // absolute path of the backing directory
-  // A cache in S3: `backing` is its local tier, filled from S3 as names are asked for,
-  // and compiles and fetches go through it (s3_tier.hpp).
-  std::shared_ptr<neffcache::S3Tier> tier;
-  std::string s3_url;
+  // The cache the mount serves, never null: the backing directory itself, or an S3 cache
+  // whose local tier is `backing`, filled from S3 as names are asked for, with compiles
+  // and fetches going through it (store/tier.hpp). The daemon asks it, never "is this S3?".
+  std::shared_ptr<const neffcache::store::Store> store;
   neffcache::Scheduler::Options scheduler;
   bool eager = true;            // compile an HLO as soon as it is written through the mount
   bool retry_failed = false;    // failed entries compile again when opened

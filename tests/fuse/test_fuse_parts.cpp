@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <neffcache/store/directory.hpp>
+
 #include "client_locks.hpp"
 #include "compile_on_open.hpp"
 #include "entry_view.hpp"
@@ -270,6 +272,7 @@ TEST_CASE("compile-on-open: an answer known at submit runs on the prepare thread
   test::spit(failed / "model.log", "error");
   Options opts;
   opts.backing = d.path().string();
+  opts.store = neffcache::store::DirectoryStore::open(opts.backing);
   opts.scheduler.jobs = 1;
   Stats stats;
   CompileOnOpen c(opts, stats);
