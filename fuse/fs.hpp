@@ -69,6 +69,8 @@ class Filesystem {
   // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).
   bool is_special(fuse_ino_t ino) const { return inodes_.is_special(ino); }
   bool is_stats_file(fuse_ino_t ino) const { return inodes_.is_stats_file(ino); }
+  // Frees the snapshot of a stats.json open whose reply could not be delivered.
+  void release_stats_snapshot(uint64_t fh) { stats_.release_snapshot(fh); }
 
   // The operation table to hand to fuse_session_new; userdata must be this object
   // (defined in lowlevel.cpp).
