@@ -97,7 +97,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   UniqueFd fd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   int open_errno = errno;
   // Not here yet: the S3 cache may have it.
-  if (!fd && open_errno == ENOENT && opts_.store->fill(path_of_fd(dir->get()), name)) {
+  if (!fd && open_errno == ENOENT && opts_.store->has_remote() && opts_.store->fill(path_of_fd(dir->get()), name)) {
     fd = UniqueFd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     open_errno = errno;
   }

@@ -47,6 +47,7 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     opened.noflush = reading && i.finished;
     if (reading && i.finished_neff) {
       ++stats_.hits;
+      if (!opts_.store->has_remote()) return opened;
       if (auto entry = opts_.store->of_folder(std::filesystem::path(path_of_fd(pfd->get())).parent_path().string()))
         opts_.store->neff_opened(*entry);
     }

@@ -101,7 +101,7 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
   if (!dir) return nullptr;
   struct stat st {};
   if (::fstat(dir->get(), &st) == 0 && st.st_nlink == 0) return err = ESTALE, nullptr;  // removed meanwhile
-  opts_.store->fill_listing(path_of_fd(dir->get()));
+  if (opts_.store->has_remote()) opts_.store->fill_listing(path_of_fd(dir->get()));
   int fd = ::openat(dir->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return err = errno, nullptr;
   DIR* d = ::fdopendir(fd);

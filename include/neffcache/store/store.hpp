@@ -177,6 +177,9 @@ class Store {
 
   // What a daemon serving a local folder of this store asks (the folder is the cache, or
   // the local tier of an S3 cache); a plain directory has nothing to do for any of them.
+  // True when the local folder is a tier of a cache elsewhere, so that the calls below do
+  // something: a daemon asks once, and spares a plain directory the work of asking.
+  virtual bool has_remote() const { return false; }
   // The entry whose local folder is `dir`; Errc::invalid_argument when `dir` is none.
   virtual Result<Entry> of_folder(const std::string& dir) const {
     return Error{Errc::invalid_argument, fmt::format("{}: {} has no local folders", dir, name())};
