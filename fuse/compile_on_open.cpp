@@ -113,6 +113,8 @@ void Deadlines::loop() {
 
 void CompileOnOpen::start() {
   Scheduler::Options so = opts_.scheduler;
+  so.reuse = opts_.store->reuse_function();
+  so.record = opts_.store->record_function();
   if (auto compile = opts_.store->compile_function()) {
     // A store with a compile of its own (the local tier over S3) limits compiles to its
     // slots (as many as --jobs); the extra workers fetch done entries and wait on other

@@ -214,6 +214,8 @@ int run_compile(const CompileOptions& opts) {
   }
   so->compile = (*cache)->compile_function();
   so->settled = (*cache)->settled_function();
+  so->reuse = (*cache)->reuse_function();
+  so->record = (*cache)->record_function();
 
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });

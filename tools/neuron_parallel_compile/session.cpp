@@ -96,6 +96,8 @@ Result<void> Session::start_batch(const store::Store& c) {
   if (!so) return so.error();
   so->compile = c.compile_function();
   so->settled = c.settled_function();
+  so->reuse = c.reuse_function();
+  so->record = c.record_function();
   if (tools::logs(tools::LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", c.name());
   batch_ = std::make_unique<Batch>(std::move(*so), env->compiler_flags);
   return {};

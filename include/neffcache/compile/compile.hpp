@@ -1,6 +1,6 @@
 // Compiling one cache entry: the compiler run in a private work folder under the entry
 // lock, its outcome classified (compile/outcome.hpp) and its NEFF published atomically
-// (compile/publish.hpp); and the copy of a result to an entry with an equal graph.
+// (compile/publish.hpp). Results reused across equal graphs: compile/twin.hpp.
 //
 // Files a job writes in the entry (besides the Neuron ones):
 //   .neffcache-compile.log  the compiler's output, streamed; becomes model.log only on
@@ -235,50 +235,6 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   }
   r.outcome = CompileOutcome::transient;
   return r;
-}
-
-// Gives `entry_dir` the result of `source_dir`, an entry with the same canonical graph,
-// flags and compiler that was just compiled: its NEFF (success) or its model.log
-// (a deterministic failure), under the target's own lock. Busy when that lock is held.
-inline CompileResult copy_result(const std::string& source_dir, const std::string& entry_dir,
-                                 const CompileSettings& s) {
-  CompileResult r;
-  auto fail = [&](CompileOutcome o, std::string why) {
-    r.outcome = o;
-    r.message = std::move(why);
-    return r;
-  };
-  auto source = read_entry_files(source_dir);
-  if (!source) return fail(CompileOutcome::transient, source.error().message);
-  auto files = read_entry_files(entry_dir);
-  if (!files) return fail(CompileOutcome::transient, files.error().message);
-  auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
-  if (!lock)
-    return fail(lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient,
-                lock.error().message);
-  files = read_entry_files(entry_dir);
-  if (!files) return fail(CompileOutcome::transient, files.error().message);
-  if (files->done()) return fail(CompileOutcome::already_done, "");
-  const auto owner =
-      files->hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files->hlo_name())) : std::nullopt;
-  if (source->done()) {
-    nlohmann::ordered_json meta{{"copied_from", detail::entry_name(source_dir)}};
-    sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
-    auto p = detail::publish(entry_dir, fmt::format("{}/{}", source_dir, k_neff_file), std::move(meta), owner);
-    if (!p) return fail(CompileOutcome::transient, p.error().message);
-    return fail(CompileOutcome::success, "");
-  }
-  if (source->has(EntryFile::log)) {
-    const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, detail::random_hex64());
-    auto c = detail::copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644, owner);
-    if (!c) return fail(CompileOutcome::transient, c.error().message);
-    if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
-      sys::unlink(tmp.c_str());
-      return fail(CompileOutcome::transient, sys_error("record failure in", entry_dir).message);
-    }
-    return fail(CompileOutcome::failed, fmt::format("same graph as {}, which failed", detail::entry_name(source_dir)));
-  }
-  return fail(CompileOutcome::transient, fmt::format("{} has no result to copy", source_dir));
 }
 
 }  // namespace neffcache

@@ -42,6 +42,18 @@ struct CompileResult {
   int attempts = 0;     // compiler runs
   double compile_seconds = 0;
   long peak_rss_kib = 0;
+  // A result reused from an entry of an equal graph (compile/twin.hpp): that entry, and
+  // the compile time its result took, which this one saved.
+  std::string twin;
+  double saved_seconds = 0;
+
+  // A result without a compiler run.
+  static CompileResult of(CompileOutcome o, std::string message = {}) {
+    CompileResult r;
+    r.outcome = o;
+    r.message = std::move(message);
+    return r;
+  }
 };
 // What an entry's files already say of it: done, a recorded failure (unless failures are
 // retried), or nothing yet.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/index.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/compile/scheduler.hpp>
 #include <neffcache/hlo/hlo.hpp>
@@ -36,7 +37,8 @@ inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::
   auto parsed = separate_wrapper_options(flags);
   if (!parsed) return spec;
   auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
-  spec.dedup_key = fmt::format("{}/{}+{}", compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags));
+  // The entry's content identity: what the content index files its result under.
+  spec.dedup_key = ContentId{compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags)}.str();
   spec.instructions = hlo->stats.instructions;
   return spec;
 }

@@ -87,17 +87,12 @@ inline void fsync_dir(const std::string& dir) {
   UniqueFd fd(sys::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd) sys::fsync(fd.get());
 }
-// Publishes `neff` into the entry: copied to a temp file there, fsynced and renamed to
-// model.neff; then the metadata (`meta` plus size and xxh3); then model.done. Readers
-// see no model.neff, or a whole one. The files get the process's umask, never write
-// access for others, and `owner`. Returns the published path.
-inline Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
-                                   nlohmann::ordered_json meta, const std::optional<FileOwner>& owner = {}) {
-  const std::string tmp = fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, random_hex64());
-  // (The kernel applies the umask to the mode. Reading it with umask() would change it
-  // for a moment, for every thread of the process.)
-  auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
-  if (!hash) return hash.error();
+// Puts `tmp`, a whole NEFF already in the entry folder, in place as model.neff; then the
+// metadata (`meta` plus size and `xxh3`); then model.done. Readers see no model.neff, or
+// a whole one, and never model.done without it. On failure `tmp` is gone and no
+// model.neff stands. Returns the published path.
+inline Result<std::string> commit_neff(const std::string& entry_dir, const std::string& tmp, const std::string& xxh3,
+                                       nlohmann::ordered_json meta, const std::optional<FileOwner>& owner) {
   const std::string path = fmt::format("{}/{}", entry_dir, k_neff_file);
   const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
   if (sys::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -115,12 +110,30 @@ inline Result<std::string> publish(const std::string& entry_dir, const std::stri
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return undo(sys_error("stat", path));
   meta["size"] = st.st_size;
-  meta["xxh3"] = fmt::format("{:016x}", *hash);
+  meta["xxh3"] = xxh3;
   if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n", 0644, owner); !m) return undo(m.error());
   if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "", 0644, owner); !d)
     return undo(d.error());
   fsync_dir(entry_dir);
   return path;
+}
+
+// A temporary name in the entry folder for a NEFF being published.
+inline std::string neff_tmp_name(const std::string& entry_dir) {
+  return fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, random_hex64());
+}
+
+// Publishes `neff` into the entry: copied to a temp file there, fsynced, then
+// commit_neff. The files get the process's umask, never write access for others, and
+// `owner`. Returns the published path.
+inline Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
+                                   nlohmann::ordered_json meta, const std::optional<FileOwner>& owner = {}) {
+  const std::string tmp = neff_tmp_name(entry_dir);
+  // (The kernel applies the umask to the mode. Reading it with umask() would change it
+  // for a moment, for every thread of the process.)
+  auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
+  if (!hash) return hash.error();
+  return commit_neff(entry_dir, tmp, fmt::format("{:016x}", *hash), std::move(meta), owner);
 }
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // The compile scheduler: at most `jobs` compiles at once; one job per entry however many
 // ask (single flight); one compile for entries whose canonical graph, flags and
-// compiler are equal; waited-on work first, then the largest graph.
+// compiler are equal, and none for an entry whose equal graph has a result already (the
+// content index, asked through Options::reuse); waited-on work first, then the largest graph.
 //
 // A job engine: it reads no entry itself. What an entry's job is (its size and dedup
 // key) comes with submit (see prepare_job in compile/prepare.hpp for an entry folder);
@@ -31,6 +32,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/twin.hpp>
 #include <neffcache/core/clock.hpp>
 
 namespace neffcache {
@@ -69,6 +71,10 @@ struct Progress {
   // Compiler runs (copies to equal entries are not compiles).
   std::size_t compiles_started = 0, compiles_succeeded = 0, compiles_failed = 0, compiles_transient = 0;
   double compile_seconds = 0;
+  // Entries given the result of an equal graph found in the content index, and the
+  // compile time those results took (what was saved).
+  std::size_t twins_served = 0;
+  double twin_seconds_saved = 0;
   std::size_t remaining() const { return queued + running + locked; }
 };
 
@@ -91,6 +97,18 @@ class Scheduler {
     // are not folders set their own, or none.
     std::function<std::optional<CompileOutcome>(const std::string& entry, const CompileSettings&)> settled =
         folder_settled;
+    // A result an equal graph already has (the content index), asked with the job's
+    // dedup key before the job is queued and again before it is compiled: a result ends
+    // the job without a compile; nullopt compiles. Empty: never. The default is the
+    // directory cache's index (folder_reuse); callers whose entries are not folders set
+    // their own, or none.
+    std::function<std::optional<CompileResult>(const std::string& entry, const std::string& key,
+                                               const CompileSettings&)>
+        reuse = folder_reuse;
+    // Records a result delivered to an entry (the content index), after its callbacks
+    // ran. Empty: nothing is recorded.
+    std::function<void(const std::string& entry, const std::string& key, const CompileResult&, const CompileSettings&)>
+        record = folder_record;
   };
 
   explicit Scheduler(Options o) : opts_(std::move(o)) {
@@ -120,12 +138,24 @@ class Scheduler {
           ++total_;
           ++(is_success(*o) ? done_ : failed_);
         }
-        return answered(CompileResult{*o, "", 0, 0, 0}, done);
+        return answered(CompileResult::of(*o, ""), done);
+      }
+    // An equal graph's result, when the index has one: no worker either.
+    if (opts_.reuse && !spec.dedup_key.empty() && !stopping_)
+      if (auto r = opts_.reuse(spec.entry_dir, spec.dedup_key, opts_.settings)) {
+        {
+          std::lock_guard lk(mu_);
+          ++total_;
+          count_delivered(*r);
+        }
+        auto f = answered(*r, done);
+        if (opts_.record) opts_.record(spec.entry_dir, spec.dedup_key, *r, opts_.settings);
+        return f;
       }
     std::unique_lock lk(mu_);
     if (stopping_) {
       lk.unlock();
-      return answered(CompileResult{CompileOutcome::transient, "scheduler is shut down", 0, 0, 0}, done);
+      return answered(CompileResult::of(CompileOutcome::transient, "scheduler is shut down"), done);
     }
     std::shared_ptr<Job> job;
     if (auto it = by_entry_.find(spec.entry_dir); it != by_entry_.end()) {
@@ -171,6 +201,8 @@ class Scheduler {
     p.compiles_failed = compiles_.failed;
     p.compiles_transient = compiles_.transient;
     p.compile_seconds = compiles_.seconds;
+    p.twins_served = twins_.served;
+    p.twin_seconds_saved = twins_.seconds;
     for (const auto& [entry, job] : by_entry_) {
       if (job->state == Job::State::running) ++p.running;
       else if (job->state == Job::State::locked) ++p.locked;
@@ -200,7 +232,7 @@ class Scheduler {
       locked_.clear();
     }
     cv_.notify_all();
-    for (auto& j : dropped) finish(j, CompileResult{CompileOutcome::transient, "scheduler is shut down", 0, 0, 0});
+    for (auto& j : dropped) finish(j, CompileResult::of(CompileOutcome::transient, "scheduler is shut down"));
     for (auto& w : workers_) w.join();
     workers_.clear();
   }
@@ -241,6 +273,16 @@ class Scheduler {
       return a->seq < b->seq;
     }
   };
+
+  // Counts a result delivered to one entry. Caller holds mu_.
+  void count_delivered(const CompileResult& r) {
+    if (is_success(r.outcome)) ++done_;
+    else if (r.outcome == CompileOutcome::failed || r.outcome == CompileOutcome::failed_cached) ++failed_;
+    if (!r.twin.empty() && r.outcome == CompileOutcome::success) {
+      ++twins_.served;
+      twins_.seconds += r.saved_seconds;
+    }
+  }
 
   // A result known at submit: delivered at once.
   static std::shared_future<CompileResult> answered(const CompileResult& r, const Callback& done) {
@@ -285,7 +327,12 @@ class Scheduler {
       job->state = Job::State::running;
       const std::string primary = job->targets.front()->entry;
       lk.unlock();
-      CompileResult r = opts_.compile ? opts_.compile(primary, opts_.settings) : compile_entry(primary, opts_.settings);
+      // The index again: an equal graph may have been compiled since the job was queued.
+      std::optional<CompileResult> reused;
+      if (opts_.reuse) reused = opts_.reuse(primary, job->key, opts_.settings);
+      CompileResult r = reused           ? *reused
+                        : opts_.compile ? opts_.compile(primary, opts_.settings)
+                                        : compile_entry(primary, opts_.settings);
       lk.lock();
       if (r.attempts > 0) {
         ++compiles_.started;
@@ -330,13 +377,13 @@ class Scheduler {
       std::vector<Callback> callbacks;
       {
         std::lock_guard lk(mu_);
-        if (is_success(r.outcome)) ++done_;
-        else if (r.outcome == CompileOutcome::failed || r.outcome == CompileOutcome::failed_cached) ++failed_;
+        count_delivered(r);
         t->result = r;
         callbacks = std::move(t->callbacks);
       }
       t->promise.set_value(r);
       for (auto& cb : callbacks) cb(r);
+      if (opts_.record) opts_.record(t->entry, job->key, r, opts_.settings);
       ++served;
     }
   }
@@ -355,6 +402,10 @@ class Scheduler {
     std::size_t started = 0, succeeded = 0, failed = 0, transient = 0;
     double seconds = 0;
   } compiles_;
+  struct {
+    std::size_t served = 0;
+    double seconds = 0;
+  } twins_;
   std::vector<std::thread> workers_;
 };
 

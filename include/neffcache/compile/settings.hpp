@@ -139,6 +139,12 @@ struct CompileSettings {
   ProcessRunner* runner = nullptr;  // default: a PosixRunner
   // Asked between heartbeats; returning true stops the compile as a transient failure.
   std::function<bool()> cancelled;
+  // Reuse results of equal graphs compiled before, and record new ones (the content
+  // index, compile/twin.hpp).
+  bool content_index = true;
+  // Where the library reports what it noticed and went on from (a content-index record
+  // dropped or not written): one line each. Empty: nowhere.
+  std::function<void(std::string_view)> log;
 };
 
 // The compiler a run's --compiler option names: `text` parsed as a template (the default

@@ -138,8 +138,8 @@ class S3Tier {
     if (*uploaded) remote.add(EntryFile::hlo_module);
     if (remote.done()) return fetch(entry_dir, base);
     if (remote.failed() && !s.retry_failed)
-      return CompileResult{CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)",
-                                                                      s3_->describe(base)), 0, 0, 0};
+      return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)",
+                                                                      s3_->describe(base)));
     if (!take_slot(s)) return transient("cancelled");
     CompileSettings local = s;
     local.workdir_root = staging();
@@ -178,7 +178,7 @@ class S3Tier {
   };
 
   static CompileResult transient(std::string why) {
-    return CompileResult{CompileOutcome::transient, std::move(why), 0, 0, 0};
+    return CompileResult::of(CompileOutcome::transient, std::move(why));
   }
 
   // `path` relative to the tier's root ("" for the root); none outside it.
@@ -314,7 +314,7 @@ class S3Tier {
     ++counters_.fetches;
     counters_.fetched_bytes += got->size;
     keep(entry_dir, got->size);
-    return CompileResult{CompileOutcome::already_done, "", 0, 0, 0};
+    return CompileResult::of(CompileOutcome::already_done, "");
   }
 
   // The compile's NEFF, now on S3, moves into the local entry.

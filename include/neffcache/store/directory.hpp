@@ -91,9 +91,34 @@ class DirectoryStore final : public Store {
     return store_graph(dir, hlo_bytes, flags);
   }
 
-  Result<bool> clear_failure(const Entry& e) const override { return neffcache::clear_failure(paths(e)); }
-  Result<void> clear_results(const Entry& e) const override { return neffcache::clear_results(paths(e)); }
-  Result<void> remove(const Entry& e) const override { return neffcache::remove_entry(paths(e)); }
+  // A failure is forgotten for every twin that holds it (the content index's failures of
+  // the same identity), so that none of them is given it again.
+  Result<bool> clear_failure(const Entry& e) const override {
+    auto cleared = neffcache::clear_failure(paths(e));
+    if (!cleared) return cleared;
+    if (auto id = index_.id_of(e.path())) {
+      for (const auto& r : index_.records(*id)) {
+        if (!r.failed) continue;
+        if (r.entry != e.path()) {
+          auto twin = at(r.entry);
+          if (twin && !neffcache::clear_failure(paths(*twin))) continue;  // busy: its record stays
+        }
+        index_.forget(*id, r.entry);
+      }
+    }
+    return cleared;
+  }
+  // The index forgets what an entry no longer holds.
+  Result<void> clear_results(const Entry& e) const override {
+    auto r = neffcache::clear_results(paths(e));
+    if (r) index_.forget(e.path());
+    return r;
+  }
+  Result<void> remove(const Entry& e) const override {
+    auto r = neffcache::remove_entry(paths(e));
+    if (r) index_.forget(e.path());
+    return r;
+  }
 
   Result<std::string> clear_stale_lock(const EntryInfo& e) const override {
     auto info = neffcache::clear_stale_lock(paths(entry(e)));
@@ -116,6 +141,10 @@ class DirectoryStore final : public Store {
   }
 
   CompileFunction compile_function() const override { return {}; }
+  // Kept in the backing folder, where a mount's clients never see it.
+  const ContentIndex* content_index() const override { return &index_; }
+  ReuseFunction reuse_function() const override { return folder_reuse; }
+  RecordFunction record_function() const override { return folder_record; }
   bool compiles_on_open() const override { return mounted_; }
   std::optional<std::string> daemon_stats() const override {
     if (!mounted_) return std::nullopt;
@@ -126,7 +155,7 @@ class DirectoryStore final : public Store {
 
  private:
   DirectoryStore(std::string view, std::string backing, bool mounted)
-      : view_(std::move(view)), backing_(std::move(backing)), mounted_(mounted) {}
+      : view_(std::move(view)), backing_(std::move(backing)), mounted_(mounted), index_(backing_) {}
 
   EntryPaths paths(const Entry& e) const {
     return {fmt::format("{}/{}", backing_, e.path()), fmt::format("{}/{}", view_, e.path())};
@@ -135,6 +164,7 @@ class DirectoryStore final : public Store {
   std::string view_;
   std::string backing_;
   bool mounted_;
+  ContentIndex index_;
 };
 
 }  // namespace neffcache::store

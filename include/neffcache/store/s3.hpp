@@ -109,7 +109,7 @@ class S3Store final : public Store {
   CompileFunction compile_function() const override {
     return [this](const std::string& job, const CompileSettings& s) {
       auto e = named(job);
-      if (!e) return CompileResult{CompileOutcome::transient, e.error().message, 0, 0, 0};
+      if (!e) return CompileResult::of(CompileOutcome::transient, e.error().message);
       return compile_s3_entry(*s3_, url_.prefix, e->path(), s, compile_options_);
     };
   }

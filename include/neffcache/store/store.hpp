@@ -29,6 +29,8 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/twin.hpp>
+#include <neffcache/cache/index.hpp>
 #include <neffcache/cache/inventory.hpp>
 #include <neffcache/cache/maintenance.hpp>
 #include <neffcache/core/result.hpp>
@@ -96,6 +98,13 @@ using CompileFunction = std::function<CompileResult(const std::string& job, cons
 // Whether a job is settled already (see Scheduler::Options::settled); empty: the compile
 // function finds out itself.
 using SettledFunction = std::function<std::optional<CompileOutcome>(const std::string& job, const CompileSettings&)>;
+
+// The scheduler's content-index functions for jobs named by Store::view
+// (Scheduler::Options reuse and record); empty: the store keeps no index.
+using ReuseFunction = std::function<std::optional<CompileResult>(const std::string& job, const std::string& key,
+                                                                 const CompileSettings&)>;
+using RecordFunction =
+    std::function<void(const std::string& job, const std::string& key, const CompileResult&, const CompileSettings&)>;
 
 class Store {
  public:
@@ -166,6 +175,11 @@ class Store {
   // The scheduler's "already settled?" check for jobs named by view(): by default the
   // entry folder's files (a directory, the local tier).
   virtual SettledFunction settled_function() const { return folder_settled; }
+  // The content index (cache/index.hpp) where this store keeps one; nullptr: none.
+  virtual const ContentIndex* content_index() const { return nullptr; }
+  // The scheduler's functions that reuse and record results through it.
+  virtual ReuseFunction reuse_function() const { return {}; }
+  virtual RecordFunction record_function() const { return {}; }
   // True when a daemon serves this cache and compiles an entry when its NEFF is opened
   // (a neffcachefs mount): a tool asks it rather than compiling here.
   virtual bool compiles_on_open() const { return false; }

@@ -87,6 +87,9 @@ inline int rename(const char* from, const char* to) {
 inline int link(const char* from, const char* to) {
   return detail::call(Call::link, to, [&] { return ::link(from, to); });
 }
+inline int linkat(int from_dir, const char* from, int to_dir, const char* to, int flags) {
+  return detail::call(Call::link, to, [&] { return ::linkat(from_dir, from, to_dir, to, flags); });
+}
 inline int unlink(const char* path) {
   return detail::call(Call::unlink, path, [&] { return ::unlink(path); });
 }

@@ -1,0 +1,213 @@
+// Results reused across entries of an equal graph ("twins"): an entry whose content
+// identity (cache/index.hpp) already has a result gets it instead of a compile, under
+// its own lock, and every result published is recorded in the content index.
+//
+// A NEFF comes into the entry as a hard link of the twin's file where the file system
+// allows it (one inode: no copy, no extra disk), else a reflink, else a copy whose
+// checksum is compared with the record's as it is made. Either way the file is the one
+// the index just checked (linked through its open descriptor), then published as a
+// compile publishes (publish.hpp: model.neff, metadata with `copied_from`, model.done).
+// A recorded failure comes as a copy of the twin's model.log.
+#pragma once
+
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/cache/index.hpp>
+#include <neffcache/cache/lock.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/publish.hpp>
+
+namespace neffcache {
+
+// The cache root of an entry folder (…/<root>/neuronxcc-<v>/MODULE_<…>) and the entry's
+// path in it.
+inline std::string root_of_entry(const std::string& entry_dir) {
+  return std::filesystem::path(entry_dir).parent_path().parent_path().string();
+}
+inline std::string entry_in_cache(const std::string& entry_dir) {
+  std::filesystem::path p(entry_dir);
+  return fmt::format("{}/{}", p.parent_path().filename().string(), p.filename().string());
+}
+
+namespace detail {
+
+// Puts the verified NEFF `twin.neff` into an entry folder as `tmp` and returns
+// how: "link", "reflink" or "copy". A link only when the file has the owner the entry's
+// files get (a root daemon gives each user's entry files of that user).
+inline Result<std::string> place_twin_neff(const Twin& twin, const std::string& tmp,
+                                           const std::optional<FileOwner>& owner) {
+  struct stat st {};
+  if (::fstat(twin.neff.get(), &st) != 0) return sys_error("stat", twin.record.entry);
+  if (!owner || (owner->uid == st.st_uid && owner->gid == st.st_gid)) {
+    const std::string self = fmt::format("/proc/self/fd/{}", twin.neff.get());
+    if (sys::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0) return std::string("link");
+  }
+  UniqueFd out(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~S_IWOTH));
+  if (!out) return sys_error("create", tmp);
+  give(out.get(), owner);
+  auto fail = [&](Error e) -> Result<std::string> {
+    sys::unlink(tmp.c_str());
+    return e;
+  };
+  if (::ioctl(out.get(), FICLONE, twin.neff.get()) == 0) {
+    if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
+    return std::string("reflink");
+  }
+  Xxh3 hash;
+  std::vector<char> buf(1 << 20);
+  for (off_t at = 0;;) {
+    ssize_t n = sys::pread(twin.neff.get(), buf.data(), buf.size(), at);
+    if (n < 0) return fail(sys_error("read", twin.record.entry));
+    if (n == 0) break;
+    hash.update(buf.data(), static_cast<std::size_t>(n));
+    if (auto w = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), tmp); !w)
+      return fail(w.error());
+    at += n;
+  }
+  if (fmt::format("{:016x}", hash.digest()) != twin.record.xxh3)
+    return fail(Error{Errc::invalid_argument, fmt::format("{}: model.neff changed while it was copied", twin.record.entry)});
+  if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
+  return std::string("copy");
+}
+
+// Copies the twin's model.log into `entry_dir` as its recorded failure.
+inline Result<void> place_twin_failure(const std::string& source_dir, const std::string& entry_dir,
+                                       const std::optional<FileOwner>& owner) {
+  const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, random_hex64());
+  auto c = copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644, owner);
+  if (!c) return c.error();
+  if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
+    sys::unlink(tmp.c_str());
+    return sys_error("record failure in", entry_dir);
+  }
+  fsync_dir(entry_dir);
+  return {};
+}
+
+}  // namespace detail
+
+// Gives `entry_dir` the result of `twin` (checked by ContentIndex::check, or just
+// published by this process), under the entry's own lock. Outcomes: success (published,
+// `twin` and `saved_seconds` set), failed (the twin's failure recorded), already_done or
+// failed_cached (settled meanwhile), busy (its lock is held), transient (an I/O error:
+// nothing changed).
+inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, const CompileSettings& s) {
+  CompileResult r;
+  auto end = [&](CompileOutcome o, std::string why) {
+    r.outcome = o;
+    r.message = std::move(why);
+    return r;
+  };
+  auto files = read_entry_files(entry_dir);
+  if (!files) return end(CompileOutcome::transient, files.error().message);
+  auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
+  if (!lock)
+    return end(lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient, lock.error().message);
+  files = read_entry_files(entry_dir);
+  if (!files) return end(CompileOutcome::transient, files.error().message);
+  if (auto o = settled_outcome(*files, s.retry_failed)) return end(*o, "");
+  remove_publish_leftovers(entry_dir);
+  const auto owner =
+      files->hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files->hlo_name())) : std::nullopt;
+  const std::string source_dir = fmt::format("{}/{}", root_of_entry(entry_dir), twin.record.entry);
+  if (twin.record.failed) {
+    if (auto p = detail::place_twin_failure(source_dir, entry_dir, owner); !p)
+      return end(CompileOutcome::transient, p.error().message);
+    r.twin = twin.record.entry;
+    return end(CompileOutcome::failed, fmt::format("same graph as {}, which failed", twin.record.entry));
+  }
+  sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+  const std::string tmp = detail::neff_tmp_name(entry_dir);
+  auto how = detail::place_twin_neff(twin, tmp, owner);
+  if (!how) return end(CompileOutcome::transient, how.error().message);
+  nlohmann::ordered_json meta{{"copied_from", twin.record.entry},
+                              {"copy", *how},
+                              {"compile_seconds_saved", twin.record.compile_seconds}};
+  auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner);
+  if (!p) return end(CompileOutcome::transient, p.error().message);
+  r.twin = twin.record.entry;
+  r.saved_seconds = twin.record.compile_seconds;
+  return end(CompileOutcome::success, "");
+}
+
+// Gives `entry_dir` the result of `source_dir`, an entry of the same cache with the same
+// content identity that this process just compiled (the scheduler's in-process dedup).
+// Its NEFF is taken as its publication record describes it.
+inline CompileResult copy_result(const std::string& source_dir, const std::string& entry_dir,
+                                 const CompileSettings& s) {
+  auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
+  auto source = read_entry_files(source_dir);
+  if (!source) return transient(source.error().message);
+  Twin twin;
+  twin.record.entry = entry_in_cache(source_dir);
+  if (source->failed()) {
+    twin.record.failed = true;
+    return serve_twin(twin, entry_dir, s);
+  }
+  if (!source->done()) return transient(fmt::format("{} has no result to copy", source_dir));
+  struct stat st {};
+  auto fd = detail::open_regular(fmt::format("{}/{}", source_dir, k_neff_file), &st);
+  if (!fd) return transient(fd.error().message);
+  auto text = detail::read_file(fmt::format("{}/{}", source_dir, k_meta_file));
+  auto meta = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  if (meta.is_object() && meta.contains("xxh3") && meta["xxh3"].is_string() && meta["size"] == st.st_size) {
+    twin.record.xxh3 = meta["xxh3"].get<std::string>();
+  } else {
+    auto h = detail::fd_xxh3(fd->get(), source_dir);
+    if (!h) return transient(h.error().message);
+    twin.record.xxh3 = std::move(*h);
+  }
+  if (meta.is_object() && meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+    twin.record.compile_seconds = meta["compile_seconds"].get<double>();
+  twin.record.size = static_cast<uint64_t>(st.st_size);
+  twin.neff = std::move(*fd);
+  return serve_twin(twin, entry_dir, s);
+}
+
+// The directory cache's content index, as the scheduler is given it (Scheduler::Options
+// reuse and record). `key` is the job's dedup key, a ContentId (prepare_job); any other
+// key (an entry without a readable graph) has no twins.
+//
+// Before a compile: a checked twin's result, served into `entry_dir`; nullopt when there
+// is none (or the index is off: s.content_index).
+inline std::optional<CompileResult> folder_reuse(const std::string& entry_dir, const std::string& key,
+                                                 const CompileSettings& s) {
+  auto id = ContentId::parse(key);
+  if (!id || !s.content_index) return std::nullopt;
+  ContentIndex index(root_of_entry(entry_dir));
+  auto twin = index.find(*id, entry_in_cache(entry_dir), !s.retry_failed, s.log);
+  if (!twin) return std::nullopt;
+  CompileResult r = serve_twin(*twin, entry_dir, s);
+  // A twin that could not be served is no answer: the compile path takes over (a held
+  // lock is found busy there too).
+  if (r.outcome == CompileOutcome::transient || r.outcome == CompileOutcome::busy) return std::nullopt;
+  return r;
+}
+
+// After a result was delivered to `entry_dir`: records it (success or recorded failure).
+inline void folder_record(const std::string& entry_dir, const std::string& key, const CompileResult& r,
+                          const CompileSettings& s) {
+  auto id = ContentId::parse(key);
+  if (!id || !s.content_index) return;
+  if (r.outcome != CompileOutcome::success && r.outcome != CompileOutcome::failed &&
+      r.outcome != CompileOutcome::already_done)
+    return;
+  ContentIndex index(root_of_entry(entry_dir));
+  std::optional<double> seconds;
+  if (r.attempts > 0 && r.outcome == CompileOutcome::success) seconds = r.compile_seconds;
+  if (auto a = index.add(*id, entry_in_cache(entry_dir), seconds); !a && s.log)
+    s.log(fmt::format("content index: {} not recorded: {}", entry_dir, a.error().message));
+}
+
+}  // namespace neffcache
