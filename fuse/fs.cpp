@@ -54,7 +54,9 @@ Filesystem::Filesystem(Options opts)
     : opts_(std::move(opts)),
       inodes_(opts_.backing),
       inputs_(opts_.eager, opts_.store->publishes_inputs()),
-      compile_(opts_, stats_) {
+      compile_(opts_, stats_),
+      indexer_(opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
+               opts_.index_scan) {
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
 }
@@ -62,6 +64,7 @@ Filesystem::Filesystem(Options opts)
 void Filesystem::start() {
   compile_.start();
   client_locks_.start();
+  indexer_.start();
 }
 
 Filesystem::~Filesystem() { shutdown(); }
@@ -69,6 +72,7 @@ Filesystem::~Filesystem() { shutdown(); }
 void Filesystem::shutdown() {
   if (stopped_.exchange(true)) return;
   compile_.shutdown();
+  indexer_.stop();
   // Lock waits end with EINTR while the session can still carry the replies.
   locks_.stop();
   // Clients that are still alive keep their lock files; only our holds end.
@@ -76,7 +80,7 @@ void Filesystem::shutdown() {
 }
 
 std::string Filesystem::stats_json() const {
-  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, std::nullopt};
+  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, std::nullopt, indexer_.stats()};
   if (auto counters = opts_.store->counters()) {
     ctx.s3 = std::move(counters);
     (*ctx.s3)["url"] = opts_.store->name();

@@ -46,6 +46,7 @@
 #include "client_locks.hpp"
 #include "compile_on_open.hpp"
 #include "entry_view.hpp"
+#include "indexer.hpp"
 #include "inode_table.hpp"
 #include "input_policy.hpp"
 #include "lock_forwarding.hpp"
@@ -157,6 +158,7 @@ class Filesystem {
   CompileOnOpen compile_;
   ClientLocks client_locks_;
   LockForwarding locks_;
+  Indexer indexer_;
   bool no_opendir_ = false;  // set once in init, before any request
   std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
   std::atomic<bool> stopped_{false};

@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
   double wait_timeout = 0;
-  bool retry_failed = false, foreground = false, eager = true;
+  bool retry_failed = false, foreground = false, eager = true, content_index = true;
+  std::size_t index_scan = 10000;
   app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
   app.add_option("--compiler", compiler, "compiler command template ({hlo} {neff} {flags} {workdir} {key})")
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
   app.add_flag("--retry-failed", retry_failed, "compile entries with a recorded failure again when opened "
                                                "(also on with --retry_failed_compilation in NEURON_CC_FLAGS)");
   app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
+  app.add_flag("--content-index,!--no-content-index", content_index,
+               "reuse the result of an equal graph compiled before under another name (default on)");
+  app.add_option("--index-scan", index_scan, "HLOs the start-up scan may read to index done entries the content "
+                                             "index does not know yet (default 10000; 0: none)");
   app.add_flag("-f,--foreground", foreground, "stay in the foreground");
   app.add_option("--compiler-user", compiler_user, "run compiles as this user (name or uid); the daemon must run as root");
   app.add_option("--local-cache", local_cache, "with an s3:// cache: the local folder that holds what the mount "
@@ -150,6 +155,9 @@ int main(int argc, char** argv) {
   }
   opts.retry_failed = retry_failed || env_flags->wrapper.retry_failed_compilation;
   opts.eager = eager;
+  opts.scheduler.settings.content_index = content_index;
+  opts.index_scan = index_scan;
+  opts.scheduler.settings.log = [](std::string_view line) { fmt::print(stderr, "neffcachefs: {}\n", line); };
 
   auto mem = neffcache::parse_size(mem_per_job);
   if (!mem || *mem == 0) return fail(fmt::format("--mem-per-job '{}' is not a size like 64G", mem_per_job));

@@ -24,6 +24,8 @@ struct Options {
   // How long an open may wait for a compile before it fails with EIO (the compile goes
   // on). 0: no deadline of its own; each attempt is still bounded by the compile timeout.
   std::chrono::milliseconds wait_timeout{0};
+  // HLOs the start-up scan of the content index may read (entries it does not know yet).
+  std::size_t index_scan = 10000;
 };
 
 }  // namespace neffcachefs

@@ -27,6 +27,10 @@ std::string Stats::json(const Context& ctx) const {
       {"compiles", {{"started", p.compiles_started}, {"succeeded", p.compiles_succeeded},
                     {"failed", p.compiles_failed}, {"transient", p.compiles_transient},
                     {"seconds", p.compile_seconds}}},
+      // Entries given an equal graph's result instead of a compile, and the compile
+      // time those results took.
+      {"twins", {{"served", p.twins_served}, {"seconds_saved", p.twin_seconds_saved}}},
+      {"index", ctx.index},
       {"entries", {{"queued", p.queued}, {"running", p.running}, {"locked", p.locked},
                    {"done", p.done}, {"failed", p.failed}}},
       {"eio", eio},

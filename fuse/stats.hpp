@@ -47,6 +47,7 @@ class Stats {
     int jobs = 0;
     std::string backing;
     std::optional<nlohmann::ordered_json> s3;  // the tier's statistics, url included
+    nlohmann::ordered_json index;              // the content index's upkeep (Indexer::stats)
   };
   // The counters as JSON, as stats.json shows them.
   std::string json(const Context& ctx) const;

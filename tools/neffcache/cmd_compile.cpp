@@ -151,6 +151,9 @@ Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const P
   so.settings.max_retries = *retries;
   so.settings.retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
   so.settings.default_flags = env.compiler_flags;
+  so.settings.log = [](std::string_view line) {
+    if (tools::logs(tools::LogLevel::warning)) fmt::print(stderr, "neffcache: {}\n", line);
+  };
   if (opts.compile_timeout < 0) return Error{Errc::invalid_argument, "--compile-timeout must be positive"};
   if (opts.compile_timeout > 0)
     so.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.compile_timeout * 1000));
@@ -231,6 +234,7 @@ int run_compile(const CompileOptions& opts) {
         if (auto f = read_entry_files(t.entry); f && f->failed()) ::unlink(fmt::format("{}/{}", t.entry, k_log_file).c_str());
     items = ask_daemon(targets);
   } else {
+    catch_up_index(**cache, env->compiler_flags);
     items = compile_here(targets, std::move(*so), env->compiler_flags);
   }
   return finish_run(opts, items, start, t0);

@@ -38,6 +38,7 @@ int run_ls(const LsOptions& opts) {
                                {"compile_seconds", nullptr},
                                {"last_use", utc_time(e.last_use)}};
       if (e.compile_seconds) j["compile_seconds"] = *e.compile_seconds;
+      if (e.copied_from) j["copied_from"] = *e.copied_from;
       list.push_back(std::move(j));
     }
     fmt::print("{}\n", list.dump(2));
@@ -45,8 +46,9 @@ int run_ls(const LsOptions& opts) {
   }
   fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", "STATE", "BYTES", "COMPILE", "LAST USE", "ENTRY");
   for (const auto& e : *entries)
-    fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", to_string(e.state), e.bytes,
-               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-", utc_time(e.last_use), e.path);
+    fmt::print("{:<9} {:>10} {:>9} {:<20} {}{}\n", to_string(e.state), e.bytes,
+               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-", utc_time(e.last_use), e.path,
+               e.copied_from ? fmt::format(" (copy of {})", *e.copied_from) : "");
   return k_exit_ok;
 }
 

@@ -25,8 +25,10 @@ int run_stats(const StatsOptions& opts) {
   const auto& [cache, entries] = *listed;
   StateCounts c;
   uint64_t bytes = 0, neff_bytes = 0;
-  double compile_seconds = 0;
+  double compile_seconds = 0, saved_seconds = 0;
+  std::size_t twins = 0;
   for (const auto& e : entries) {
+    if (e.copied_from) ++twins, saved_seconds += e.saved_seconds;
     ++c.of(e.state);
     bytes += e.bytes;
     neff_bytes += e.neff_bytes;
@@ -43,7 +45,9 @@ int run_stats(const StatsOptions& opts) {
                              {"empty", c.empty}}},
                            {"bytes", bytes},
                            {"neff_bytes", neff_bytes},
-                           {"stored_compile_seconds", compile_seconds}};
+                           {"stored_compile_seconds", compile_seconds},
+                           {"twins", twins},
+                           {"twin_seconds_saved", saved_seconds}};
   if (auto text = cache->daemon_stats()) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (opts.json) {
     fmt::print("{}\n", j.dump(2));
@@ -55,6 +59,8 @@ int run_stats(const StatsOptions& opts) {
   fmt::print("size                    {} ({} in NEFFs)\n", format_size(bytes), format_size(neff_bytes));
   // What every hit saves: the compile time stored with each NEFF we compiled.
   fmt::print("compile time stored     {:.1f} s\n", compile_seconds);
+  // Entries given an equal graph's result instead of a compile (the content index).
+  fmt::print("twins                   {} entries, {:.1f} s of compiles saved\n", twins, saved_seconds);
   if (j.contains("daemon") && j["daemon"].is_object()) {
     const auto& d = j["daemon"];
     fmt::print("daemon (neffcachefs)    {} hits, {} misses, {} waiting now, {} interrupted, {} read\n",
@@ -65,6 +71,9 @@ int run_stats(const StatsOptions& opts) {
                  d["compiles"].value("started", 0), d["compiles"].value("succeeded", 0),
                  d["compiles"].value("failed", 0), d["compiles"].value("transient", 0),
                  d["compiles"].value("seconds", 0.0));
+    if (d.contains("twins"))
+      fmt::print("daemon twins            {} served, {:.1f} s of compiles saved\n", d["twins"].value("served", 0),
+                 d["twins"].value("seconds_saved", 0.0));
   }
   return k_exit_ok;
 }

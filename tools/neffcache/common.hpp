@@ -24,6 +24,9 @@
 #include <neffcache/result.hpp>
 #include <neffcache/store/open.hpp>
 #include <neffcache/url.hpp>
+#include <neffcache/cache/index.hpp>
+
+#include "common/log.hpp"
 
 namespace neffcache::cli {
 
@@ -73,6 +76,19 @@ inline Result<ParsedFlags> compiler_flags(const std::vector<std::string>& given)
     }
   }
   return separate_wrapper_options(words);
+}
+
+// Before a batch of compiles: records in the content index the done and failed entries
+// it does not know yet (written by clients or other tools), reading at most
+// k_index_catch_up HLOs, so that their twins are found. Nothing for a store without an
+// index, or a mount (whose daemon does it).
+inline constexpr std::size_t k_index_catch_up = 10000;
+inline void catch_up_index(const store::Store& cache, const std::vector<std::string>& default_flags) {
+  const ContentIndex* index = cache.content_index();
+  if (!index || cache.compiles_on_open()) return;
+  auto scan = index_unknown_entries(*index, k_index_catch_up, default_flags);
+  if (scan.added > 0 && tools::logs(tools::LogLevel::info))
+    fmt::print(stderr, "INFO ||NEURON_CACHE||: content index: {} entries recorded\n", scan.added);
 }
 
 // A time as ls and gc print it: UTC, to the second, ISO 8601.

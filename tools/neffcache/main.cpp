@@ -9,6 +9,7 @@
 #include "neffcache/cmd_flags_hash.hpp"
 #include "neffcache/cmd_gc.hpp"
 #include "neffcache/cmd_hlo_stats.hpp"
+#include "neffcache/cmd_index.hpp"
 #include "neffcache/cmd_key.hpp"
 #include "neffcache/cmd_ls.hpp"
 #include "neffcache/cmd_put.hpp"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   setup_stats(app, exit_code);
   setup_analyze(app, exit_code);
   setup_sync(app, exit_code);
+  setup_index(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -99,6 +99,7 @@ Result<void> Session::start_batch(const store::Store& c) {
   so->reuse = c.reuse_function();
   so->record = c.record_function();
   if (tools::logs(tools::LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", c.name());
+  cli::catch_up_index(c, env->compiler_flags);
   batch_ = std::make_unique<Batch>(std::move(*so), env->compiler_flags);
   return {};
 }

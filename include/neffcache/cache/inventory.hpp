@@ -31,6 +31,10 @@ struct EntryInfo {
   uint64_t neff_bytes = 0;  // 0 without a NEFF
   // Seconds the compiler ran, when a neffcache tool or daemon compiled the entry.
   std::optional<double> compile_seconds;
+  // The entry whose result this one was given (an equal graph, from the content index),
+  // and that result's compile time, which this entry saved.
+  std::optional<std::string> copied_from;
+  double saved_seconds = 0;
   // When the entry was last used: for a NEFF the later of its last read (atime, which
   // relatime keeps to within a day) and its publication; otherwise the newest change of
   // any file in the folder.
@@ -84,8 +88,13 @@ inline void measure_entry(const EntryRef& ref, EntryInfo& info) {
   std::string text = read_fd(meta_fd);
   ::close(meta_fd);
   auto meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_object() && meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+  if (!meta.is_object()) return;
+  if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
     info.compile_seconds = meta["compile_seconds"].get<double>();
+  if (meta.contains("copied_from") && meta["copied_from"].is_string())
+    info.copied_from = meta["copied_from"].get<std::string>();
+  if (meta.contains("compile_seconds_saved") && meta["compile_seconds_saved"].is_number())
+    info.saved_seconds = meta["compile_seconds_saved"].get<double>();
 }
 
 }  // namespace detail

@@ -1,0 +1,37 @@
+// neffcache index [--rebuild]: records in the content index the done and failed entries
+// it does not know yet; --rebuild forgets the whole index first and records every entry
+// anew (after the index was damaged, or to drop what it still says of removed entries).
+#include "neffcache/cmd_index.hpp"
+
+#include <fmt/format.h>
+
+#include "neffcache/common.hpp"
+
+namespace neffcache::cli {
+
+void setup_index(CLI::App& app, int& exit_code) {
+  auto [sub, opts] = add_cache_command(
+      app, exit_code, "index",
+      "Record in the content index the done and failed entries it does not know yet (written by clients or "
+      "other tools), so that a graph compiled under one name is found under any other",
+      run_index);
+  sub->add_flag("--rebuild", opts->rebuild, "forget the whole index first, then record every entry anew");
+}
+
+int run_index(const IndexOptions& opts) {
+  auto cache = open_cache(opts.cache);
+  if (!cache) return report(cache.error());
+  const ContentIndex* index = (*cache)->content_index();
+  if (!index) return report(fmt::format("{}: this cache keeps no content index (a directory cache does)", (*cache)->name()));
+  auto flags = compiler_flags({});
+  if (!flags) return report(flags.error());
+  std::error_code ec;
+  if (!std::filesystem::is_directory(index->root(), ec)) return report(fmt::format("{}: no such cache folder", index->root()));
+  auto scan = opts.rebuild ? rebuild_index(*index, flags->compiler_flags)
+                           : index_unknown_entries(*index, SIZE_MAX, flags->compiler_flags);
+  fmt::print("{} done or failed entries, {} recorded now{}\n", scan.entries, scan.added,
+             scan.unreadable ? fmt::format(", {} without a readable HLO or flags (not indexed)", scan.unreadable) : "");
+  return k_exit_ok;
+}
+
+}  // namespace neffcache::cli
