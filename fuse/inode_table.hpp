@@ -54,6 +54,8 @@ struct Inode {
   // pages may stay cached across opens. finished_neff: its model.neff (opens are hits).
   std::atomic<bool> finished{false};
   std::atomic<bool> finished_neff{false};
+  // Its entry was offered to the content index once (Indexer::seen): later hits skip it.
+  std::atomic<bool> index_offered{false};
   // Guarded by InodeTable::inodes_mu_ (a placeholder's never change): where the inode
   // was last seen, which is how its descriptor is opened again.
   Inode* parent = nullptr;

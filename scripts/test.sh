@@ -22,7 +22,7 @@ cmake --build build-tsan -j"$jobs" --target neffcache_tests neffcache_s3_tests l
   neuron_parallel_compile neuron-client-sim neffcachefs fuse_reader
 # Catch2's tag filter selects them (the Catch2 in bookworm-backports cannot turn tags into ctest labels).
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/../tests/support/tsan.supp" \
-   ./tests/neffcache_tests '[lock],[compile],[scheduler],[fuse]~[load]')
+   ./tests/neffcache_tests '[lock],[compile],[scheduler],[index],[fuse]~[load]')
 # The S3 tests (leases raced by threads, compiles by processes) need ctest's radosgw fixture.
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/../tests/support/tsan.supp" \
    ctest --output-on-failure -L s3)

@@ -15,6 +15,7 @@
 #include <neffcache/lock.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
+#include "hlo_variants.hpp"
 #include "support.hpp"
 
 using namespace neffcache;
@@ -504,4 +505,40 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
   CHECK(fs::is_empty(cache));
   test::check_one_line_error(on_path(no_compiler, NEFFCACHE_NPC, {"--command", "compile"}), "not found on PATH",
                              "neffcache");
+}
+
+TEST_CASE("neffcache compile gives twins the NEFF of an equal graph; ls, stats and index show it", "[cli][index]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  const auto log = dir / "compiles.log";
+  const std::vector<std::string> env{"NEFFCACHE_FAKE_LOG=" + log.string()};
+  auto a = put(cache, "spu_jax_cnn.hlo.pb");
+  REQUIRE(tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template}, env).exit_code == 0);
+  REQUIRE(test::count_lines(log) == 1);
+
+  // The same graph under another name, as a moved script or XLA_HLO_DEBUG would write it.
+  auto b = cache / "neuronxcc-2.21.0" / "MODULE_twin";
+  fs::create_directories(b);
+  test::spit(b / "model.hlo_module.pb", test::debug_variant(test::slurp(test::k_corpus / "spu_jax_cnn.hlo.pb")));
+  fs::copy_file(a / "compile_flags.json", b / "compile_flags.json");
+  auto r = tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template}, env);
+  CHECK(r.exit_code == 0);
+  CHECK(test::count_lines(log) == 1);  // no compile
+  CHECK(test::slurp(b / "model.neff") == test::slurp(a / "model.neff"));
+
+  auto listed = nlohmann::json::parse(tool({"ls", "--cache", cache.string(), "--json"}).output);
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[1]["path"] == "neuronxcc-2.21.0/MODULE_twin");
+  CHECK(listed[1]["copied_from"] == fmt::format("neuronxcc-2.21.0/{}", a.filename().string()));
+  CHECK(tool({"ls", "--cache", cache.string()}).output.find("(copy of neuronxcc-2.21.0/MODULE_") != std::string::npos);
+  auto stats = nlohmann::json::parse(tool({"stats", "--cache", cache.string(), "--json"}).output);
+  CHECK(stats["twins"] == 1);
+  CHECK(stats["twin_seconds_saved"].get<double>() > 0);
+
+  r = tool({"index", "--cache", cache.string(), "--rebuild"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output == "2 done or failed entries, 2 recorded now\n");
+  r = tool({"index", "--cache", (dir / "nowhere").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("no such cache folder") != std::string::npos);
 }

@@ -105,8 +105,8 @@ class Scheduler {
     std::function<std::optional<CompileResult>(const std::string& entry, const std::string& key,
                                                const CompileSettings&)>
         reuse = folder_reuse;
-    // Records a result delivered to an entry (the content index), after its callbacks
-    // ran. Empty: nothing is recorded.
+    // Records a result delivered to an entry (the content index), before its callbacks
+    // run. Empty: nothing is recorded.
     std::function<void(const std::string& entry, const std::string& key, const CompileResult&, const CompileSettings&)>
         record = folder_record;
   };
@@ -148,9 +148,8 @@ class Scheduler {
           ++total_;
           count_delivered(*r);
         }
-        auto f = answered(*r, done);
         if (opts_.record) opts_.record(spec.entry_dir, spec.dedup_key, *r, opts_.settings);
-        return f;
+        return answered(*r, done);
       }
     std::unique_lock lk(mu_);
     if (stopping_) {
@@ -381,9 +380,11 @@ class Scheduler {
         t->result = r;
         callbacks = std::move(t->callbacks);
       }
+      // Recorded before anyone is told: what a waiter does next (a removal, a retry)
+      // comes after the record, never before it.
+      if (opts_.record) opts_.record(t->entry, job->key, r, opts_.settings);
       t->promise.set_value(r);
       for (auto& cb : callbacks) cb(r);
-      if (opts_.record) opts_.record(t->entry, job->key, r, opts_.settings);
       ++served;
     }
   }
