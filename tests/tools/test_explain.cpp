@@ -142,7 +142,8 @@ TEST_CASE("neffcache explain: hit, twin, failure, and what a miss differs in", "
                                  " (done)\n    graph differs: 0 instructions added, 0 removed, 1 changed\n"
                                  "      cached: instructions { opcode \"multiply\""));
     CHECK(contains(r.output, "      asked:  instructions { opcode \"subtract\""));
-    auto j = nlohmann::json::parse(explain({"--compiler-version", "2.21.0", "--json", (dir / "subtract.pb").string()}).output);
+    auto j = nlohmann::json::parse(
+        explain({"--compiler-version", "2.21.0", "--json", (dir / "subtract.pb").string()}).output);
     REQUIRE(!j["nearest"].empty());
     CHECK(j["nearest"][0]["differs"] == "graph");
     CHECK(j["nearest"][0]["instructions"] == nlohmann::json{{"added", 0}, {"removed", 0}, {"changed", 1}});

@@ -115,7 +115,8 @@ void print_nearest(const Nearest& n, const Asked& a, const store::Store& cache) 
       fmt::print("    same graph and flags, but the content index does not know it: its result is not reused\n");
       break;
     case Nearest::Differs::compiler:
-      fmt::print("    same graph, compiled by another compiler: {} (asked: {})\n", n.compiler_dir, a.graph.id.compiler_dir);
+      fmt::print("    same graph, compiled by another compiler: {} (asked: {})\n", n.compiler_dir,
+                 a.graph.id.compiler_dir);
       if (n.flags_added.empty() && n.flags_removed.empty()) break;
       [[fallthrough]];
     case Nearest::Differs::flags:
@@ -132,7 +133,8 @@ void print_nearest(const Nearest& n, const Asked& a, const store::Store& cache) 
       else
         fmt::print("    graph differs: same instructions, {} other fields differ\n",
                    n.diff.added + n.diff.removed + n.diff.changed);
-      fmt::print("      cached: {}\n      asked:  {}\n", n.diff.first_cached.empty() ? "(nothing)" : n.diff.first_cached,
+      fmt::print("      cached: {}\n      asked:  {}\n",
+                 n.diff.first_cached.empty() ? "(nothing)" : n.diff.first_cached,
                  n.diff.first_asked.empty() ? "(nothing)" : n.diff.first_asked);
       break;
   }
@@ -146,7 +148,8 @@ void setup_explain(CLI::App& app, int& exit_code) {
                                        "the nearest cached graphs",
                                        run_explain);
   sub->add_option("HLO|ENTRY", opts->input,
-                  "serialized HloModuleProto or HloProto, or an entry of the cache (a MODULE_* folder or a file in one)")
+                  "serialized HloModuleProto or HloProto, or an entry of the cache (a MODULE_* "
+                  "folder or a file in one)")
       ->required();
   sub->add_option("--flag", opts->flags,
                   "a compiler flag (repeat; write --flag=-O1 for flags that start with -); default: the entry's "

@@ -73,6 +73,9 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
                                      const std::vector<std::string>& default_flags) {
   std::vector<Nearest> found;
   std::set<std::string, std::less<>> seen{except};
+  // The identities of the same graph already reported (compiler folder + flags hash):
+  // another entry of one of them would say the same again.
+  std::set<std::string, std::less<>> same_ids;
   auto dir_of = [&](const std::string& entry) { return fmt::format("{}/{}", index.root(), entry); };
 
   // The index's records of the same graph under other flags or compilers.
@@ -84,6 +87,7 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
       auto flags = files ? entry_flags(dir_of(r.entry), *files, default_flags) : std::nullopt;
       if (!flags) continue;
       seen.insert(r.entry);
+      same_ids.insert(fmt::format("{}+{}", id.compiler_dir, id.flags_hash));
       found.push_back(same_graph(r.entry, r.failed, *flags, asked));
       break;  // one entry per identity says what differs
     }
@@ -91,7 +95,8 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
 
   // Entries the index may not know: those named after the same graph hash (any compiler
   // folder), then those of the same compiler folder with the closest HLO sizes.
-  const std::string name_prefix = fmt::format("{}{}", k_module_dir_prefix, asked.id.graph_sha256.substr(0, k_graph_hash_digits));
+  const std::string name_prefix = fmt::format("{}{}", k_module_dir_prefix,
+                                              asked.id.graph_sha256.substr(0, k_graph_hash_digits));
   std::vector<Candidate> named, sized;
   (void)for_each_entry(index.root(), [&](const EntryRef& ref) {
     if ((!ref.files.done() && !ref.files.failed()) || !ref.files.has_hlo()) return;
@@ -122,7 +127,11 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
     auto graph = split_hlo(*bytes);
     if (!graph) continue;
     if (graph->analysis.canonical_sha256 == asked.id.graph_sha256) {
-      if (auto flags = entry_flags(dir, c.files, default_flags))
+      auto flags = entry_flags(dir, c.files, default_flags);
+      if (flags && same_ids
+                       .insert(fmt::format("{}+{}", c.entry.substr(0, c.entry.find('/')),
+                                           flags_hash(*flags)))
+                       .second)
         found.push_back(same_graph(c.entry, c.files.failed(), *flags, asked));
       continue;
     }

@@ -175,8 +175,9 @@ inline std::string shown_unit(std::string_view unit) {
 // first character where they differ, so that the difference is in view.
 inline std::pair<std::string, std::string> shown_pair(std::string_view cached, std::string_view asked) {
   constexpr std::size_t head = 48, before = 40;
-  const std::size_t common =
-      static_cast<std::size_t>(std::mismatch(cached.begin(), cached.end(), asked.begin(), asked.end()).first - cached.begin());
+  const std::size_t common = static_cast<std::size_t>(
+      std::mismatch(cached.begin(), cached.end(), asked.begin(), asked.end()).first -
+      cached.begin());
   if (cached.empty() || asked.empty() || common + before <= k_diff_shown_chars)
     return {shown_unit(cached), shown_unit(asked)};
   auto cut = [&](std::string_view unit) {
