@@ -6,6 +6,7 @@
 #include "neffcache/cmd_clear_locks.hpp"
 #include "neffcache/cmd_clear_neffs.hpp"
 #include "neffcache/cmd_compile.hpp"
+#include "neffcache/cmd_explain.hpp"
 #include "neffcache/cmd_flags_hash.hpp"
 #include "neffcache/cmd_gc.hpp"
 #include "neffcache/cmd_hlo_stats.hpp"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   setup_verify(app, exit_code);
   setup_stats(app, exit_code);
   setup_analyze(app, exit_code);
+  setup_explain(app, exit_code);
   setup_sync(app, exit_code);
   setup_index(app, exit_code);
   try {

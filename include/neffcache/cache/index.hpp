@@ -260,6 +260,28 @@ class ContentIndex {
     return std::nullopt;
   }
 
+  // Every identity with records of the graph `graph_sha256`, under any compiler folder
+  // and flags hash (the same graph compiled otherwise: what `neffcache explain` compares
+  // a miss with). Unreadable folders are left out; no order.
+  std::vector<ContentId> ids_of_graph(std::string_view graph_sha256) const {
+    std::vector<ContentId> out;
+    const std::string by_id = fmt::format("{}/by-id", dir());
+    int fd = detail::open_dir_at(AT_FDCWD, by_id.c_str());
+    if (fd < 0) return out;
+    (void)detail::list_dir(fd, by_id, [&](std::string_view compiler, bool is_dir) {
+      if (!is_dir) return;
+      const std::string cdir = fmt::format("{}/{}", by_id, compiler);
+      int cfd = detail::open_dir_at(AT_FDCWD, cdir.c_str());
+      if (cfd < 0) return;
+      (void)detail::list_dir(cfd, cdir, [&](std::string_view name, bool) {
+        if (!name.starts_with(graph_sha256) || name.size() <= graph_sha256.size() || name[graph_sha256.size()] != '+')
+          return;
+        if (auto id = ContentId::parse(fmt::format("{}/{}", compiler, name))) out.push_back(std::move(*id));
+      });
+    });
+    return out;
+  }
+
   // The identity recorded for `entry`, if any.
   std::optional<ContentId> id_of(const std::string& entry) const {
     auto text = detail::read_file(entry_path(entry));
