@@ -12,6 +12,10 @@
 //   overlap a trial run extracting --overlap-graphs graphs over time, then compiling them:
 //           neuron_parallel_compile and the mount against collect-then-compile
 //   waiting daemon memory and threads while --waiting-readers opens wait for compiles
+//   twins   the content index: the open of a metadata twin of a done --twin-neff-mib MiB
+//           NEFF against an open of the done entry; compiles for --twins-per-graph twins
+//           of each of --twin-graphs done graphs; the index's lookup with
+//           --index-records records against an empty index (bench_twins.cpp)
 //   s3fetch with an s3:// cache: the first open of a done --s3-neff-mib MiB NEFF (fetched
 //           into the local tier) against a plain GET of the object into a file; later
 //           opens against reads of the local tier's file
@@ -50,145 +54,15 @@
 
 #include <neffcache/s3/client.hpp>
 
-#include "mount.hpp"
+#include "bench_twins.hpp"
+#include "mount_bench.hpp"
 #include "synth.hpp"
 
 extern char** environ;
 
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-struct Row {
-  Row(std::string what_, std::string unit_, std::string goal_ = {}, std::function<bool(double)> met_ = {})
-      : what(std::move(what_)), unit(std::move(unit_)), goal(std::move(goal_)), met(std::move(met_)) {}
-  // A figure measured once.
-  static Row once(std::string what, std::string unit, double value) {
-    Row r(std::move(what), std::move(unit));
-    r.samples.push_back(value);
-    return r;
-  }
-  std::string what, unit;
-  std::string goal;                 // empty: reported only
-  std::function<bool(double)> met;  // judged on the median
-  std::vector<double> samples;
-  std::string failed;  // why there is no figure
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
-
-void print_rows(const std::vector<Row>& rows) {
-  for (const auto& r : rows) {
-    if (!r.failed.empty()) {
-      fmt::print("| {} | failed: {} | | | {} | | {} | **no** |\n", r.what, r.failed, r.unit, r.goal);
-      continue;
-    }
-    if (r.samples.empty()) continue;
-    auto s = r.samples;
-    std::sort(s.begin(), s.end());
-    double m = median(s);
-    std::string verdict = r.met ? (r.met(m) ? "yes" : "**no**") : "";
-    fmt::print("| {} | {:.3g} | {:.3g} | {:.3g} | {} | {} | {} | {} |\n", r.what, m, s.front(), s.back(), r.unit,
-               s.size(), r.goal, verdict);
-    std::fflush(stdout);
-  }
-}
-
-void note(const std::string& line) { fmt::print(stderr, "bench_mount: {}\n", line); }
-
-// Writes `bytes` of pseudo-random data (incompressible, so no layer can cheat).
-void write_blob(const fs::path& path, uint64_t bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  std::mt19937_64 rng(bytes);
-  std::vector<uint64_t> chunk(1 << 17);  // 1 MiB
-  for (uint64_t left = bytes; left > 0;) {
-    for (auto& w : chunk) w = rng();
-    auto n = std::min<uint64_t>(left, chunk.size() * sizeof(uint64_t));
-    out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n));
-    left -= n;
-  }
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-void touch(const fs::path& path, std::string_view text = {}) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-// Reads a whole file with 1 MiB reads; returns the bytes read.
-uint64_t read_whole(const fs::path& path) {
-  static thread_local std::vector<char> buf(1 << 20);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(fmt::format("open {}: {}", path.string(), std::strerror(errno)));
-  uint64_t total = 0;
-  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) total += static_cast<uint64_t>(n);
-  ::close(fd);
-  return total;
-}
-
-bool drop_caches() {
-  ::sync();
-  std::ofstream f("/proc/sys/vm/drop_caches");
-  f << "3\n";
-  f.close();
-  return f.good();
-}
-
-// A finished entry: model.neff of `neff_bytes` and model.done.
-fs::path make_done_entry(const fs::path& root, const std::string& name, uint64_t neff_bytes) {
-  auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + name);
-  fs::create_directories(dir);
-  if (neff_bytes > 4096) write_blob(dir / "model.neff", neff_bytes);
-  else touch(dir / "model.neff", std::string(neff_bytes, 'n'));
-  touch(dir / "model.done");
-  return dir;
-}
-
-// A pending entry whose graph compiles on its own: the flag makes its dedup key unique.
-fs::path make_pending_entry(const fs::path& root, const std::string& name, const fs::path& hlo) {
-  auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + name);
-  fs::create_directories(dir);
-  touch(dir / "compile_flags.json", fmt::format(R"(["--internal-bench={}"])", name));
-  fs::copy_file(hlo, dir / "model.hlo_module.pb", fs::copy_options::overwrite_existing);
-  return dir;
-}
-
-// neffcachefs over `backing` at `mnt`, for the scope of a benchmark, compiling with the
-// fake compiler; its stderr is not shown.
-class Mount : public test::MountedDaemon {
- public:
-  // `backing`: a folder, or an s3:// URL (with --local-cache in `daemon_args`).
-  Mount(const std::string& backing, const fs::path& mnt, const std::vector<std::string>& env_extra,
-        const std::vector<std::string>& daemon_args = {"-j", "2"})
-      : test::MountedDaemon(spec(backing, mnt, env_extra, daemon_args)) {}
-
- private:
-  static test::DaemonSpec spec(const std::string& backing, const fs::path& mnt,
-                               const std::vector<std::string>& env_extra,
-                               const std::vector<std::string>& daemon_args) {
-    if (!backing.starts_with("s3://")) fs::create_directories(backing);
-    test::DaemonSpec s;
-    s.backing = backing;
-    s.mnt = mnt;
-    s.env = env_extra;
-    s.quiet = true;
-    s.options = {"--compiler", std::string(NEFFCACHE_FAKE_COMPILER) +
-                                   " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
-    s.options.insert(s.options.end(), daemon_args.begin(), daemon_args.end());
-    return s;
-  }
-};
+using namespace mount_bench;
 
 struct Options {
   int reps = 5;
@@ -202,6 +76,7 @@ struct Options {
   uint64_t s3_neff_mib = 1024;
   int pair_jobs = 4;
   double pair_scale = 0.05, pair_rate = 1000;
+  TwinOptions twins;
 };
 
 // 1. A finished NEFF read whole, warm and cold.
@@ -757,7 +632,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
   app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting",
-                                                                           "s3fetch", "s3pair"}));
+                                                                           "twins", "s3fetch", "s3pair"}));
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
   app.add_option("--hit-mib", o.hit_mib, "size of the NEFF of the hit benchmark")->capture_default_str();
   app.add_option("--small-mib", o.small_mib, "size of the NEFF of the small-hit benchmark")->capture_default_str();
@@ -777,7 +652,14 @@ int main(int argc, char** argv) {
   app.add_option("--pair-jobs", o.pair_jobs, "compiles at once per daemon in s3pair")->capture_default_str();
   app.add_option("--pair-scale", o.pair_scale, "fraction of the real compile times in s3pair")->capture_default_str();
   app.add_option("--pair-rate", o.pair_rate, "fake-neuronx-cc instructions per second in s3pair")->capture_default_str();
+  app.add_option("--twin-neff-mib", o.twins.neff_mib, "size of the done NEFF whose twins are opened")
+      ->capture_default_str();
+  app.add_option("--twin-graphs", o.twins.graphs, "done graphs of the many-twins figure")->capture_default_str();
+  app.add_option("--twins-per-graph", o.twins.per_graph, "twins opened of each of them")->capture_default_str();
+  app.add_option("--index-records", o.twins.records, "records of the large content index")->capture_default_str();
+  app.add_option("--index-lookups", o.twins.lookups, "timed lookups per repetition and index")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  o.twins.reps = o.reps;
   if (o.reps < 1) return fmt::print(stderr, "bench_mount: --reps must be at least 1\n"), 2;
 
   std::string work = o.dir;
@@ -791,6 +673,7 @@ int main(int argc, char** argv) {
   for (auto [name, run] : std::vector<std::pair<std::string, Bench>>{
            {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup},
            {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting},
+           {"twins", [](const Options& o, const fs::path& work) { return bench_twins(o.twins, work); }},
            {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}}) {
     if (!o.only.empty() && o.only != name) continue;
     if (name.starts_with("s3") && o.s3_env.empty() && o.only.empty()) {
