@@ -62,6 +62,11 @@ TEST_CASE("a content identity parses only as one path inside the index", "[index
   REQUIRE(id);
   CHECK(id->compiler_dir == "neuronxcc-2.21.0");
   CHECK(id->str() == "neuronxcc-2.21.0/" + sha + "+0123abcd");
+  // Real compiler versions carry a '+' of their own.
+  auto plus = ContentId::parse("neuronxcc-2.15.128.0+56dc5a86/" + sha + "+0123abcd");
+  REQUIRE(plus);
+  CHECK(plus->compiler_dir == "neuronxcc-2.15.128.0+56dc5a86");
+  CHECK(plus->flags_hash == "0123abcd");
   for (std::string bad : std::vector<std::string>{"entry:/x/y", "neuronxcc-2.21.0/" + sha, "../" + sha + "+0123abcd",
                           "neuronxcc-../" + sha + "+0123abcd", "neuronxcc-2/" + sha.substr(1) + "+0123abcd",
                           "neuronxcc-2/" + sha + "+0123abcX", "other-2/" + sha + "+0123abcd"})

@@ -118,6 +118,17 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   return {r->exit_code, r->output};
 }
 
+// Runs `neffcache` with a clean Neuron environment (no NEURON_CC_FLAGS, cache URL or
+// retries from the caller), the fake compiler at full speed, plus `env` (NAME=value words).
+inline ToolRun run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL", "-u",
+                                "NEURON_PARALLEL_COMPILE_MAX_RETRIES", "NEFFCACHE_FAKE_RATE=0"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(k_tool);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
 // Reads a whole file with open/read; errno on failure.
 inline std::pair<int, std::string> read_all(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);

@@ -27,13 +27,8 @@ const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
 const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 
 // Runs the tool with a clean Neuron environment plus `env` (NAME=value words).
-test::ToolRun tool(std::vector<std::string> args, std::vector<std::string> env = {}) {
-  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL", "-u",
-                                "NEURON_PARALLEL_COMPILE_MAX_RETRIES", "NEFFCACHE_FAKE_RATE=0"};
-  argv.insert(argv.end(), env.begin(), env.end());
-  argv.push_back(test::k_tool);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return test::run(argv);
+test::ToolRun tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return test::run_tool(args, env);
 }
 
 // Stores a corpus graph with `put`; returns the entry folder it printed.

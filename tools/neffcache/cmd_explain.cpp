@@ -112,7 +112,8 @@ void print_nearest(const Nearest& n, const Asked& a, const store::Store& cache) 
   fmt::print("  {} ({})\n", cache.view(*cache.at(n.entry)), n.failed ? "failed" : "done");
   switch (n.differs) {
     case Nearest::Differs::nothing:
-      fmt::print("    same graph and flags, but the content index does not know it: its result is not reused\n");
+      fmt::print("    same graph and flags, but the content index does not know it yet: `neffcache index` records it, "
+                 "and a daemon does at its next start\n");
       break;
     case Nearest::Differs::compiler:
       fmt::print("    same graph, compiled by another compiler: {} (asked: {})\n", n.compiler_dir,

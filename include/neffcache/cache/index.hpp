@@ -67,7 +67,8 @@ struct ContentId {
     auto hex = [](std::string_view h, std::size_t n) {
       return h.size() == n && h.find_first_not_of("0123456789abcdef") == std::string_view::npos;
     };
-    auto slash = s.find('/'), plus = s.find('+');
+    // (A compiler version may hold '+' itself: 2.15.128.0+56dc5a86.)
+    auto slash = s.find('/'), plus = s.rfind('+');
     if (slash == std::string_view::npos || plus == std::string_view::npos || plus < slash) return std::nullopt;
     ContentId id{std::string(s.substr(0, slash)), std::string(s.substr(slash + 1, plus - slash - 1)),
                  std::string(s.substr(plus + 1))};
@@ -229,6 +230,12 @@ class ContentIndex {
     }
     if (auto w = write(record_path(id, entry), r.to_json().dump() + "\n"); !w) return w.error();
     if (auto w = write(entry_path(entry), id.str() + "\n"); !w) return w.error();
+    // A removal that came meanwhile (the entry was done, so a client may act on it before
+    // we record it) saw no record to forget: look again, and forget it ourselves.
+    if (auto now = read_entry_files(entry_dir); !now || !(r.failed ? now->failed() : now->done())) {
+      forget(id, entry);
+      return Error{Errc::not_found, fmt::format("{}: changed while it was recorded", entry_dir)};
+    }
     return r;
   }
 
