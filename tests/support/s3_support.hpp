@@ -93,10 +93,6 @@ inline std::vector<std::string> s3_tool_argv(const std::vector<std::string>& arg
   return argv;
 }
 
-// The fake compiler as the S3 tests run it.
-inline const std::string k_fake_template =
-    std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
-
 // The path in the cache of a test's i-th entry; `first` keeps the tests of one file apart.
 inline std::string fake_entry(int i, int first) {
   return fmt::format("neuronxcc-2.21.0.0+fake/MODULE_{}+4f2d9c1a", first + i);

@@ -40,6 +40,9 @@ namespace fs = std::filesystem;
 inline const fs::path k_corpus = NEFFCACHE_CORPUS_DIR;
 inline const fs::path k_data = NEFFCACHE_TEST_DATA_DIR;
 inline const std::string k_tool = NEFFCACHE_TOOL;
+// The fake compiler as a compile template (tools' --compiler, the daemon's).
+inline const std::string k_fake_template =
+    std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 
 // Every serialized HLO file of the corpus, sorted by name.
 inline std::vector<fs::path> corpus_files() {

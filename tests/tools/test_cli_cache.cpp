@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
-const std::string k_fake_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+using test::k_fake_template;
 
 // Runs the tool with a clean Neuron environment plus `env` (NAME=value words).
 test::ToolRun tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
