@@ -80,7 +80,18 @@ void Filesystem::shutdown() {
 }
 
 std::string Filesystem::stats_json() const {
-  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, std::nullopt, indexer_.stats()};
+  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, std::nullopt, indexer_.stats(), {}};
+  const auto& p = ctx.progress;
+  // Budget and what is held host-wide: null when compiles are admitted by count only.
+  ctx.memory = {{"budget", nullptr}, {"reserved", p.memory_reserved}, {"host_reserved", nullptr},
+                {"waiting", p.waiting_for_memory}, {"oom_kills", p.oom_kills}};
+  if (const auto& ledger = opts_.scheduler.memory) {
+    uint64_t host = 0;
+    for (const auto& h : ledger->holders()) host += h.reserved;
+    ctx.memory["budget"] = ledger->budget();
+    ctx.memory["host_reserved"] = host;
+    ctx.memory["ledger"] = ledger->dir();
+  }
   if (auto counters = opts_.store->counters()) {
     ctx.s3 = std::move(counters);
     (*ctx.s3)["url"] = opts_.store->name();

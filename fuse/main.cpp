@@ -48,7 +48,7 @@ bool is_mounted(const std::string& dir) {
 int main(int argc, char** argv) {
   CLI::App app{"neffcachefs: mount a Neuron compile cache that compiles a missing model.neff when it is opened"};
   std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G",
-      compiler_user, local_cache, local_cache_size = "50G";
+      compiler_user, local_cache, local_cache_size = "50G", mem_budget, mem_ledger;
   double lease_ttl = static_cast<double>(neffcache::k_default_lease_ttl.count());
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
@@ -63,6 +63,15 @@ int main(int argc, char** argv) {
   app.add_option("-j,--jobs", jobs, "compiles at once (default: min(cores, ceil(RAM / --mem-per-job)))");
   app.add_option("--mem-per-job", mem_per_job, "memory one compile may need, for the default of --jobs")
       ->capture_default_str();
+  app.add_option("--mem-budget", mem_budget,
+                 fmt::format("host memory that compiles may reserve, shared by every neffcache process on the "
+                             "host: a size (48GiB), a share of the memory this process may use (70%), or off (admit "
+                             "by --jobs only) (default: NEFFCACHE_MEM_BUDGET, else {:.0f}% of the smaller of RAM "
+                             "and this process's cgroup limit)",
+                             neffcache::k_default_budget_share * 100));
+  app.add_option("--mem-ledger", mem_ledger,
+                 fmt::format("the folder of the host's memory reservations (default: NEFFCACHE_MEM_LEDGER, else {})",
+                             neffcache::k_default_ledger_dir));
   app.add_option("--flags", flags_text, "compiler flags for entries without compile_flags.json "
                                         "(default: NEURON_CC_FLAGS without the cache-wrapper options)");
   app.add_option("--compile-timeout", compile_timeout, "seconds before a compile is stopped (transient failure)")
@@ -162,6 +171,12 @@ int main(int argc, char** argv) {
   auto mem = neffcache::parse_size(mem_per_job);
   if (!mem || *mem == 0) return fail(fmt::format("--mem-per-job '{}' is not a size like 64G", mem_per_job));
   opts.scheduler.jobs = jobs > 0 ? jobs : neffcache::default_jobs(*mem);
+  auto ledger = neffcache::open_memory_ledger(mem_budget, mem_ledger, "neffcachefs", opts.scheduler.settings.log);
+  if (!ledger) return fail(ledger.error().message);
+  // Over S3 the scheduler's jobs are fetches as often as compiles, and it cannot tell them
+  // apart: admission by memory would hold a fetch for a compile's reservation. There,
+  // compiles are admitted by count (the tier's slots).
+  if (!s3_url) opts.scheduler.memory = std::move(*ledger);
   auto max_retries = neffcache::retries_option(retries, neffcache::process_env);
   if (!max_retries) return fail(max_retries.error().message);
   opts.scheduler.settings.max_retries = *max_retries;
@@ -181,6 +196,7 @@ int main(int argc, char** argv) {
   } else {
     opts.store = neffcache::store::DirectoryStore::open(opts.backing);
   }
+  opts.scheduler.peaks = std::make_shared<neffcache::PeakHistory>(opts.store->peaks_dir());
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
   if (wait_timeout < 0) return fail("--wait-timeout must not be negative");
@@ -234,8 +250,11 @@ int main(int argc, char** argv) {
     fuse_session_destroy(se);
     return fail(fmt::format("cannot mount on {}", mountpoint));
   }
-  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once)\n", opts.store->name(), mountpoint,
-             opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s");
+  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once{})\n", opts.store->name(), mountpoint,
+             opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s",
+             opts.scheduler.memory ? fmt::format(" at most, within {} of memory", neffcache::format_size(
+                                                                                   opts.scheduler.memory->budget()))
+                                   : "");
   fuse_daemonize(foreground ? 1 : 0);
 
   // libfuse's handler for SIGTERM, SIGINT and SIGHUP ends the loop only if it runs in the

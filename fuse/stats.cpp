@@ -31,6 +31,7 @@ std::string Stats::json(const Context& ctx) const {
       // time those results took.
       {"twins", {{"served", p.twins_served}, {"seconds_saved", p.twin_seconds_saved}}},
       {"index", ctx.index},
+      {"memory", ctx.memory},
       {"entries", {{"queued", p.queued}, {"running", p.running}, {"locked", p.locked},
                    {"done", p.done}, {"failed", p.failed}}},
       {"eio", eio},

@@ -48,6 +48,7 @@ class Stats {
     std::string backing;
     std::optional<nlohmann::ordered_json> s3;  // the tier's statistics, url included
     nlohmann::ordered_json index;              // the content index's upkeep (Indexer::stats)
+    nlohmann::ordered_json memory;             // admission by memory (Filesystem::stats_json)
   };
   // The counters as JSON, as stats.json shows them.
   std::string json(const Context& ctx) const;

@@ -19,6 +19,8 @@
 #include <neffcache/cache/url.hpp>
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/memory.hpp>
+#include <neffcache/compile/peaks.hpp>
 #include <neffcache/compile/prepare.hpp>
 #include <neffcache/compile/runner.hpp>
 #include <neffcache/compile/scheduler.hpp>

@@ -224,7 +224,7 @@ TEST_CASE("every neffcache command on a mount", "[fuse]") {
   REQUIRE(tool({"put", "--compiler-version", "2.21.0", (test::k_corpus / "gopjrt_tuple.hlo.pb").string()}).exit_code == 0);
   for (int i = 0; i < 500 && states()["done"] < 1; ++i) std::this_thread::sleep_for(20ms);
   CHECK(tool({"clean", "--yes"}).exit_code == 0);
-  CHECK(fs::is_empty(m.backing()));
+  CHECK(test::only_private_left(m.backing()));
 }
 
 TEST_CASE("every neuron_parallel_compile --command on a mount, with the client simulator as trial run", "[fuse]") {
@@ -266,5 +266,5 @@ TEST_CASE("every neuron_parallel_compile --command on a mount, with the client s
   CHECK(sim_summary(train.output)["hits"] == 2);
   CHECK_FALSE(fs::exists(dir / "client.log"));
   CHECK(npc({"--command", "clean"}).exit_code == 0);
-  CHECK(fs::is_empty(m.backing()));
+  CHECK(test::only_private_left(m.backing()));
 }

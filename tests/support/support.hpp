@@ -197,6 +197,14 @@ inline bool no_process_in_group(pid_t pgid) {
   return true;
 }
 
+// True when a cache folder holds no entries, only our private folder (clean keeps the
+// peak memory history there: it describes the compiler, not the entries).
+inline bool only_private_left(const fs::path& cache) {
+  for (const auto& e : fs::directory_iterator(cache))
+    if (e.path().filename() != ".neffcache") return false;
+  return true;
+}
+
 inline int count_lines(const fs::path& p) {
   auto r = neffcache::detail::read_file(p.string());
   return r ? static_cast<int>(std::count(r->begin(), r->end(), '\n')) : 0;

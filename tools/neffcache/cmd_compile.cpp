@@ -141,6 +141,12 @@ Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const P
   // Entries of a directory cache: the folder's files say whether one is settled.
   // (run_compile_s3 replaces this and the compile with the S3 cache's own.)
   so.settled = folder_settled;
+  so.settings.log = [](std::string_view line) {
+    if (tools::logs(tools::LogLevel::warning)) fmt::print(stderr, "neffcache: {}\n", line);
+  };
+  auto ledger = open_memory_ledger(opts.mem_budget, opts.mem_ledger, program_invocation_short_name, so.settings.log);
+  if (!ledger) return ledger.error();
+  so.memory = std::move(*ledger);
   auto tmpl = compiler_option(opts.compiler, need_compiler ? Installed::required : Installed::not_required);
   if (!tmpl) return tmpl.error();
   so.settings.compiler = *tmpl;
@@ -151,13 +157,26 @@ Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const P
   so.settings.max_retries = *retries;
   so.settings.retry_failed = opts.retry_failed || env.wrapper.retry_failed_compilation;
   so.settings.default_flags = env.compiler_flags;
-  so.settings.log = [](std::string_view line) {
-    if (tools::logs(tools::LogLevel::warning)) fmt::print(stderr, "neffcache: {}\n", line);
-  };
   if (opts.compile_timeout < 0) return Error{Errc::invalid_argument, "--compile-timeout must be positive"};
   if (opts.compile_timeout > 0)
     so.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.compile_timeout * 1000));
   return so;
+}
+
+void add_memory_options(CLI::App* app, std::string& budget, std::string& ledger) {
+  app->add_option("--mem-budget", budget,
+                  fmt::format("host memory that compiles may reserve, shared by every neffcache process on the host: "
+                              "a size (48GiB), a share of the memory this process may use (70%), or off (admit by "
+                              "--jobs only) (default: NEFFCACHE_MEM_BUDGET, else {:.0f}% of the smaller of RAM and "
+                              "this process's cgroup limit)",
+                              k_default_budget_share * 100));
+  app->add_option("--mem-ledger", ledger,
+                  fmt::format("the folder of the host's memory reservations (default: NEFFCACHE_MEM_LEDGER, else {})",
+                              k_default_ledger_dir));
+}
+
+void use_peaks_of(const store::Store& c, Scheduler::Options& so) {
+  so.peaks = std::make_shared<PeakHistory>(c.peaks_dir());
 }
 
 void setup_compile(CLI::App& app, int& exit_code) {
@@ -178,6 +197,7 @@ void setup_compile(CLI::App& app, int& exit_code) {
                   fmt::format("compiler command template (default: {})", k_default_compiler_template));
   sub->add_option("--compile-timeout", opts->compile_timeout,
                   fmt::format("seconds before a compile is stopped (default: {})", k_default_compile_timeout.count()));
+  add_memory_options(sub, opts->mem_budget, opts->mem_ledger);
   sub->add_flag("--json", opts->json, "print only the JSON report");
 }
 
@@ -218,6 +238,7 @@ int run_compile(const CompileOptions& opts) {
   so->compile = (*cache)->compile_function();
   so->settled = (*cache)->settled_function();
   so->reuse = (*cache)->reuse_function();
+  use_peaks_of(**cache, *so);
   so->record = (*cache)->record_function();
 
   std::signal(SIGINT, [](int) { g_stop = 1; });

@@ -29,18 +29,24 @@ struct CompileOptions {
   bool retry_failed = false;
   std::string compiler;              // empty: the SPEC's default template
   double compile_timeout = 0;        // 0: the library default
+  std::string mem_budget;            // empty: NEFFCACHE_MEM_BUDGET, else the default share
+  std::string mem_ledger;            // empty: NEFFCACHE_MEM_LEDGER, else k_default_ledger_dir
   bool json = false;
   SharePlan share;              // empty: every entry that needs a compile, alike
   double seconds_before = 0;    // time the run spent before (a trial run): in the dumped total
 };
 
 void setup_compile(CLI::App& app, int& exit_code);
+// --mem-budget and --mem-ledger, for every command that compiles.
+void add_memory_options(CLI::App* app, std::string& budget, std::string& ledger);
+// The peak history of the cache `c` (its own folder, or this process's), for so.peaks.
+void use_peaks_of(const store::Store& c, Scheduler::Options& so);
 int run_compile(const CompileOptions& opts);
 
 // The scheduler settings a compile run uses: the template (checked on PATH when this
 // process will run it), jobs, retries (NEURON_PARALLEL_COMPILE_MAX_RETRIES by default),
 // retry of failures (also from NEURON_CC_FLAGS), flags for entries without
-// compile_flags.json, timeout. Shared with neuron_parallel_compile.
+// compile_flags.json, timeout, the host's memory ledger. Shared with neuron_parallel_compile.
 Result<Scheduler::Options> scheduler_options(const CompileOptions& opts, const ParsedFlags& env, bool need_compiler);
 
 }  // namespace neffcache::cli

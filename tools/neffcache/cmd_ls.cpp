@@ -39,16 +39,25 @@ int run_ls(const LsOptions& opts) {
                                {"last_use", utc_time(e.last_use)}};
       if (e.compile_seconds) j["compile_seconds"] = *e.compile_seconds;
       if (e.copied_from) j["copied_from"] = *e.copied_from;
+      if (e.peak_kib) j["peak_kib"] = e.peak_kib;
+      if (e.predicted_peak_kib) j["predicted_peak_kib"] = e.predicted_peak_kib;
+      if (e.oom_retries) j["oom_retries"] = e.oom_retries;
       list.push_back(std::move(j));
     }
     fmt::print("{}\n", list.dump(2));
     return k_exit_ok;
   }
-  fmt::print("{:<9} {:>10} {:>9} {:<20} {}\n", "STATE", "BYTES", "COMPILE", "LAST USE", "ENTRY");
+  // PEAK: the compile's peak memory / the reservation it was admitted with (its prediction).
+  auto mib = [](uint64_t kib) { return kib ? fmt::format("{}M", (kib + 1023) / 1024) : std::string("-"); };
+  fmt::print("{:<9} {:>10} {:>9} {:>13} {:<20} {}\n", "STATE", "BYTES", "COMPILE", "PEAK/PRED", "LAST USE", "ENTRY");
   for (const auto& e : *entries)
-    fmt::print("{:<9} {:>10} {:>9} {:<20} {}{}\n", to_string(e.state), e.bytes,
-               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-", utc_time(e.last_use), e.path,
-               e.copied_from ? fmt::format(" (copy of {})", *e.copied_from) : "");
+    fmt::print("{:<9} {:>10} {:>9} {:>13} {:<20} {}{}{}\n", to_string(e.state), e.bytes,
+               e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-",
+               e.peak_kib ? fmt::format("{}/{}", mib(e.peak_kib), mib(e.predicted_peak_kib)) : "-",
+               utc_time(e.last_use), e.path, e.copied_from ? fmt::format(" (copy of {})", *e.copied_from) : "",
+               e.oom_retries ? fmt::format(" ({} out-of-memory kill{} first)", e.oom_retries,
+                                           e.oom_retries == 1 ? "" : "s")
+                             : "");
   return k_exit_ok;
 }
 

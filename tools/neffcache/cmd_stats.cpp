@@ -2,6 +2,9 @@
 // cache's own figures (entries by state, sizes, compile time stored) always.
 #include "neffcache/cmd_stats.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <neffcache/core/file.hpp>
@@ -27,7 +30,19 @@ int run_stats(const StatsOptions& opts) {
   uint64_t bytes = 0, neff_bytes = 0;
   double compile_seconds = 0, saved_seconds = 0;
   std::size_t twins = 0;
+  // Memory: compiles whose peak is recorded, the largest peak, how the predictions
+  // compared (reservation / peak), and the out-of-memory kills before they succeeded.
+  std::vector<double> prediction_ratios;
+  uint64_t largest_peak_kib = 0;
+  std::size_t peaks = 0, oom_retries = 0;
   for (const auto& e : entries) {
+    if (e.peak_kib) {
+      ++peaks;
+      largest_peak_kib = std::max(largest_peak_kib, e.peak_kib);
+      if (e.predicted_peak_kib)
+        prediction_ratios.push_back(static_cast<double>(e.predicted_peak_kib) / static_cast<double>(e.peak_kib));
+    }
+    oom_retries += static_cast<std::size_t>(e.oom_retries);
     if (e.copied_from) ++twins, saved_seconds += e.saved_seconds;
     ++c.of(e.state);
     bytes += e.bytes;
@@ -48,6 +63,15 @@ int run_stats(const StatsOptions& opts) {
                            {"stored_compile_seconds", compile_seconds},
                            {"twins", twins},
                            {"twin_seconds_saved", saved_seconds}};
+  std::sort(prediction_ratios.begin(), prediction_ratios.end());
+  auto ratio_at = [&](double q) -> nlohmann::ordered_json {
+    if (prediction_ratios.empty()) return nullptr;
+    return prediction_ratios[static_cast<std::size_t>(q * static_cast<double>(prediction_ratios.size() - 1))];
+  };
+  j["memory"] = {{"peaks_recorded", peaks},
+                 {"largest_peak_kib", largest_peak_kib},
+                 {"predicted_over_peak", {{"min", ratio_at(0)}, {"median", ratio_at(0.5)}, {"max", ratio_at(1)}}},
+                 {"oom_retries", oom_retries}};
   if (auto text = cache->daemon_stats()) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (opts.json) {
     fmt::print("{}\n", j.dump(2));
@@ -61,6 +85,11 @@ int run_stats(const StatsOptions& opts) {
   fmt::print("compile time stored     {:.1f} s\n", compile_seconds);
   // Entries given an equal graph's result instead of a compile (the content index).
   fmt::print("twins                   {} entries, {:.1f} s of compiles saved\n", twins, saved_seconds);
+  fmt::print("memory peaks            {} recorded, largest {}", peaks, format_size(largest_peak_kib << 10));
+  if (!prediction_ratios.empty())
+    fmt::print("; reserved / peak {:.2f} median ({:.2f} to {:.2f})", ratio_at(0.5).get<double>(),
+               prediction_ratios.front(), prediction_ratios.back());
+  fmt::print("; {} out-of-memory kill{} retried\n", oom_retries, oom_retries == 1 ? "" : "s");
   if (j.contains("daemon") && j["daemon"].is_object()) {
     const auto& d = j["daemon"];
     fmt::print("daemon (neffcachefs)    {} hits, {} misses, {} waiting now, {} interrupted, {} read\n",
@@ -74,6 +103,11 @@ int run_stats(const StatsOptions& opts) {
     if (d.contains("twins"))
       fmt::print("daemon twins            {} served, {:.1f} s of compiles saved\n", d["twins"].value("served", 0),
                  d["twins"].value("seconds_saved", 0.0));
+    if (d.contains("memory") && d["memory"].is_object() && d["memory"]["budget"].is_number())
+      fmt::print("daemon memory           {} reserved here, {} on the host, budget {}; {} out-of-memory kills\n",
+                 format_size(d["memory"].value("reserved", uint64_t{0})),
+                 format_size(d["memory"].value("host_reserved", uint64_t{0})),
+                 format_size(d["memory"].value("budget", uint64_t{0})), d["memory"].value("oom_kills", 0));
   }
   return k_exit_ok;
 }

@@ -11,6 +11,7 @@
 
 #include <neffcache/compile.hpp>
 
+#include "neffcache/cmd_compile.hpp"
 #include "neffcache/common.hpp"
 
 namespace neffcache::npc {
@@ -27,7 +28,7 @@ constexpr std::array<std::string_view, 8> k_neuron_valued{
     "--log_level", "--analyze-output", "--analyze-verbosity"};
 constexpr std::array<std::string_view, 1> k_neuron_flags{"--static_schedule"};
 // Our additions, found only before the command, so that the command keeps its own.
-constexpr std::array<std::string_view, 1> k_own_valued{"--compiler"};
+constexpr std::array<std::string_view, 3> k_own_valued{"--compiler", "--mem-budget", "--mem-ledger"};
 constexpr std::array<std::string_view, 2> k_own_flags{"-h", "--help"};
 
 bool one_of(std::string_view word, auto const& names) {
@@ -94,6 +95,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
       ->capture_default_str();
   app.add_option("--compiler", a.compiler,
                  fmt::format("compiler command template, before the command only (default: {})", k_default_compiler_template));
+  cli::add_memory_options(&app, a.mem_budget, a.mem_ledger);
   auto [options, command] = split_args(argc, argv);
   std::vector<char*> words;
   for (auto& o : options) words.push_back(o.data());

@@ -25,6 +25,7 @@ struct Args {
   std::string analyze_output = "./model_analysis_result";
   int analyze_verbosity = 2;
   std::string compiler;          // empty: the SPEC's default template
+  std::string mem_budget, mem_ledger;  // see neffcache compile's
   std::vector<std::string> run;  // the trial run's command
 
   int workers() const { return num_parallel > 0 ? num_parallel : default_jobs(); }

@@ -90,6 +90,8 @@ Result<void> Session::start_batch(const store::Store& c) {
   cli::CompileOptions copts;
   copts.jobs = args_.num_parallel;
   copts.compiler = args_.compiler;
+  copts.mem_budget = args_.mem_budget;
+  copts.mem_ledger = args_.mem_ledger;
   auto env = cli::compiler_flags({});
   if (!env) return env.error();
   auto so = cli::scheduler_options(copts, *env, /*need_compiler=*/true);
@@ -98,6 +100,7 @@ Result<void> Session::start_batch(const store::Store& c) {
   so->settled = c.settled_function();
   so->reuse = c.reuse_function();
   so->record = c.record_function();
+  cli::use_peaks_of(c, *so);
   if (tools::logs(tools::LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", c.name());
   cli::catch_up_index(c, env->compiler_flags);
   batch_ = std::make_unique<Batch>(std::move(*so), env->compiler_flags);

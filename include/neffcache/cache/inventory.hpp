@@ -35,6 +35,10 @@ struct EntryInfo {
   // and that result's compile time, which this entry saved.
   std::optional<std::string> copied_from;
   double saved_seconds = 0;
+  // Memory (KiB): the compile's peak (the whole process tree's), the reservation it was
+  // admitted with (its predicted peak), and its runs killed for lack of memory first.
+  uint64_t peak_kib = 0, predicted_peak_kib = 0;
+  int oom_retries = 0;
   // When the entry was last used: for a NEFF the later of its last read (atime, which
   // relatime keeps to within a day) and its publication; otherwise the newest change of
   // any file in the folder.
@@ -95,6 +99,11 @@ inline void measure_entry(const EntryRef& ref, EntryInfo& info) {
     info.copied_from = meta["copied_from"].get<std::string>();
   if (meta.contains("compile_seconds_saved") && meta["compile_seconds_saved"].is_number())
     info.saved_seconds = meta["compile_seconds_saved"].get<double>();
+  if (!info.copied_from) {  // a twin's figures are its original's compile's
+    info.peak_kib = meta.value("peak_rss_kib", uint64_t{0});
+    info.predicted_peak_kib = meta.value("predicted_peak_kib", uint64_t{0});
+    info.oom_retries = meta.value("oom_retries", 0);
+  }
 }
 
 }  // namespace detail

@@ -42,6 +42,7 @@ struct CompileResult {
   int attempts = 0;     // compiler runs
   double compile_seconds = 0;
   long peak_rss_kib = 0;
+  bool oom_killed = false;  // killed for lack of memory (transient, never recorded)
   // A result reused from an entry of an equal graph (compile/twin.hpp): that entry, and
   // the compile time its result took, which this one saved.
   std::string twin;

@@ -40,6 +40,7 @@ inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::
   // The entry's content identity: what the content index files its result under.
   spec.dedup_key = ContentId{compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags)}.str();
   spec.instructions = hlo->stats.instructions;
+  spec.hlo_bytes = hlo->stats.bytes;
   return spec;
 }
 

@@ -1,15 +1,24 @@
 // The compile scheduler: at most `jobs` compiles at once; one job per entry however many
 // ask (single flight); one compile for entries whose canonical graph, flags and
 // compiler are equal, and none for an entry whose equal graph has a result already (the
-// content index, asked through Options::reuse); waited-on work first, then the largest graph.
+// content index, asked through Options::reuse); waited-on work first, then the largest graph;
+// and, given a memory ledger (compile/memory.hpp), a compile starts only once its predicted
+// peak (compile/peaks.hpp) fits in the host's budget.
 //
 // A job engine: it reads no entry itself. What an entry's job is (its size and dedup
 // key) comes with submit (see prepare_job in compile/prepare.hpp for an entry folder);
 // whether an entry is settled already, how it is compiled and how a result is copied
 // come from Options. The defaults are the directory cache's rules.
 //
-// Lock order: Scheduler::mu_ is the only mutex; it is never held while a compile, a
-// copy or a callback runs.
+// Admission by memory: the best queued job starts when its reservation fits beside what
+// the host holds (or when the host holds nothing: a graph larger than the budget still
+// compiles, alone). When it does not fit, a smaller job that fits may pass it, at most
+// Options::max_bypass times; then nothing more starts here until it fits. A compile killed
+// for lack of memory is queued again with a larger reservation (oom_reservation), up to
+// Options::max_oom_retries times, and never recorded as a failure.
+//
+// Lock order: Scheduler::mu_, then the ledger's own lock (an admission is decided under
+// both); mu_ is never held while a compile, a copy or a callback runs.
 #pragma once
 
 #include <unistd.h>
@@ -32,6 +41,8 @@
 #include <fmt/format.h>
 
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/memory.hpp>
+#include <neffcache/compile/peaks.hpp>
 #include <neffcache/compile/twin.hpp>
 #include <neffcache/core/clock.hpp>
 
@@ -54,7 +65,14 @@ struct JobSpec {
   // Entries with equal keys compile once. Empty: the entry is its own key.
   std::string dedup_key;
   uint64_t instructions = 0;  // larger graphs go first
+  uint64_t hlo_bytes = 0;     // with instructions, what a peak is predicted from
 };
+
+// The reservation of a compile again after it was killed for lack of memory: twice what
+// it had, or half again the peak it reached, whichever is larger.
+inline uint64_t oom_reservation(uint64_t reserved, uint64_t peak_bytes) {
+  return std::max(2 * reserved, peak_bytes + peak_bytes / 2);
+}
 
 // The order in which queued work is taken: waited-on work first, then background work,
 // then deferred work (work another process is expected to take first, e.g. another
@@ -75,6 +93,12 @@ struct Progress {
   // compile time those results took (what was saved).
   std::size_t twins_served = 0;
   double twin_seconds_saved = 0;
+  // Admission by memory: compiles killed for lack of memory (each queued again with a
+  // larger reservation), what this scheduler's running compiles have reserved, and
+  // whether the best queued job waits for memory rather than for a compile slot.
+  std::size_t oom_kills = 0;
+  uint64_t memory_reserved = 0;
+  bool waiting_for_memory = false;
   std::size_t remaining() const { return queued + running + locked; }
 };
 
@@ -109,10 +133,22 @@ class Scheduler {
     // run. Empty: nothing is recorded.
     std::function<void(const std::string& entry, const std::string& key, const CompileResult&, const CompileSettings&)>
         record = folder_record;
+    // The host's memory ledger: each compile reserves its predicted peak there first.
+    // Null: compiles are admitted by count (jobs) only.
+    std::shared_ptr<MemoryLedger> memory;
+    // Peaks of earlier compiles, to predict from and to add to. Null with a ledger: every
+    // graph is predicted PeakHistory's default for a graph never seen.
+    std::shared_ptr<PeakHistory> peaks;
+    // How often a job waiting for memory may be passed by smaller ones (0: jobs times).
+    int max_bypass = 0;
+    // Compiles of one job killed for lack of memory before it ends as a transient failure.
+    int max_oom_retries = 3;
   };
 
   explicit Scheduler(Options o) : opts_(std::move(o)) {
     opts_.jobs = std::max(1, opts_.jobs);
+    if (opts_.max_bypass <= 0) opts_.max_bypass = opts_.jobs;
+    if (opts_.memory && !opts_.peaks) opts_.peaks = std::make_shared<PeakHistory>();
     // Running compiles stop (as transient failures) once shutdown() is called.
     auto outer = opts_.settings.cancelled;
     opts_.settings.cancelled = [this, outer] { return stopping_.load() || (outer && outer()); };
@@ -178,6 +214,7 @@ class Scheduler {
       job->seq = next_seq_++;
       job->priority = priority;
       job->instructions = spec.instructions;
+      job->hlo_bytes = spec.hlo_bytes;
       by_key_[key] = job;
       ready_.insert(job.get());
     }
@@ -202,6 +239,9 @@ class Scheduler {
     p.compile_seconds = compiles_.seconds;
     p.twins_served = twins_.served;
     p.twin_seconds_saved = twins_.seconds;
+    p.oom_kills = oom_kills_;
+    p.memory_reserved = reserved_;
+    p.waiting_for_memory = waiting_for_memory_;
     for (const auto& [entry, job] : by_entry_) {
       if (job->state == Job::State::running) ++p.running;
       else if (job->state == Job::State::locked) ++p.locked;
@@ -254,6 +294,12 @@ class Scheduler {
     uint64_t instructions = 0;
     uint64_t seq = 0;
     State state = State::queued;
+    // Admission by memory: the predicted peak (for the history's version it was made
+    // with), the floor a kill for lack of memory set, the reservation while running, and
+    // how often smaller jobs passed it while it waited.
+    uint64_t hlo_bytes = 0;
+    uint64_t predicted = 0, predicted_version = UINT64_MAX, oom_floor = 0, reserved = 0, reservation_id = 0;
+    int oom_kills = 0, bypassed = 0;
     bool finishing = false;  // result known: new equal-key requests start a new job
     Clock::time_point retry_at{};
 
@@ -320,19 +366,35 @@ class Scheduler {
         cv_.wait_for(lk, locked_.empty() ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(20));
         continue;
       }
-      Job* next = *ready_.begin();
-      ready_.erase(ready_.begin());
+      Job* next = opts_.memory ? admit() : *ready_.begin();
+      if (!next) {
+        // Nothing fits yet: woken by a release here; releases by other processes are
+        // seen at the next look.
+        cv_.wait_for(lk, std::chrono::milliseconds(250));
+        continue;
+      }
+      ready_.erase(next);
       auto job = by_key_.at(next->key);
       job->state = Job::State::running;
       const std::string primary = job->targets.front()->entry;
+      CompileSettings settings = opts_.settings;
+      settings.predicted_peak_kib = job->reserved >> 10;
+      settings.oom_retries = job->oom_kills;
       lk.unlock();
       // The index again: an equal graph may have been compiled since the job was queued.
       std::optional<CompileResult> reused;
-      if (opts_.reuse) reused = opts_.reuse(primary, job->key, opts_.settings);
+      if (opts_.reuse) reused = opts_.reuse(primary, job->key, settings);
       CompileResult r = reused           ? *reused
-                        : opts_.compile ? opts_.compile(primary, opts_.settings)
-                                        : compile_entry(primary, opts_.settings);
+                        : opts_.compile ? opts_.compile(primary, settings)
+                                        : compile_entry(primary, settings);
+      if (opts_.memory) opts_.memory->release(job->reservation_id);
+      if (r.attempts > 0 && r.peak_rss_kib > 0 && opts_.peaks &&
+          (r.outcome == CompileOutcome::success || r.outcome == CompileOutcome::failed))
+        opts_.peaks->add(job->key, job->instructions, job->hlo_bytes, static_cast<uint64_t>(r.peak_rss_kib));
       lk.lock();
+      reserved_ -= job->reserved;
+      job->reservation_id = 0;
+      cv_.notify_all();  // memory came back: waiting workers look again
       if (r.attempts > 0) {
         ++compiles_.started;
         compiles_.seconds += r.compile_seconds;
@@ -340,6 +402,19 @@ class Scheduler {
         else if (r.outcome == CompileOutcome::failed) ++compiles_.failed;
         else ++compiles_.transient;
       }
+      if (r.oom_killed && !stopping_) {
+        ++oom_kills_;
+        if (job->oom_kills < opts_.max_oom_retries) {
+          ++job->oom_kills;
+          job->oom_floor = oom_reservation(job->reserved, static_cast<uint64_t>(r.peak_rss_kib) << 10);
+          job->reserved = 0;
+          job->state = Job::State::queued;
+          ready_.insert(job.get());
+          continue;
+        }
+        r.message = fmt::format("{} ({} times; not recorded)", r.message, job->oom_kills + 1);
+      }
+      job->reserved = 0;
       if (r.outcome == CompileOutcome::busy && !stopping_) {
         job->state = Job::State::locked;
         job->retry_at = opts_.clock->now() + opts_.busy_retry;
@@ -350,6 +425,42 @@ class Scheduler {
       finish(job, r);
       lk.lock();
     }
+  }
+
+  // What a job is expected to need: its predicted peak, at least what a kill for lack of
+  // memory asked for. Caller holds mu_.
+  uint64_t need(Job& job) {
+    if (job.predicted_version != opts_.peaks->version()) {
+      job.predicted_version = opts_.peaks->version();
+      job.predicted = opts_.peaks->predict(job.key, job.instructions, job.hlo_bytes).bytes;
+    }
+    return std::max(job.predicted, job.oom_floor);
+  }
+
+  // The queued job to start now, its memory reserved; null when none may start yet.
+  // Caller holds mu_.
+  Job* admit() {
+    Job* head = *ready_.begin();
+    Job* chosen = nullptr;
+    uint64_t bytes = 0;
+    const uint64_t budget = opts_.memory->budget();
+    const uint64_t id = opts_.memory->admit([&](uint64_t held, std::string& what) -> uint64_t {
+      auto fits = [&](uint64_t n) { return held == 0 || held + n <= budget; };
+      auto take = [&](Job* j, uint64_t n) { return chosen = j, bytes = n, what = j->targets.front()->entry, n; };
+      if (uint64_t n = need(*head); fits(n)) return take(head, n);
+      if (head->bypassed >= opts_.max_bypass) return 0;
+      for (Job* j : ready_)
+        if (j != head)
+          if (uint64_t n = need(*j); fits(n)) return take(j, n);
+      return 0;
+    });
+    waiting_for_memory_ = chosen != head;
+    if (!chosen) return nullptr;
+    if (chosen != head) ++head->bypassed;
+    chosen->reserved = bytes;
+    chosen->reservation_id = id;
+    reserved_ += bytes;
+    return chosen;
   }
 
   // Delivers the primary's result and gives every other target its copy. Targets that
@@ -398,6 +509,9 @@ class Scheduler {
   std::map<std::string, std::shared_ptr<Job>> by_entry_;     // entry -> job, until delivered
   std::atomic<bool> stopping_{false};
   uint64_t next_seq_ = 0;
+  std::size_t oom_kills_ = 0;
+  uint64_t reserved_ = 0;  // by this scheduler's running compiles
+  bool waiting_for_memory_ = false;
   std::size_t total_ = 0, done_ = 0, failed_ = 0;
   struct {
     std::size_t started = 0, succeeded = 0, failed = 0, transient = 0;

@@ -145,6 +145,10 @@ struct CompileSettings {
   // Where the library reports what it noticed and went on from (a content-index record
   // dropped or not written): one line each. Empty: nowhere.
   std::function<void(std::string_view)> log;
+  // Set by the scheduler for each compile: the memory it was admitted with, and how many
+  // earlier runs of it were killed for lack of memory (kept in the entry's metadata).
+  uint64_t predicted_peak_kib = 0;
+  int oom_retries = 0;
 };
 
 // The compiler a run's --compiler option names: `text` parsed as a template (the default

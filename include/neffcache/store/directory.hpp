@@ -144,6 +144,7 @@ class DirectoryStore final : public Store {
   // Kept in the backing folder, where a mount's clients never see it.
   const ContentIndex* content_index() const override { return &index_; }
   ReuseFunction reuse_function() const override { return folder_reuse; }
+  std::string peaks_dir() const override { return fmt::format("{}/{}", backing_, k_peaks_dir); }
   RecordFunction record_function() const override { return folder_record; }
   bool compiles_on_open() const override { return mounted_; }
   std::optional<std::string> daemon_stats() const override {

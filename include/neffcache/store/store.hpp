@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/peaks.hpp>
 #include <neffcache/compile/twin.hpp>
 #include <neffcache/cache/index.hpp>
 #include <neffcache/cache/inventory.hpp>
@@ -180,6 +181,9 @@ class Store {
   // The scheduler's functions that reuse and record results through it.
   virtual ReuseFunction reuse_function() const { return {}; }
   virtual RecordFunction record_function() const { return {}; }
+  // Where the peak memory of this cache's compiles is kept (compile/peaks.hpp), for the
+  // scheduler to predict from; empty: in this process only.
+  virtual std::string peaks_dir() const { return {}; }
   // True when a daemon serves this cache and compiles an entry when its NEFF is opened
   // (a neffcachefs mount): a tool asks it rather than compiling here.
   virtual bool compiles_on_open() const { return false; }

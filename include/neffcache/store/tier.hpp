@@ -40,6 +40,8 @@ class TierStore final : public Store {
   // The local folder, and the S3 cache it is the tier of.
   const std::string& root() const { return root_; }
   const S3Store& remote() const { return *remote_; }
+  // Peaks are kept in the local folder: they are this host's to predict from.
+  std::string peaks_dir() const override { return fmt::format("{}/{}", root_, k_peaks_dir); }
 
   std::string name() const override { return remote_->name(); }
   Result<std::vector<EntryInfo>> list(IfMissing if_missing = IfMissing::error) const override {
