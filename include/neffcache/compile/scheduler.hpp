@@ -380,6 +380,8 @@ class Scheduler {
       CompileSettings settings = opts_.settings;
       settings.predicted_peak_kib = job->reserved >> 10;
       settings.oom_retries = job->oom_kills;
+      // Read under mu_: a joining request may raise the job's size meanwhile.
+      const uint64_t instructions = job->instructions, hlo_bytes = job->hlo_bytes, reservation = job->reservation_id;
       lk.unlock();
       // The index again: an equal graph may have been compiled since the job was queued.
       std::optional<CompileResult> reused;
@@ -387,10 +389,10 @@ class Scheduler {
       CompileResult r = reused           ? *reused
                         : opts_.compile ? opts_.compile(primary, settings)
                                         : compile_entry(primary, settings);
-      if (opts_.memory) opts_.memory->release(job->reservation_id);
+      if (opts_.memory) opts_.memory->release(reservation);
       if (r.attempts > 0 && r.peak_rss_kib > 0 && opts_.peaks &&
           (r.outcome == CompileOutcome::success || r.outcome == CompileOutcome::failed))
-        opts_.peaks->add(job->key, job->instructions, job->hlo_bytes, static_cast<uint64_t>(r.peak_rss_kib));
+        opts_.peaks->add(job->key, instructions, hlo_bytes, static_cast<uint64_t>(r.peak_rss_kib));
       lk.lock();
       reserved_ -= job->reserved;
       job->reservation_id = 0;
