@@ -154,20 +154,6 @@ inline int64_t mtime_ns(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-// The xxh3 of what `fd` reads from its start, as 16 hex digits.
-inline Result<std::string> fd_xxh3(int fd, const std::string& what) {
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (off_t at = 0;;) {
-    ssize_t n = sys::pread(fd, buf.data(), buf.size(), at);
-    if (n < 0) return sys_error("read", what);
-    if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
-    at += n;
-  }
-  return fmt::format("{:016x}", hash.digest());
-}
-
 // Creates `dir` and its parents as needed (mode 0755 less the umask).
 inline Result<void> make_dirs(const std::string& dir) {
   for (std::size_t at = 1; at <= dir.size(); ++at) {
@@ -221,7 +207,7 @@ class ContentIndex {
       } else {
         auto h = detail::fd_xxh3(fd->get(), entry_dir);
         if (!h) return h.error();
-        r.xxh3 = std::move(*h);
+        r.xxh3 = detail::xxh3_hex(*h);
       }
     } else if (files->failed()) {
       r.failed = true;
@@ -337,8 +323,8 @@ class ContentIndex {
     if (static_cast<uint64_t>(st.st_ino) != r.ino || detail::mtime_ns(st) != r.mtime_ns) {
       auto h = detail::fd_xxh3(fd->get(), neff);
       if (!h) return h.error();
-      if (*h != r.xxh3)
-        return Error{Errc::invalid_argument, fmt::format("model.neff has checksum {}, {} was recorded", *h, r.xxh3)};
+      if (const std::string hex = detail::xxh3_hex(*h); hex != r.xxh3)
+        return Error{Errc::invalid_argument, fmt::format("model.neff has checksum {}, {} was recorded", hex, r.xxh3)};
     }
     return Twin{r, std::move(*fd)};
   }

@@ -133,7 +133,7 @@ inline Result<std::string> publish(const std::string& entry_dir, const std::stri
   // for a moment, for every thread of the process.)
   auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
   if (!hash) return hash.error();
-  return commit_neff(entry_dir, tmp, fmt::format("{:016x}", *hash), std::move(meta), owner);
+  return commit_neff(entry_dir, tmp, xxh3_hex(*hash), std::move(meta), owner);
 }
 
 }  // namespace detail

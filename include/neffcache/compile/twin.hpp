@@ -75,7 +75,7 @@ inline Result<std::string> place_twin_neff(const Twin& twin, const std::string& 
       return fail(w.error());
     at += n;
   }
-  if (fmt::format("{:016x}", hash.digest()) != twin.record.xxh3)
+  if (xxh3_hex(hash.digest()) != twin.record.xxh3)
     return fail(Error{Errc::invalid_argument, fmt::format("{}: model.neff changed while it was copied", twin.record.entry)});
   if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
   return std::string("copy");
@@ -166,7 +166,7 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   } else {
     auto h = detail::fd_xxh3(fd->get(), source_dir);
     if (!h) return transient(h.error().message);
-    twin.record.xxh3 = std::move(*h);
+    twin.record.xxh3 = detail::xxh3_hex(*h);
   }
   if (meta.is_object() && meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
     twin.record.compile_seconds = meta["compile_seconds"].get<double>();
