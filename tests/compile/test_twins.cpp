@@ -248,3 +248,39 @@ TEST_CASE("a deterministic failure is reused by twins, and retry clears it for e
   CHECK_FALSE(fs::exists(fs::path(a) / "model.log"));  // its twin's too
   CHECK(run(work, {b}).compiles_started == 1);
 }
+
+TEST_CASE("a twin for another owner is copied, and checked against its record as it is copied", "[index]") {
+  test::TempDir dir, work;
+  const std::string hlo = test::slurp(test::k_corpus / k_graph);
+  auto a = put_entry(dir.path(), "a", hlo);
+  REQUIRE(run(work, {a}).compiles_succeeded == 1);
+  ContentIndex index(dir.path().string());
+  auto id = entry_content_id(a);
+  REQUIRE(id);
+  auto twin = index.find(*id, "", false);
+  REQUIRE(twin);
+  const fs::path neff = fs::path(a) / "model.neff";
+  struct stat st {};
+  REQUIRE(::stat(neff.c_str(), &st) == 0);
+  // Files of another owner: no link (it would share the twin's owner), a copy or a reflink.
+  const detail::FileOwner other{st.st_uid + 1, st.st_gid + 1};
+  const fs::path placed = dir.path() / "placed";
+  auto how = detail::place_twin_neff(*twin, placed.string(), other);
+  REQUIRE(how.has_value());
+  CHECK((*how == "copy" || *how == "reflink"));
+  CHECK(inode(placed) != inode(neff));
+  CHECK(test::slurp(placed) == test::slurp(neff));
+  if (::geteuid() == 0) {
+    struct stat pst {};
+    REQUIRE(::stat(placed.c_str(), &pst) == 0);
+    CHECK(pst.st_uid == other.uid);
+  }
+  if (*how == "copy") {  // (a reflink takes the file as it is: the index checked it)
+    twin->record.xxh3 = "0000000000000000";
+    const fs::path again = dir.path() / "again";
+    auto refused = detail::place_twin_neff(*twin, again.string(), other);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().message.find("changed while it was copied") != std::string::npos);
+    CHECK_FALSE(fs::exists(again));
+  }
+}

@@ -64,18 +64,11 @@ inline Result<std::string> place_twin_neff(const Twin& twin, const std::string& 
     if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
     return std::string("reflink");
   }
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (off_t at = 0;;) {
-    ssize_t n = sys::pread(twin.neff.get(), buf.data(), buf.size(), at);
-    if (n < 0) return fail(sys_error("read", twin.record.entry));
-    if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
-    if (auto w = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), tmp); !w)
-      return fail(w.error());
-    at += n;
-  }
-  if (xxh3_hex(hash.digest()) != twin.record.xxh3)
+  // The checksum is taken of the very bytes copied: a file changed since the index
+  // checked it is refused, never published under the record's checksum.
+  auto copied = copy_hashed(twin.neff.get(), twin.record.entry, out.get(), tmp);
+  if (!copied) return fail(copied.error());
+  if (xxh3_hex(*copied) != twin.record.xxh3)
     return fail(Error{Errc::invalid_argument, fmt::format("{}: model.neff changed while it was copied", twin.record.entry)});
   if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
   return std::string("copy");

@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,16 +42,21 @@ inline std::string xxh3_hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
 // The xxh3 of what `fd` reads from its start to its end. Reads with pread, so the
 // descriptor's offset is neither used nor moved: a descriptor shared with others (an
-// index's checked NEFF) can be hashed again. `fd` stays the caller's. Errors: a read
-// fails (named after `what`).
-inline Result<uint64_t> fd_xxh3(int fd, const std::string& what) {
+// index's checked NEFF) can be hashed again. `fd` stays the caller's. `each`, when
+// given, is handed every chunk as it is hashed (a copy writes it on); an error it
+// returns ends the loop and is returned. Errors: a read fails (named after `what`).
+inline Result<uint64_t> fd_xxh3(int fd, const std::string& what,
+                                const std::function<Result<void>(std::string_view chunk)>& each = {}) {
   Xxh3 hash;
   std::vector<char> buf(1 << 20);
   for (off_t at = 0;;) {
     ssize_t n = sys::pread(fd, buf.data(), buf.size(), at);
     if (n < 0) return sys_error("read", what);
     if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
+    const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+    hash.update(chunk.data(), chunk.size());
+    if (each)
+      if (auto r = each(chunk); !r) return r.error();
     at += n;
   }
   return hash.digest();
