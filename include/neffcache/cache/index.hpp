@@ -305,7 +305,7 @@ class ContentIndex {
 
   // Checks a record against its entry now (see the header). Errors say why it fails.
   Result<Twin> check(const IndexRecord& r) const {
-    if (!valid_entry(r.entry)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", r.entry)};
+    if (!is_entry_path(r.entry)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", r.entry)};
     const std::string entry_dir = fmt::format("{}/{}", root_, r.entry);
     auto files = read_entry_files(entry_dir);
     if (!files) return files.error();
@@ -330,12 +330,6 @@ class ContentIndex {
   }
 
  private:
-  static bool valid_entry(std::string_view e) {
-    auto slash = e.find('/');
-    return slash != std::string_view::npos && e.starts_with(k_compiler_dir_prefix) &&
-           e.substr(slash + 1).starts_with(k_module_dir_prefix) && e.find('/', slash + 1) == std::string_view::npos &&
-           e.find("..") == std::string_view::npos;
-  }
   static std::string entry_of(const ContentId& id, std::string_view module) {
     return fmt::format("{}/{}", id.compiler_dir, module);
   }
