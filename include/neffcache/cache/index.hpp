@@ -90,16 +90,10 @@ inline Result<ContentId> entry_content_id(const std::string& entry_dir,
   if (!files->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO file", entry_dir)};
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return hlo.error();
-  std::vector<std::string> flags = default_flags;
-  if (files->has(EntryFile::flags)) {
-    auto f = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
-    if (!f) return f.error();
-    flags = std::move(*f);
-  }
-  auto parsed = separate_wrapper_options(flags);
-  if (!parsed) return parsed.error();
+  auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
+  if (!flags) return flags.error();
   std::string compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
-  return ContentId{std::move(compiler_dir), hlo->canonical_sha256, flags_hash(parsed->compiler_flags)};
+  return ContentId{std::move(compiler_dir), hlo->canonical_sha256, flags_hash(*flags)};
 }
 
 // What one entry holds of an identity.
