@@ -284,3 +284,37 @@ TEST_CASE("a twin for another owner is copied, and checked against its record as
     CHECK_FALSE(fs::exists(again));
   }
 }
+
+TEST_CASE("a NEFF's checksum is its publication record's only while the record describes that file", "[index]") {
+  test::TempDir dir;
+  const fs::path entry = dir.path() / "neuronxcc-2.21.0" / "MODULE_a";
+  const fs::path neff = entry / "model.neff", meta_path = entry / ".neffcache-meta.json";
+  const std::string bytes = "0123456789";
+  test::spit(neff, bytes);
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(neff, now - 1h);
+  // A record of the right size whose checksum is not the file's: used only when trusted.
+  test::spit(meta_path, R"({"size": 10, "xxh3": "00000000000000aa", "compile_seconds": 2})");
+  struct stat st {};
+  auto fd = detail::open_regular(neff.string(), &st);
+  REQUIRE(fd.has_value());
+  const std::string hashed = detail::xxh3_hex(XXH3_64bits(bytes.data(), bytes.size()));
+  auto meta = detail::read_entry_meta(entry.string());
+  CHECK(meta["compile_seconds"] == 2);
+  CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == "00000000000000aa");
+
+  SECTION("the NEFF changed after its record: hashed") {
+    fs::last_write_time(meta_path, now - 2h);
+    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == hashed);
+  }
+  SECTION("a record of another size: hashed") {
+    meta["size"] = 11;
+    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == hashed);
+  }
+  SECTION("no record, or no JSON object: hashed") {
+    test::spit(meta_path, "[1, 2]");
+    auto none = detail::read_entry_meta(entry.string());
+    CHECK(none == nlohmann::json::object());
+    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, none).value() == hashed);
+  }
+}

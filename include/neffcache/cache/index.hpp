@@ -148,6 +148,32 @@ inline int64_t mtime_ns(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
+// An entry's publication record (.neffcache-meta.json, compile/publish.hpp) as a JSON
+// object: an empty one when it is missing or is no JSON object.
+inline nlohmann::json read_entry_meta(const std::string& entry_dir) {
+  auto text = read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
+  auto j = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+// The checksum (16 hex digits) of the model.neff of `entry_dir`, open as `fd`, with `st`
+// its fstat: the one its publication record `meta` (read_entry_meta) gives when the
+// record describes this very file, else taken from `fd` (its offset is left alone).
+// The record is trusted only for the file it was written with: a NEFF published and not
+// changed since has the recorded size and an mtime no later than the record's. Errors:
+// a read of `fd` fails.
+inline Result<std::string> neff_xxh3(const std::string& entry_dir, int fd, const struct stat& st,
+                                     const nlohmann::json& meta) {
+  struct stat mst {};
+  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
+  if (meta.contains("xxh3") && meta["xxh3"].is_string() && meta.contains("size") && meta["size"] == st.st_size &&
+      ::stat(meta_path.c_str(), &mst) == 0 && mtime_ns(mst) >= mtime_ns(st))
+    return meta["xxh3"].get<std::string>();
+  auto h = fd_xxh3(fd, entry_dir);
+  if (!h) return h.error();
+  return xxh3_hex(*h);
+}
+
 // Creates `dir` and its parents as needed (mode 0755 less the umask).
 inline Result<void> make_dirs(const std::string& dir) {
   for (std::size_t at = 1; at <= dir.size(); ++at) {
@@ -178,7 +204,7 @@ class ContentIndex {
     if (!files) return files.error();
     IndexRecord r;
     r.entry = entry;
-    auto meta = read_meta(entry_dir);
+    auto meta = detail::read_entry_meta(entry_dir);
     if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
       r.compile_seconds = meta["compile_seconds"].get<double>();
     if (meta.contains("compile_seconds_saved") && meta["compile_seconds_saved"].is_number())
@@ -191,18 +217,9 @@ class ContentIndex {
       r.size = static_cast<uint64_t>(st.st_size);
       r.ino = static_cast<uint64_t>(st.st_ino);
       r.mtime_ns = detail::mtime_ns(st);
-      // The publication record is trusted only for the file it was written with: a NEFF
-      // published and not changed since has an mtime no later than the record's.
-      struct stat mst {};
-      const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
-      if (meta.contains("xxh3") && meta["xxh3"].is_string() && meta.contains("size") && meta["size"] == st.st_size &&
-          ::stat(meta_path.c_str(), &mst) == 0 && detail::mtime_ns(mst) >= r.mtime_ns) {
-        r.xxh3 = meta["xxh3"].get<std::string>();
-      } else {
-        auto h = detail::fd_xxh3(fd->get(), entry_dir);
-        if (!h) return h.error();
-        r.xxh3 = detail::xxh3_hex(*h);
-      }
+      auto h = detail::neff_xxh3(entry_dir, fd->get(), st, meta);
+      if (!h) return h.error();
+      r.xxh3 = std::move(*h);
     } else if (files->failed()) {
       r.failed = true;
     } else {
@@ -334,12 +351,6 @@ class ContentIndex {
     return fmt::format("{}/{}", id_dir(id), std::filesystem::path(entry).filename().string());
   }
   std::string entry_path(const std::string& entry) const { return fmt::format("{}/by-entry/{}", dir(), entry); }
-
-  static nlohmann::json read_meta(const std::string& entry_dir) {
-    auto text = detail::read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
-    auto j = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
-    return j.is_object() ? j : nlohmann::json::object();
-  }
 
   // A record file, if it parses and was written by us or root.
   static std::optional<IndexRecord> read_record(const std::string& path) {
