@@ -318,3 +318,26 @@ TEST_CASE("a NEFF's checksum is its publication record's only while the record d
     CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, none).value() == hashed);
   }
 }
+
+TEST_CASE("a scan cut short says whether its limit or its caller stopped it", "[index]") {
+  test::TempDir dir;
+  const std::string hlo = test::slurp(test::k_corpus / k_graph);
+  for (const char* name : {"a", "b"}) {
+    auto e = put_entry(dir.path(), name, name == std::string("a") ? hlo : test::debug_variant(hlo));
+    test::spit(fs::path(e) / "model.neff", "a NEFF from elsewhere");
+    test::spit(fs::path(e) / "model.done", "");
+  }
+  ContentIndex index(dir.path().string());
+  auto stopped = index_unknown_entries(index, 100, {}, [] { return true; });
+  CHECK_FALSE(stopped.complete);
+  CHECK(stopped.stopped);
+  CHECK(stopped.added == 0);
+  auto limited = index_unknown_entries(index, 1, {}, [] { return false; });
+  CHECK_FALSE(limited.complete);
+  CHECK_FALSE(limited.stopped);
+  CHECK(limited.added == 1);
+  auto rest = index_unknown_entries(index, 100);
+  CHECK(rest.complete);
+  CHECK_FALSE(rest.stopped);
+  CHECK(rest.added == 1);
+}

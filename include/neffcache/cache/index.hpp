@@ -393,6 +393,7 @@ struct IndexScan {
   std::size_t added = 0;    // recorded now
   std::size_t unreadable = 0;  // without a readable HLO or flags: no identity
   bool complete = true;     // false when `max_added` or `stop` cut the scan short
+  bool stopped = false;     // true when it was `stop` (the caller is going away)
 };
 
 // Records the done and failed entries of the cache that the index does not know yet
@@ -408,8 +409,13 @@ inline IndexScan index_unknown_entries(const ContentIndex& index, std::size_t ma
     ++scan.entries;
     const std::string entry = ref.relative_path();
     if (index.knows(entry)) return;
-    if (scan.added >= max_added || (stop && stop())) {
+    if (scan.added >= max_added) {
       scan.complete = false;
+      return;
+    }
+    if (stop && stop()) {
+      scan.complete = false;
+      scan.stopped = true;
       return;
     }
     auto id = entry_content_id(fmt::format("{}/{}", index.root(), entry), default_flags);
