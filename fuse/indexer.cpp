@@ -50,9 +50,14 @@ void Indexer::run() {
     scan_.result = scan;
     scan_.state = scan.complete ? "done" : "cut short";
   }
-  if (scan.added > 0 || !scan.complete)
-    fmt::print(stderr, "neffcachefs: content index: {} entries recorded at start{}\n", scan.added,
-               scan.complete ? "" : fmt::format(" (stopped after {} HLO reads: see --index-scan)", scan_limit_));
+  if (scan.added > 0 || !scan.complete) {
+    // Say why it stopped: only the limit is the user's to raise (the rest is read at the
+    // next start either way).
+    std::string why;
+    if (scan.stopped) why = " (the scan stopped: the daemon is shutting down)";
+    else if (!scan.complete) why = fmt::format(" (stopped after {} HLO reads: see --index-scan)", scan_limit_);
+    fmt::print(stderr, "neffcachefs: content index: {} entries recorded at start{}\n", scan.added, why);
+  }
   std::unique_lock lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });

@@ -85,6 +85,44 @@ TEST_CASE("wrapper options are separated from compiler flags", "[flags]") {
   }
 }
 
+TEST_CASE("an entry's compiler flags: its compile_flags.json, else the defaults, wrapper options removed", "[flags]") {
+  test::TempDir dir;
+  const std::string entry = (dir / "MODULE_1+aa").string();
+  const std::vector<std::string> defaults{"--target=trn1", "--retry_failed_compilation", "-O2"};
+  EntryFiles none, with_json;
+  with_json.note(k_compile_flags_file);
+
+  auto from_defaults = entry_compiler_flags(entry, none, defaults);
+  REQUIRE(from_defaults.has_value());
+  CHECK(*from_defaults == std::vector<std::string>{"--target=trn1", "-O2"});
+
+  const std::string path = entry + "/compile_flags.json";
+  test::spit(path, R"(["-O1", "--cache_dir", "/tmp/c", "--model-type=transformer"])");
+  auto from_file = entry_compiler_flags(entry, with_json, defaults);
+  REQUIRE(from_file.has_value());
+  CHECK(*from_file == std::vector<std::string>{"-O1", "--model-type=transformer"});
+  CHECK(*entry_compiler_flags(std::optional(path), defaults) == *from_file);
+  CHECK(*entry_compiler_flags(std::nullopt, defaults) == *from_defaults);
+
+  SECTION("an entry's own fault: bad contents, or a wrapper option without its value") {
+    test::spit(path, R"(["-O1", 3])");
+    auto bad = entry_compiler_flags(entry, with_json, defaults);
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().code == Errc::bad_flags_file);
+    test::spit(path, R"(["-O1", "--cache_dir"])");
+    auto valueless = entry_compiler_flags(entry, with_json, defaults);
+    REQUIRE_FALSE(valueless.has_value());
+    CHECK(valueless.error().code == Errc::invalid_argument);
+    CHECK(valueless.error().message == path + ": --cache_dir needs a value");
+  }
+  SECTION("a read that fails is Errc::io: not the entry's fault") {
+    sys::ScopedFaultHook eio([](sys::Call c, std::string_view) { return c == sys::Call::read ? EIO : 0; });
+    auto failed = entry_compiler_flags(entry, with_json, defaults);
+    REQUIRE_FALSE(failed.has_value());
+    CHECK(failed.error().code == Errc::io);
+  }
+}
+
 TEST_CASE("compile_flags.json round-trips and its md5 is the flags hash", "[flags]") {
   test::TempDir dir;
   std::vector<std::string> flags{"--target=trn1", "-O1", "é \"q\""};

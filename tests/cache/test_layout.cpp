@@ -50,6 +50,17 @@ TEST_CASE("entry keys name the Neuron layout", "[layout]") {
   for (std::string_view bad : {"", ".", "..", "a/b", "with space"}) CHECK_FALSE(check_compiler_version(bad));
 }
 
+TEST_CASE("an entry path is neuronxcc-*/MODULE_* and nothing that could leave the cache", "[layout]") {
+  for (std::string_view good : {"neuronxcc-2.21.0/MODULE_1+aa", "neuronxcc-2.15.128.0+56dc5a86/MODULE_0123+e30acd3a",
+                                "neuronxcc-/MODULE_"})
+    CHECK(is_entry_path(good));
+  for (std::string_view bad : {"", "MODULE_1+aa", "neuronxcc-2.21.0", "neuronxcc-2.21.0/", "neuronxcc-2.21.0//MODULE_1",
+                               "neuronxcc-2.21.0/MODULE_1/model.neff", "/neuronxcc-2.21.0/MODULE_1",
+                               "other-2.21.0/MODULE_1", "neuronxcc-2.21.0/module_1", "neuronxcc-../MODULE_1",
+                               "neuronxcc-2.21.0/MODULE_../../etc", "neuronxcc-2/MODULE_a..b"})
+    CHECK_FALSE(is_entry_path(bad));
+}
+
 TEST_CASE("an entry's state follows from its files", "[layout]") {
   using F = EntryFile;
   auto state = [](std::initializer_list<F> files, bool live = true) {

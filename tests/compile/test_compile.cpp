@@ -174,6 +174,21 @@ TEST_CASE("without compile_flags.json the caller's flags are used; legacy HLO na
   CHECK(fake::parse_fake_neff(test::slurp(test::fs::path(entry) / "model.neff"))->flags == R"(["--target=trn1", "-O1"])");
 }
 
+TEST_CASE("a compile_flags.json that is no list of flags is the entry's failure, recorded", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  for (std::string bad : {R"({"flags": "-O1"})", R"(["-O1", "--cache_dir"])"}) {
+    INFO(bad);
+    auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+    test::spit(test::fs::path(entry) / "compile_flags.json", bad);
+    auto r = compile_entry(entry, fake_settings(work));
+    CHECK(r.outcome == CompileOutcome::failed);
+    CHECK(r.attempts == 0);
+    CHECK(test::slurp(test::fs::path(entry) / "model.log").find("compile_flags.json") != std::string::npos);
+    test::fs::remove_all(entry);
+  }
+}
+
 TEST_CASE("a compiler error records model.log and no NEFF, as the Neuron cache does", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");

@@ -248,3 +248,96 @@ TEST_CASE("a deterministic failure is reused by twins, and retry clears it for e
   CHECK_FALSE(fs::exists(fs::path(a) / "model.log"));  // its twin's too
   CHECK(run(work, {b}).compiles_started == 1);
 }
+
+TEST_CASE("a twin for another owner is copied, and checked against its record as it is copied", "[index]") {
+  test::TempDir dir, work;
+  const std::string hlo = test::slurp(test::k_corpus / k_graph);
+  auto a = put_entry(dir.path(), "a", hlo);
+  REQUIRE(run(work, {a}).compiles_succeeded == 1);
+  ContentIndex index(dir.path().string());
+  auto id = entry_content_id(a);
+  REQUIRE(id);
+  auto twin = index.find(*id, "", false);
+  REQUIRE(twin);
+  const fs::path neff = fs::path(a) / "model.neff";
+  struct stat st {};
+  REQUIRE(::stat(neff.c_str(), &st) == 0);
+  // Files of another owner: no link (it would share the twin's owner), a copy or a reflink.
+  const detail::FileOwner other{st.st_uid + 1, st.st_gid + 1};
+  const fs::path placed = dir.path() / "placed";
+  auto how = detail::place_twin_neff(*twin, placed.string(), other);
+  REQUIRE(how.has_value());
+  CHECK((*how == "copy" || *how == "reflink"));
+  CHECK(inode(placed) != inode(neff));
+  CHECK(test::slurp(placed) == test::slurp(neff));
+  if (::geteuid() == 0) {
+    struct stat pst {};
+    REQUIRE(::stat(placed.c_str(), &pst) == 0);
+    CHECK(pst.st_uid == other.uid);
+  }
+  if (*how == "copy") {  // (a reflink takes the file as it is: the index checked it)
+    twin->record.xxh3 = "0000000000000000";
+    const fs::path again = dir.path() / "again";
+    auto refused = detail::place_twin_neff(*twin, again.string(), other);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().message.find("changed while it was copied") != std::string::npos);
+    CHECK_FALSE(fs::exists(again));
+  }
+}
+
+TEST_CASE("a NEFF's checksum is its publication record's only while the record describes that file", "[index]") {
+  test::TempDir dir;
+  const fs::path entry = dir.path() / "neuronxcc-2.21.0" / "MODULE_a";
+  const fs::path neff = entry / "model.neff", meta_path = entry / ".neffcache-meta.json";
+  const std::string bytes = "0123456789";
+  test::spit(neff, bytes);
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(neff, now - 1h);
+  // A record of the right size whose checksum is not the file's: used only when trusted.
+  test::spit(meta_path, R"({"size": 10, "xxh3": "00000000000000aa", "compile_seconds": 2})");
+  struct stat st {};
+  auto fd = detail::open_regular(neff.string(), &st);
+  REQUIRE(fd.has_value());
+  const std::string hashed = detail::xxh3_hex(XXH3_64bits(bytes.data(), bytes.size()));
+  auto meta = detail::read_entry_meta(entry.string());
+  CHECK(meta["compile_seconds"] == 2);
+  CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == "00000000000000aa");
+
+  SECTION("the NEFF changed after its record: hashed") {
+    fs::last_write_time(meta_path, now - 2h);
+    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == hashed);
+  }
+  SECTION("a record of another size: hashed") {
+    meta["size"] = 11;
+    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == hashed);
+  }
+  SECTION("no record, or no JSON object: hashed") {
+    test::spit(meta_path, "[1, 2]");
+    auto none = detail::read_entry_meta(entry.string());
+    CHECK(none == nlohmann::json::object());
+    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, none).value() == hashed);
+  }
+}
+
+TEST_CASE("a scan cut short says whether its limit or its caller stopped it", "[index]") {
+  test::TempDir dir;
+  const std::string hlo = test::slurp(test::k_corpus / k_graph);
+  for (const char* name : {"a", "b"}) {
+    auto e = put_entry(dir.path(), name, name == std::string("a") ? hlo : test::debug_variant(hlo));
+    test::spit(fs::path(e) / "model.neff", "a NEFF from elsewhere");
+    test::spit(fs::path(e) / "model.done", "");
+  }
+  ContentIndex index(dir.path().string());
+  auto stopped = index_unknown_entries(index, 100, {}, [] { return true; });
+  CHECK_FALSE(stopped.complete);
+  CHECK(stopped.stopped);
+  CHECK(stopped.added == 0);
+  auto limited = index_unknown_entries(index, 1, {}, [] { return false; });
+  CHECK_FALSE(limited.complete);
+  CHECK_FALSE(limited.stopped);
+  CHECK(limited.added == 1);
+  auto rest = index_unknown_entries(index, 100);
+  CHECK(rest.complete);
+  CHECK_FALSE(rest.stopped);
+  CHECK(rest.added == 1);
+}

@@ -54,14 +54,17 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
     auto read = detail::read_file(hlo->path());
     if (!read) return read.error();
     bytes = std::move(*read);
-    if (!flags && files->has(EntryFile::flags)) {
-      auto json = cache.local_file(*entry, k_compile_flags_file);
-      if (!json) return json.error();
-      auto words = read_compile_flags(json->path());
-      if (!words) return words.error();
-      auto parsed = separate_wrapper_options(*words);
-      if (!parsed) return Error{parsed.error().code, fmt::format("{}: {}", json->path(), parsed.error().message)};
-      flags = std::move(parsed->compiler_flags);
+    if (!flags) {
+      // (Through the store, which may give a downloaded copy of the file.)
+      std::optional<store::LocalFile> json;
+      if (files->has(EntryFile::flags)) {
+        auto local = cache.local_file(*entry, k_compile_flags_file);
+        if (!local) return local.error();
+        json.emplace(std::move(*local));
+      }
+      auto entry_flags = entry_compiler_flags(json ? std::optional(json->path()) : std::nullopt, a.default_flags);
+      if (!entry_flags) return entry_flags.error();
+      flags = std::move(*entry_flags);
     }
     if (version.empty()) version = entry->compiler_dir().substr(k_compiler_dir_prefix.size());
   } else {

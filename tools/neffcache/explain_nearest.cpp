@@ -17,21 +17,6 @@
 namespace neffcache::cli {
 namespace {
 
-// The compiler flags of an entry folder (its compile_flags.json, else `default_flags`),
-// wrapper options removed; nullopt when they cannot be read.
-std::optional<std::vector<std::string>> entry_flags(const std::string& dir, const EntryFiles& files,
-                                                    const std::vector<std::string>& default_flags) {
-  std::vector<std::string> flags = default_flags;
-  if (files.has(EntryFile::flags)) {
-    auto f = read_compile_flags(fmt::format("{}/{}", dir, k_compile_flags_file));
-    if (!f) return std::nullopt;
-    flags = std::move(*f);
-  }
-  auto parsed = separate_wrapper_options(flags);
-  if (!parsed) return std::nullopt;
-  return std::move(parsed->compiler_flags);
-}
-
 // The words of `a` that `b` lacks, in a's order, each as often as it is missing.
 std::vector<std::string> missing_from(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   std::multiset<std::string_view> rest(b.begin(), b.end());
@@ -83,8 +68,10 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
     if (id == asked.id) continue;  // its records failed their check already
     for (const auto& r : index.records(id)) {
       if (seen.contains(r.entry) || !index.check(r)) continue;
+      // (An entry whose flags cannot be read is left out of the comparison.)
       auto files = read_entry_files(dir_of(r.entry));
-      auto flags = files ? entry_flags(dir_of(r.entry), *files, default_flags) : std::nullopt;
+      if (!files) continue;
+      auto flags = entry_compiler_flags(dir_of(r.entry), *files, default_flags);
       if (!flags) continue;
       seen.insert(r.entry);
       same_ids.insert(fmt::format("{}+{}", id.compiler_dir, id.flags_hash));
@@ -127,7 +114,7 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
     auto graph = split_hlo(*bytes);
     if (!graph) continue;
     if (graph->analysis.canonical_sha256 == asked.id.graph_sha256) {
-      auto flags = entry_flags(dir, c.files, default_flags);
+      auto flags = entry_compiler_flags(dir, c.files, default_flags);
       if (flags && same_ids
                        .insert(fmt::format("{}+{}", c.entry.substr(0, c.entry.find('/')),
                                            flags_hash(*flags)))

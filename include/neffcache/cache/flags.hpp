@@ -255,6 +255,40 @@ inline Result<std::vector<std::string>> read_compile_flags(const std::string& pa
   return flags;
 }
 
+// The compiler flags an entry is compiled with: those of its compile_flags.json when
+// `flags_file` names one, else `default_flags` (NEURON_CC_FLAGS of the daemon or tool),
+// either way with the wrapper's own options removed (separate_wrapper_options). The one
+// rule for the compile, the job's dedup key, the content identity and `explain`.
+// Errors, so that a caller can tell the two apart: the file cannot be read (Errc::io,
+// or Errc::not_found if it went meanwhile), which may pass; or the entry's own fault,
+// contents that are no list of strings (Errc::bad_flags_file) or a wrapper option
+// without its value (Errc::invalid_argument). Messages from the file name it.
+inline Result<std::vector<std::string>> entry_compiler_flags(const std::optional<std::string>& flags_file,
+                                                             const std::vector<std::string>& default_flags) {
+  std::optional<std::vector<std::string>> from_file;
+  if (flags_file) {
+    auto read = read_compile_flags(*flags_file);
+    if (!read) return read.error();
+    from_file = std::move(*read);
+  }
+  auto parsed = separate_wrapper_options(from_file ? *from_file : default_flags);
+  if (!parsed) {
+    if (!flags_file) return parsed.error();
+    return Error{parsed.error().code, fmt::format("{}: {}", *flags_file, parsed.error().message)};
+  }
+  return std::move(parsed->compiler_flags);
+}
+
+// The same for the entry folder `entry_dir`, whose files are `files`: its
+// compile_flags.json when `files` lists one. (`files` rather than a look: the callers
+// have just listed the folder.)
+inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir, const EntryFiles& files,
+                                                             const std::vector<std::string>& default_flags) {
+  std::optional<std::string> flags_file;
+  if (files.has(EntryFile::flags)) flags_file = fmt::format("{}/{}", entry_dir, k_compile_flags_file);
+  return entry_compiler_flags(flags_file, default_flags);
+}
+
 // Writes compile_flags.json atomically, in json.dumps form, so that the MD5 of the
 // file equals the entry's flags hash (the JSON form) as in the Neuron cache.
 inline Result<void> write_compile_flags(const std::string& path,

@@ -90,16 +90,10 @@ inline Result<ContentId> entry_content_id(const std::string& entry_dir,
   if (!files->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO file", entry_dir)};
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return hlo.error();
-  std::vector<std::string> flags = default_flags;
-  if (files->has(EntryFile::flags)) {
-    auto f = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
-    if (!f) return f.error();
-    flags = std::move(*f);
-  }
-  auto parsed = separate_wrapper_options(flags);
-  if (!parsed) return parsed.error();
+  auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
+  if (!flags) return flags.error();
   std::string compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
-  return ContentId{std::move(compiler_dir), hlo->canonical_sha256, flags_hash(parsed->compiler_flags)};
+  return ContentId{std::move(compiler_dir), hlo->canonical_sha256, flags_hash(*flags)};
 }
 
 // What one entry holds of an identity.
@@ -154,18 +148,30 @@ inline int64_t mtime_ns(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-// The xxh3 of what `fd` reads from its start, as 16 hex digits.
-inline Result<std::string> fd_xxh3(int fd, const std::string& what) {
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (off_t at = 0;;) {
-    ssize_t n = sys::pread(fd, buf.data(), buf.size(), at);
-    if (n < 0) return sys_error("read", what);
-    if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
-    at += n;
-  }
-  return fmt::format("{:016x}", hash.digest());
+// An entry's publication record (.neffcache-meta.json, compile/publish.hpp) as a JSON
+// object: an empty one when it is missing or is no JSON object.
+inline nlohmann::json read_entry_meta(const std::string& entry_dir) {
+  auto text = read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
+  auto j = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+// The checksum (16 hex digits) of the model.neff of `entry_dir`, open as `fd`, with `st`
+// its fstat: the one its publication record `meta` (read_entry_meta) gives when the
+// record describes this very file, else taken from `fd` (its offset is left alone).
+// The record is trusted only for the file it was written with: a NEFF published and not
+// changed since has the recorded size and an mtime no later than the record's. Errors:
+// a read of `fd` fails.
+inline Result<std::string> neff_xxh3(const std::string& entry_dir, int fd, const struct stat& st,
+                                     const nlohmann::json& meta) {
+  struct stat mst {};
+  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
+  if (meta.contains("xxh3") && meta["xxh3"].is_string() && meta.contains("size") && meta["size"] == st.st_size &&
+      ::stat(meta_path.c_str(), &mst) == 0 && mtime_ns(mst) >= mtime_ns(st))
+    return meta["xxh3"].get<std::string>();
+  auto h = fd_xxh3(fd, entry_dir);
+  if (!h) return h.error();
+  return xxh3_hex(*h);
 }
 
 // Creates `dir` and its parents as needed (mode 0755 less the umask).
@@ -198,7 +204,7 @@ class ContentIndex {
     if (!files) return files.error();
     IndexRecord r;
     r.entry = entry;
-    auto meta = read_meta(entry_dir);
+    auto meta = detail::read_entry_meta(entry_dir);
     if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
       r.compile_seconds = meta["compile_seconds"].get<double>();
     if (meta.contains("compile_seconds_saved") && meta["compile_seconds_saved"].is_number())
@@ -211,18 +217,9 @@ class ContentIndex {
       r.size = static_cast<uint64_t>(st.st_size);
       r.ino = static_cast<uint64_t>(st.st_ino);
       r.mtime_ns = detail::mtime_ns(st);
-      // The publication record is trusted only for the file it was written with: a NEFF
-      // published and not changed since has an mtime no later than the record's.
-      struct stat mst {};
-      const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
-      if (meta.contains("xxh3") && meta["xxh3"].is_string() && meta.contains("size") && meta["size"] == st.st_size &&
-          ::stat(meta_path.c_str(), &mst) == 0 && detail::mtime_ns(mst) >= r.mtime_ns) {
-        r.xxh3 = meta["xxh3"].get<std::string>();
-      } else {
-        auto h = detail::fd_xxh3(fd->get(), entry_dir);
-        if (!h) return h.error();
-        r.xxh3 = std::move(*h);
-      }
+      auto h = detail::neff_xxh3(entry_dir, fd->get(), st, meta);
+      if (!h) return h.error();
+      r.xxh3 = std::move(*h);
     } else if (files->failed()) {
       r.failed = true;
     } else {
@@ -319,7 +316,7 @@ class ContentIndex {
 
   // Checks a record against its entry now (see the header). Errors say why it fails.
   Result<Twin> check(const IndexRecord& r) const {
-    if (!valid_entry(r.entry)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", r.entry)};
+    if (!is_entry_path(r.entry)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", r.entry)};
     const std::string entry_dir = fmt::format("{}/{}", root_, r.entry);
     auto files = read_entry_files(entry_dir);
     if (!files) return files.error();
@@ -337,19 +334,13 @@ class ContentIndex {
     if (static_cast<uint64_t>(st.st_ino) != r.ino || detail::mtime_ns(st) != r.mtime_ns) {
       auto h = detail::fd_xxh3(fd->get(), neff);
       if (!h) return h.error();
-      if (*h != r.xxh3)
-        return Error{Errc::invalid_argument, fmt::format("model.neff has checksum {}, {} was recorded", *h, r.xxh3)};
+      if (const std::string hex = detail::xxh3_hex(*h); hex != r.xxh3)
+        return Error{Errc::invalid_argument, fmt::format("model.neff has checksum {}, {} was recorded", hex, r.xxh3)};
     }
     return Twin{r, std::move(*fd)};
   }
 
  private:
-  static bool valid_entry(std::string_view e) {
-    auto slash = e.find('/');
-    return slash != std::string_view::npos && e.starts_with(k_compiler_dir_prefix) &&
-           e.substr(slash + 1).starts_with(k_module_dir_prefix) && e.find('/', slash + 1) == std::string_view::npos &&
-           e.find("..") == std::string_view::npos;
-  }
   static std::string entry_of(const ContentId& id, std::string_view module) {
     return fmt::format("{}/{}", id.compiler_dir, module);
   }
@@ -360,12 +351,6 @@ class ContentIndex {
     return fmt::format("{}/{}", id_dir(id), std::filesystem::path(entry).filename().string());
   }
   std::string entry_path(const std::string& entry) const { return fmt::format("{}/by-entry/{}", dir(), entry); }
-
-  static nlohmann::json read_meta(const std::string& entry_dir) {
-    auto text = detail::read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
-    auto j = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
-    return j.is_object() ? j : nlohmann::json::object();
-  }
 
   // A record file, if it parses and was written by us or root.
   static std::optional<IndexRecord> read_record(const std::string& path) {
@@ -408,6 +393,7 @@ struct IndexScan {
   std::size_t added = 0;    // recorded now
   std::size_t unreadable = 0;  // without a readable HLO or flags: no identity
   bool complete = true;     // false when `max_added` or `stop` cut the scan short
+  bool stopped = false;     // true when it was `stop` (the caller is going away)
 };
 
 // Records the done and failed entries of the cache that the index does not know yet
@@ -423,8 +409,13 @@ inline IndexScan index_unknown_entries(const ContentIndex& index, std::size_t ma
     ++scan.entries;
     const std::string entry = ref.relative_path();
     if (index.knows(entry)) return;
-    if (scan.added >= max_added || (stop && stop())) {
+    if (scan.added >= max_added) {
       scan.complete = false;
+      return;
+    }
+    if (stop && stop()) {
+      scan.complete = false;
+      scan.stopped = true;
       return;
     }
     auto id = entry_content_id(fmt::format("{}/{}", index.root(), entry), default_flags);

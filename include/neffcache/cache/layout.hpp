@@ -54,6 +54,18 @@ struct EntryKey {
   std::string relative_path() const { return compiler_dir() + "/" + module_dir(); }
 };
 
+// Whether `path` names an entry by its path in a cache: neuronxcc-*/MODULE_*, exactly
+// two components. The one check for paths that come from users, S3 listings and index
+// records, all of which are then joined to a cache root: so besides the shape, a ".."
+// anywhere is refused (no component can climb out of the cache, whatever a later
+// normalization makes of it), and the prefixes leave no component empty.
+inline bool is_entry_path(std::string_view path) {
+  auto slash = path.find('/');
+  return slash != std::string_view::npos && path.starts_with(k_compiler_dir_prefix) &&
+         path.substr(slash + 1).starts_with(k_module_dir_prefix) &&
+         path.find('/', slash + 1) == std::string_view::npos && path.find("..") == std::string_view::npos;
+}
+
 // A compiler version must be usable as one path component.
 inline Result<void> check_compiler_version(std::string_view v) {
   bool ok = !v.empty() && v != "." && v != ".." && v.size() <= 128;

@@ -140,8 +140,8 @@ inline NeffVerdict verify_neff(const std::string& entry_dir) {
     return {NeffCheck::broken, fmt::format("model.neff has {} bytes, {} were published", st.st_size, meta["size"].dump())};
   auto hash = detail::file_xxh3(neff);
   if (!hash) return {NeffCheck::broken, hash.error().message};
-  if (fmt::format("{:016x}", *hash) != meta["xxh3"].get<std::string>())
-    return {NeffCheck::broken, fmt::format("model.neff has checksum {:016x}, {} was published", *hash,
+  if (const std::string hex = detail::xxh3_hex(*hash); hex != meta["xxh3"].get<std::string>())
+    return {NeffCheck::broken, fmt::format("model.neff has checksum {}, {} was published", hex,
                                            meta["xxh3"].get<std::string>())};
   return {};
 }

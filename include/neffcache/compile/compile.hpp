@@ -118,17 +118,11 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     return r;
   };
 
-  std::vector<std::string> flags = s.default_flags;
-  if (files->has(EntryFile::flags)) {
-    auto from_entry = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
-    // Bad contents are the entry's fault; a failed read is not, and may pass.
-    if (!from_entry && from_entry.error().code == Errc::io) return transient(from_entry.error().message);
-    if (!from_entry) return record_failure(from_entry.error().message);
-    flags = std::move(*from_entry);
-  }
-  auto parsed = separate_wrapper_options(flags);
-  if (!parsed) return record_failure(parsed.error().message);
-  flags = std::move(parsed->compiler_flags);
+  auto entry_flags = entry_compiler_flags(entry_dir, *files, s.default_flags);
+  // Bad contents are the entry's fault; a failed read is not, and may pass.
+  if (!entry_flags && entry_flags.error().code == Errc::io) return transient(entry_flags.error().message);
+  if (!entry_flags) return record_failure(entry_flags.error().message);
+  std::vector<std::string> flags = std::move(*entry_flags);
   // A retried failure: the old record goes only once we really compile again.
   sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
 

@@ -28,17 +28,11 @@ inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::
   if (!files || !files->has_hlo() || files->done()) return spec;
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return spec;
-  std::vector<std::string> flags = default_flags;
-  if (files->has(EntryFile::flags)) {
-    auto f = read_compile_flags(fmt::format("{}/{}", entry_dir, k_compile_flags_file));
-    if (!f) return spec;
-    flags = std::move(*f);
-  }
-  auto parsed = separate_wrapper_options(flags);
-  if (!parsed) return spec;
+  auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
+  if (!flags) return spec;
   auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
   // The entry's content identity: what the content index files its result under.
-  spec.dedup_key = ContentId{compiler_dir, hlo->canonical_sha256, flags_hash(parsed->compiler_flags)}.str();
+  spec.dedup_key = ContentId{compiler_dir, hlo->canonical_sha256, flags_hash(*flags)}.str();
   spec.instructions = hlo->stats.instructions;
   spec.hlo_bytes = hlo->stats.bytes;
   return spec;

@@ -33,6 +33,15 @@ inline std::string entry_name(const std::string& entry_dir) {
   return std::filesystem::path(entry_dir).filename().string();
 }
 
+// Copies what `in` reads from its start to `out` (at its offset) and returns the xxh3 of
+// the bytes copied. `in` is read with pread (fd_xxh3), so its offset is left alone and a
+// descriptor shared with others (a Twin's checked NEFF) can be copied. Errors name
+// `from` (a read) or `to` (a write). Both descriptors stay the caller's; nothing is
+// fsynced or removed: what a failure leaves in `out` is the caller's to remove.
+inline Result<uint64_t> copy_hashed(int in, const std::string& from, int out, const std::string& to) {
+  return fd_xxh3(in, from, [&](std::string_view chunk) { return write_all(out, chunk, to); });
+}
+
 // Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
 // bytes copied; on failure `to` is removed.
 inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode,
@@ -47,17 +56,8 @@ inline Result<uint64_t> copy_file_hashed(const std::string& from, const std::str
     sys::unlink(to.c_str());
     return e;
   };
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    ssize_t n = sys::read(in.get(), buf.data(), buf.size());
-    if (n < 0) return fail(sys_error("read", from));
-    if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
-    if (auto w = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), to); !w)
-      return fail(w.error());
-  }
-  uint64_t h = hash.digest();
+  auto h = copy_hashed(in.get(), from, out.get(), to);
+  if (!h) return fail(h.error());
   if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", to));
   return h;
 }
@@ -133,7 +133,7 @@ inline Result<std::string> publish(const std::string& entry_dir, const std::stri
   // for a moment, for every thread of the process.)
   auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
   if (!hash) return hash.error();
-  return commit_neff(entry_dir, tmp, fmt::format("{:016x}", *hash), std::move(meta), owner);
+  return commit_neff(entry_dir, tmp, xxh3_hex(*hash), std::move(meta), owner);
 }
 
 }  // namespace detail

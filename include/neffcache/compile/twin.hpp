@@ -64,18 +64,11 @@ inline Result<std::string> place_twin_neff(const Twin& twin, const std::string& 
     if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
     return std::string("reflink");
   }
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (off_t at = 0;;) {
-    ssize_t n = sys::pread(twin.neff.get(), buf.data(), buf.size(), at);
-    if (n < 0) return fail(sys_error("read", twin.record.entry));
-    if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
-    if (auto w = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), tmp); !w)
-      return fail(w.error());
-    at += n;
-  }
-  if (fmt::format("{:016x}", hash.digest()) != twin.record.xxh3)
+  // The checksum is taken of the very bytes copied: a file changed since the index
+  // checked it is refused, never published under the record's checksum.
+  auto copied = copy_hashed(twin.neff.get(), twin.record.entry, out.get(), tmp);
+  if (!copied) return fail(copied.error());
+  if (xxh3_hex(*copied) != twin.record.xxh3)
     return fail(Error{Errc::invalid_argument, fmt::format("{}: model.neff changed while it was copied", twin.record.entry)});
   if (sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
   return std::string("copy");
@@ -143,7 +136,8 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
 
 // Gives `entry_dir` the result of `source_dir`, an entry of the same cache with the same
 // content identity that this process just compiled (the scheduler's in-process dedup).
-// Its NEFF is taken as its publication record describes it.
+// Its NEFF's checksum is the publication record's when that describes the file, as for
+// the content index (neff_xxh3).
 inline CompileResult copy_result(const std::string& source_dir, const std::string& entry_dir,
                                  const CompileSettings& s) {
   auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
@@ -159,16 +153,11 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   struct stat st {};
   auto fd = detail::open_regular(fmt::format("{}/{}", source_dir, k_neff_file), &st);
   if (!fd) return transient(fd.error().message);
-  auto text = detail::read_file(fmt::format("{}/{}", source_dir, k_meta_file));
-  auto meta = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
-  if (meta.is_object() && meta.contains("xxh3") && meta["xxh3"].is_string() && meta["size"] == st.st_size) {
-    twin.record.xxh3 = meta["xxh3"].get<std::string>();
-  } else {
-    auto h = detail::fd_xxh3(fd->get(), source_dir);
-    if (!h) return transient(h.error().message);
-    twin.record.xxh3 = std::move(*h);
-  }
-  if (meta.is_object() && meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+  auto meta = detail::read_entry_meta(source_dir);
+  auto h = detail::neff_xxh3(source_dir, fd->get(), st, meta);
+  if (!h) return transient(h.error().message);
+  twin.record.xxh3 = std::move(*h);
+  if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
     twin.record.compile_seconds = meta["compile_seconds"].get<double>();
   twin.record.size = static_cast<uint64_t>(st.st_size);
   twin.neff = std::move(*fd);

@@ -39,13 +39,6 @@ inline std::string s3_key(const std::string& prefix, std::string_view rel) {
   return prefix.empty() ? std::string(rel) : fmt::format("{}/{}", prefix, rel);
 }
 
-// Whether `rel` names an entry by its path in a cache: neuronxcc-*/MODULE_*.
-inline bool is_entry_path(std::string_view rel) {
-  auto slash = rel.find('/');
-  return rel.starts_with(k_compiler_dir_prefix) && slash != std::string_view::npos &&
-         rel.substr(slash + 1).starts_with(k_module_dir_prefix) && rel.find('/', slash + 1) == std::string_view::npos;
-}
-
 // Groups keys under `prefix` into entries: "neuronxcc-X/MODULE_Y" -> its objects. Keys
 // outside the layout are ignored.
 inline std::map<std::string, S3EntryObjects> group_s3_entries(const std::vector<ObjectInfo>& objects,
@@ -55,12 +48,9 @@ inline std::map<std::string, S3EntryObjects> group_s3_entries(const std::vector<
   for (const auto& o : objects) {
     if (o.key.size() <= skip) continue;
     std::string_view rel = std::string_view(o.key).substr(skip);
-    auto a = rel.find('/');
-    auto b = a == std::string_view::npos ? a : rel.find('/', a + 1);
-    if (b == std::string_view::npos || rel.find('/', b + 1) != std::string_view::npos) continue;
-    if (!rel.starts_with(k_compiler_dir_prefix) || rel.substr(a + 1, k_module_dir_prefix.size()) != k_module_dir_prefix)
-      continue;
-    out[std::string(rel.substr(0, b))].emplace(std::string(rel.substr(b + 1)), o);
+    auto file = rel.rfind('/');
+    if (file == std::string_view::npos || !is_entry_path(rel.substr(0, file))) continue;
+    out[std::string(rel.substr(0, file))].emplace(std::string(rel.substr(file + 1)), o);
   }
   return out;
 }

@@ -135,7 +135,7 @@ class DirectoryStore final : public Store {
   // An entry folder in the view or the backing folder.
   Result<Entry> of_folder(const std::string& dir) const override {
     for (const auto& root : {view_, backing_})
-      if (dir.starts_with(root + "/") && valid_entry_path(std::string_view(dir).substr(root.size() + 1)))
+      if (dir.starts_with(root + "/") && is_entry_path(std::string_view(dir).substr(root.size() + 1)))
         return make_entry(dir.substr(root.size() + 1));
     return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the cache {}", dir, view_)};
   }

@@ -43,7 +43,7 @@ class S3Store final : public Store {
     std::string arg(given);
     while (!arg.empty() && arg.back() == '/') arg.pop_back();
     if (const std::string root = url_root(); arg.starts_with(root)) arg.erase(0, root.size());
-    if (!valid_entry_path(arg))
+    if (!is_entry_path(arg))
       return Error{Errc::invalid_argument,
                    fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, url_.text)};
     return make_entry(std::move(arg));

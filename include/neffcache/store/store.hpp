@@ -40,13 +40,6 @@ namespace neffcache::store {
 
 class Store;
 
-// Whether `path` names an entry by its path in a cache: neuronxcc-*/MODULE_*, one slash.
-inline bool valid_entry_path(std::string_view path) {
-  auto slash = path.find('/');
-  return path.starts_with(k_compiler_dir_prefix) && slash != std::string_view::npos &&
-         path.substr(slash + 1).starts_with(k_module_dir_prefix) && path.find('/', slash + 1) == std::string_view::npos;
-}
-
 // An entry of a store. Cheap to copy; valid while its store lives.
 class Entry {
  public:
@@ -125,7 +118,7 @@ class Store {
   // The entry at a path in the cache (neuronxcc-*/MODULE_*); anything else is
   // Errc::invalid_argument. The entry need not exist (yet).
   Result<Entry> at(std::string_view path) const {
-    if (!valid_entry_path(path))
+    if (!is_entry_path(path))
       return Error{Errc::invalid_argument, fmt::format("{}: not an entry path (neuronxcc-*/MODULE_*)", path)};
     return Entry(this, std::string(path));
   }

@@ -1,12 +1,17 @@
-// XXH3-64 checksums: of bytes streamed through a state, and of a whole file. publish()
-// records a NEFF's in .neffcache-meta.json; verify checks a NEFF against it.
+// XXH3-64 checksums: of bytes streamed through a state, of what a descriptor reads, and
+// of a whole file. publish() records a NEFF's in .neffcache-meta.json; verify checks a NEFF
+// against it; the content index checks its records with it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -31,21 +36,38 @@ class Xxh3 {
   std::unique_ptr<XXH3_state_t, Free> state_;
 };
 
+// A checksum written as publish() records it and the content index compares it:
+// 16 lowercase hex digits.
+inline std::string xxh3_hex(uint64_t h) { return fmt::format("{:016x}", h); }
+
+// The xxh3 of what `fd` reads from its start to its end. Reads with pread, so the
+// descriptor's offset is neither used nor moved: a descriptor shared with others (an
+// index's checked NEFF) can be hashed again. `fd` stays the caller's. `each`, when
+// given, is handed every chunk as it is hashed (a copy writes it on); an error it
+// returns ends the loop and is returned. Errors: a read fails (named after `what`).
+inline Result<uint64_t> fd_xxh3(int fd, const std::string& what,
+                                const std::function<Result<void>(std::string_view chunk)>& each = {}) {
+  Xxh3 hash;
+  std::vector<char> buf(1 << 20);
+  for (off_t at = 0;;) {
+    ssize_t n = sys::pread(fd, buf.data(), buf.size(), at);
+    if (n < 0) return sys_error("read", what);
+    if (n == 0) break;
+    const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+    hash.update(chunk.data(), chunk.size());
+    if (each)
+      if (auto r = each(chunk); !r) return r.error();
+    at += n;
+  }
+  return hash.digest();
+}
+
 // The xxh3 of a regular file's bytes, as publish() records it. Errors: the file cannot
 // be opened as a regular file without following a link (see open_regular), or a read fails.
 inline Result<uint64_t> file_xxh3(const std::string& path) {
   auto opened = open_regular(path);
   if (!opened) return opened.error();
-  UniqueFd in = std::move(*opened);
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    ssize_t n = sys::read(in.get(), buf.data(), buf.size());
-    if (n < 0) return sys_error("read", path);
-    if (n == 0) break;
-    hash.update(buf.data(), static_cast<std::size_t>(n));
-  }
-  return hash.digest();
+  return fd_xxh3(opened->get(), path);
 }
 
 }  // namespace neffcache::detail
