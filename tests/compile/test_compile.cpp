@@ -485,6 +485,58 @@ TEST_CASE("peak memory and compile time are recorded", "[compile]") {
   CHECK(meta["peak_rss_kib"].get<long>() >= 96 * 1024);
 }
 
+TEST_CASE("the peak of a compiler that holds its memory in a child is measured on the whole tree", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "64");
+  test::ScopedEnv child("NEFFCACHE_FAKE_MEMORY_CHILD", "1");
+  test::ScopedEnv secs("NEFFCACHE_FAKE_SECONDS", "0.5");  // a few samples' worth
+  test::ScopedEnv idle("NEFFCACHE_FAKE_IDLE", "1");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  REQUIRE(r.outcome == CompileOutcome::success);
+  CHECK(r.peak_rss_kib >= 60 * 1024);
+  auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));
+  CHECK(meta["peak_rss_kib"].get<long>() >= 60 * 1024);
+  CHECK(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file)).find("touched 64 MiB in a child process") !=
+        std::string::npos);
+}
+
+TEST_CASE("the runner sums the memory of every process in the group at once, which ru_maxrss cannot", "[compile]") {
+  // Two compilers side by side under one shell, 40 MiB each: the shell's ru_maxrss is the
+  // larger of its reaped children (about 40 MiB); only the samples see the 80 MiB held
+  // together.
+  test::TempDir work;
+  const std::string in = (test::k_corpus / "gopjrt_tuple.hlo.pb").string();
+  auto one = [&](const std::string& out) {
+    return fmt::format("{} compile --framework=XLA --target=trn1 {} --output {}", k_fake, in, (work / out).string());
+  };
+  RunSpec spec;
+  spec.argv = {"env", "NEFFCACHE_FAKE_MEMORY_MB=40", "NEFFCACHE_FAKE_SECONDS=0.6", "NEFFCACHE_FAKE_IDLE=1", "sh", "-c",
+               one("a.neff") + " >/dev/null & " + one("b.neff") + " >/dev/null & wait"};
+  PosixRunner runner;
+  auto r = runner.run(spec);
+  REQUIRE(r.has_value());
+  CHECK(r->end == RunEnd::exited);
+  CHECK(r->exit_code == 0);
+  CHECK(r->sampled_peak_kib >= 76 * 1024);
+  CHECK(r->peak_rss_kib >= r->sampled_peak_kib);
+  CHECK(fake::parse_fake_neff(test::slurp(work / "a.neff")).has_value());
+  CHECK(fake::parse_fake_neff(test::slurp(work / "b.neff")).has_value());
+}
+
+TEST_CASE("a process group's memory is read from /proc/<pid>/stat after the last ')'", "[compile]") {
+  // comm may hold spaces and parentheses; field 5 is the group, field 24 the resident pages.
+  const std::string stat =
+      "4242 (a) b (c)) S 1 4240 4240 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000000 321 18446744073709551615";
+  CHECK(detail::stat_rss_kib_in_group(stat, 4240, 4) == 321 * 4);
+  CHECK(detail::stat_rss_kib_in_group(stat, 4241, 4) == 0);  // another group
+  CHECK(detail::stat_rss_kib_in_group("4242 (a", 4240, 4) == 0);
+  CHECK(detail::stat_rss_kib_in_group("4242 (a) S 1 4240 4240", 4240, 4) == 0);  // cut short
+  // This process: its group holds at least what it holds itself.
+  CHECK(detail::group_rss_kib(::getpgrp()) > 0);
+  CHECK(detail::group_rss_kib(999'999'999) == 0);  // no such group
+}
+
 TEST_CASE("a reader polling model.neff during publishes never sees a partial file", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
