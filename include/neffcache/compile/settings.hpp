@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -145,6 +146,14 @@ struct CompileSettings {
   // Where the library reports what it noticed and went on from (a content-index record
   // dropped or not written): one line each. Empty: nowhere.
   std::function<void(std::string_view)> log;
+  // Set per compile by a scheduler that admits compiles by memory, on its own copy of the
+  // settings; compile_entry only writes them into the entry's metadata
+  // (.neffcache-meta.json, beside the measured peak_rss_kib). The memory reservation this
+  // compile was admitted with, in KiB (0: none) ...
+  uint64_t predicted_peak_kib = 0;
+  // ... and how many earlier attempts of this job were killed for lack of memory
+  // (CompileResult::oom_killed).
+  int oom_retries = 0;
 };
 
 // The compiler a run's --compiler option names: `text` parsed as a template (the default
