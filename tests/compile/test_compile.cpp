@@ -2,7 +2,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch_test_macros.hpp>
@@ -98,6 +101,78 @@ void check_entry_consistent(const std::string& entry) {
   REQUIRE(lock.has_value());
   CHECK(lock->state != LockState::live);
 }
+
+// A memory cgroup of its own for a test, `limit` bytes and no swap, removed at scope end
+// (its processes must be gone by then). cgroup v2 where the root delegates the memory
+// controller, else v1's memory hierarchy. Made beside, not under, the cgroup this process
+// runs in, which belongs to whoever started us. Unusable (why() says why) when we are not
+// root or neither is there.
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(uint64_t limit) {
+    if (::geteuid() != 0) {
+      fail("needs root");
+      return;
+    }
+    const std::string name = fmt::format("neffcache-test-oom-{}-{}", ::getpid(), detail::random_hex64());
+    auto has_word = [](const std::string& file, std::string_view word) {
+      auto text = detail::read_file(file);
+      if (!text) return false;
+      std::istringstream in(*text);
+      for (std::string w; in >> w;)
+        if (w == word) return true;
+      return false;
+    };
+    if (has_word("/sys/fs/cgroup/cgroup.subtree_control", "memory")) {
+      dir_ = "/sys/fs/cgroup/" + name;
+      if (!make()) return;
+      if (!write("memory.max", limit)) return;
+      if (test::fs::exists(dir_ + "/memory.swap.max") && !write("memory.swap.max", 0)) return;
+    } else if (test::fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
+      dir_ = "/sys/fs/cgroup/memory/" + name;
+      if (!make()) return;
+      if (!write("memory.limit_in_bytes", limit)) return;
+      // Swap counts only where swap accounting is on; no swap at all then.
+      if (test::fs::exists(dir_ + "/memory.memsw.limit_in_bytes") && !write("memory.memsw.limit_in_bytes", limit)) return;
+      if (!write("memory.swappiness", 0)) return;
+    } else {
+      fail("no cgroup v2 root with the memory controller delegated, and no cgroup v1 memory hierarchy");
+      return;
+    }
+    ok_ = true;
+  }
+  ~MemoryCgroup() {
+    if (!made_) return;
+    // The compiler was reaped; the kernel may take a moment to let the group go.
+    for (int i = 0; i < 200 && ::rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i)
+      std::this_thread::sleep_for(10ms);
+  }
+  MemoryCgroup(const MemoryCgroup&) = delete;
+  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  // Written by a process to move itself in: "echo $$ > procs()".
+  std::string procs() const { return dir_ + "/cgroup.procs"; }
+
+ private:
+  void fail(std::string why) { why_ = std::move(why); }
+  bool make() {
+    if (::mkdir(dir_.c_str(), 0755) != 0) return fail(fmt::format("cannot create {}: {}", dir_, std::strerror(errno))), false;
+    made_ = true;
+    return true;
+  }
+  bool write(const std::string& file, uint64_t value) {
+    const std::string path = dir_ + "/" + file;
+    std::ofstream out(path);
+    out << value;
+    out.close();
+    if (!out) return fail(fmt::format("cannot write {} to {}", value, path)), false;
+    return true;
+  }
+  std::string dir_, why_;
+  bool made_ = false, ok_ = false;
+};
 
 }  // namespace
 
@@ -354,11 +429,12 @@ TEST_CASE("a compile as another user: its own work folder; what it writes to the
 TEST_CASE("a compiler killed by a signal is transient: nothing recorded, nothing partial", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
-  test::ScopedEnv sig("NEFFCACHE_FAKE_SIGNAL", "KILL");  // leaves a partial output first
+  test::ScopedEnv sig("NEFFCACHE_FAKE_SIGNAL", "SEGV");  // leaves a partial output first
   auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
   auto r = compile_entry(entry, fake_settings(work));
   CHECK(r.outcome == CompileOutcome::transient);
-  CHECK(r.message == "compiler killed by signal 9 (out of memory?)");
+  CHECK(r.message == "compiler killed by signal 11");
+  CHECK_FALSE(r.oom_killed);
   CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.log"));
   CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.neff"));
   CHECK(state_of(entry) == EntryState::pending);
@@ -391,27 +467,117 @@ TEST_CASE("what a compiler prints tells a full disk or host memory from a bad gr
   CHECK_FALSE(detail::resource_exhaustion("Estimated peak HBM usage exceeds the device memory"));
 }
 
-TEST_CASE("a launcher reporting its compiler SIGKILLed (exit 137, the OOM killer) is transient", "[compile]") {
+TEST_CASE("an out-of-memory kill, in each of its three forms, is transient and handed back at once", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
-  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "137");
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
+  test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "24");  // the peak it is killed at
+  std::optional<test::ScopedEnv> a, b;
+  std::string form;
+  SECTION("SIGKILL, the kernel's OOM killer") {
+    a.emplace("NEFFCACHE_FAKE_SIGNAL", "KILL");
+    form = "(signal 9)";
+  }
+  SECTION("exit 137, a launcher reporting its compiler SIGKILLed") {
+    a.emplace("NEFFCACHE_FAKE_FAIL", "137");
+    form = "(exit 137)";
+  }
+  SECTION("exit 70 with neuronx-cc's own report, [F137]") {
+    a.emplace("NEFFCACHE_FAKE_FAIL", "70");
+    b.emplace("NEFFCACHE_FAKE_FAIL_MESSAGE",
+              "[F137] neuronx-cc was forcibly killed - This most commonly occurs due to insufficient system memory.");
+    form = "(exit 70, [F137])";
+  }
   auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
-  auto r = compile_entry(entry, fake_settings(work));
+  auto s = fake_settings(work);
+  s.max_retries = 3;  // not for these: the same memory would be killed again
+  auto r = compile_entry(entry, s);
+  INFO(r.message);
   CHECK(r.outcome == CompileOutcome::transient);
-  CHECK(r.message.find("exit 137") != std::string::npos);
+  CHECK(r.oom_killed);
+  CHECK(r.attempts == 1);
+  CHECK(test::count_lines(work / "compiles.log") == 1);
+  CHECK(r.peak_rss_kib >= 24 * 1024);
+  CHECK(r.message == fmt::format("compiler killed for lack of memory {} at a peak of {} MiB", form,
+                                 (r.peak_rss_kib + 512) / 1024));
+  // Nothing recorded: no model.log, no NEFF; the entry stays pending, the log says why.
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.log"));
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.neff"));
+  CHECK(state_of(entry) == EntryState::pending);
+  CHECK(stray_files(entry).empty());
+  CHECK(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file))
+            .find(r.message + " (transient: nothing recorded)") != std::string::npos);
+  for (const auto& f : test::fs::directory_iterator(work.path()))  // the work folder is gone
+    CHECK(f.path().filename() == "compiles.log");
+}
+
+TEST_CASE("a real kernel OOM kill in a small memory cgroup, of the compiler or of its child, is oom_killed",
+          "[compile]") {
+  MemoryCgroup cgroup(48 << 20);
+  if (!cgroup.ok()) SKIP("no memory cgroup for this test: " + cgroup.why());
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "256");  // far beyond the 48 MiB limit
+  std::optional<test::ScopedEnv> child;
+  std::string form;
+  SECTION("the compiler itself: SIGKILL") { form = "(signal 9)"; }
+  SECTION("its child, as the OOM killer picks the largest process: neuronx-cc's [F137] and exit 70") {
+    child.emplace("NEFFCACHE_FAKE_MEMORY_CHILD", "1");
+    form = "(exit 70, [F137])";
+  }
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto s = fake_settings(work);
+  // Only the compiler moves into the cgroup: the shell moves itself, then becomes it.
+  s.compiler = CompilerTemplate::parse(fmt::format(
+                   "sh -c 'echo $$ > {} && exec {} compile --framework=XLA --target=trn1 {{hlo}} --output {{neff}}'",
+                   cgroup.procs(), k_fake))
+                   .value();
+  auto r = compile_entry(entry, s);
+  INFO(r.message);
+  INFO(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file)));
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.oom_killed);
+  CHECK(r.message.find(form) != std::string::npos);
+  CHECK(r.peak_rss_kib >= 16 * 1024);  // what it reached before the limit
+  CHECK(r.peak_rss_kib < 128 * 1024);
+  CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.log"));
   CHECK(state_of(entry) == EntryState::pending);
 }
 
-TEST_CASE("transient failures are retried up to max_retries", "[compile]") {
+TEST_CASE("an exit 70 without neuronx-cc's [F137] is a recorded failure like any other", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "70");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  CHECK(r.outcome == CompileOutcome::failed);
+  CHECK_FALSE(r.oom_killed);
+  CHECK(r.message == "compiler exited with status 70");
+  CHECK(state_of(entry) == EntryState::failed);
+}
+
+TEST_CASE("transient failures are retried up to max_retries; an OOM kill is not", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
   test::ScopedEnv once("NEFFCACHE_FAKE_SIGNAL_ONCE", (work / "died-once").string());
   auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
   auto s = fake_settings(work);
   s.max_retries = 1;
-  auto r = compile_entry(entry, s);
-  CHECK(r.outcome == CompileOutcome::success);
-  CHECK(r.attempts == 2);
+  SECTION("a crash (SIGSEGV) is retried") {
+    test::ScopedEnv sig("NEFFCACHE_FAKE_ONCE_SIGNAL", "SEGV");
+    auto r = compile_entry(entry, s);
+    CHECK(r.outcome == CompileOutcome::success);
+    CHECK(r.attempts == 2);
+  }
+  SECTION("a SIGKILL is handed back, and the next compile succeeds") {
+    auto r = compile_entry(entry, s);
+    CHECK(r.outcome == CompileOutcome::transient);
+    CHECK(r.oom_killed);
+    CHECK(r.attempts == 1);
+    auto again = compile_entry(entry, s);
+    CHECK(again.outcome == CompileOutcome::success);
+    CHECK_FALSE(again.oom_killed);
+  }
 }
 
 TEST_CASE("a hung compiler is timed out and its whole process group is gone", "[compile]") {
@@ -498,6 +664,75 @@ TEST_CASE("peak memory and compile time are recorded", "[compile]") {
   CHECK(r.peak_rss_kib >= 96 * 1024);
   auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));
   CHECK(meta["peak_rss_kib"].get<long>() >= 96 * 1024);
+  // No scheduler admitted it by memory: no reservation, no earlier OOM kill.
+  CHECK(meta["predicted_peak_kib"] == 0);
+  CHECK(meta["oom_retries"] == 0);
+}
+
+TEST_CASE("the metadata keeps the reservation a compile was admitted with and its earlier OOM kills", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto s = fake_settings(work);
+  s.predicted_peak_kib = 3'000'000'000;  // beyond 32 bits: a KiB count of a 2.8 TiB host
+  s.oom_retries = 2;
+  REQUIRE(compile_entry(entry, s).outcome == CompileOutcome::success);
+  auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));
+  CHECK(meta["predicted_peak_kib"].get<uint64_t>() == 3'000'000'000);
+  CHECK(meta["oom_retries"].get<int>() == 2);
+  CHECK(meta["peak_rss_kib"].get<long>() > 0);
+}
+
+TEST_CASE("the peak of a compiler that holds its memory in a child is measured on the whole tree", "[compile]") {
+  test::TempDir root, work;
+  test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "64");
+  test::ScopedEnv child("NEFFCACHE_FAKE_MEMORY_CHILD", "1");
+  test::ScopedEnv secs("NEFFCACHE_FAKE_SECONDS", "0.5");  // a few samples' worth
+  test::ScopedEnv idle("NEFFCACHE_FAKE_IDLE", "1");
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  REQUIRE(r.outcome == CompileOutcome::success);
+  CHECK(r.peak_rss_kib >= 60 * 1024);
+  auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));
+  CHECK(meta["peak_rss_kib"].get<long>() >= 60 * 1024);
+  CHECK(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file)).find("touched 64 MiB in a child process") !=
+        std::string::npos);
+}
+
+TEST_CASE("the runner sums the memory of every process in the group at once, which ru_maxrss cannot", "[compile]") {
+  // Two compilers side by side under one shell, 40 MiB each: the shell's ru_maxrss is the
+  // larger of its reaped children (about 40 MiB); only the samples see the 80 MiB held
+  // together.
+  test::TempDir work;
+  const std::string in = (test::k_corpus / "gopjrt_tuple.hlo.pb").string();
+  auto one = [&](const std::string& out) {
+    return fmt::format("{} compile --framework=XLA --target=trn1 {} --output {}", k_fake, in, (work / out).string());
+  };
+  RunSpec spec;
+  spec.argv = {"env", "NEFFCACHE_FAKE_MEMORY_MB=40", "NEFFCACHE_FAKE_SECONDS=0.6", "NEFFCACHE_FAKE_IDLE=1", "sh", "-c",
+               one("a.neff") + " >/dev/null & " + one("b.neff") + " >/dev/null & wait"};
+  PosixRunner runner;
+  auto r = runner.run(spec);
+  REQUIRE(r.has_value());
+  CHECK(r->end == RunEnd::exited);
+  CHECK(r->exit_code == 0);
+  CHECK(r->sampled_peak_kib >= 76 * 1024);
+  CHECK(r->peak_rss_kib >= r->sampled_peak_kib);
+  CHECK(fake::parse_fake_neff(test::slurp(work / "a.neff")).has_value());
+  CHECK(fake::parse_fake_neff(test::slurp(work / "b.neff")).has_value());
+}
+
+TEST_CASE("a process group's memory is read from /proc/<pid>/stat after the last ')'", "[compile]") {
+  // comm may hold spaces and parentheses; field 5 is the group, field 24 the resident pages.
+  const std::string stat =
+      "4242 (a) b (c)) S 1 4240 4240 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000000 321 18446744073709551615";
+  CHECK(detail::stat_rss_kib_in_group(stat, 4240, 4) == 321 * 4);
+  CHECK(detail::stat_rss_kib_in_group(stat, 4241, 4) == 0);  // another group
+  CHECK(detail::stat_rss_kib_in_group("4242 (a", 4240, 4) == 0);
+  CHECK(detail::stat_rss_kib_in_group("4242 (a) S 1 4240 4240", 4240, 4) == 0);  // cut short
+  // This process: its group holds at least what it holds itself.
+  CHECK(detail::group_rss_kib(::getpgrp()) > 0);
+  CHECK(detail::group_rss_kib(999'999'999) == 0);  // no such group
 }
 
 TEST_CASE("a reader polling model.neff during publishes never sees a partial file", "[compile]") {

@@ -1,7 +1,10 @@
 // fake-neuronx-cc, the stand-in compiler every compile test relies on.
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -86,10 +89,18 @@ TEST_CASE("fake-neuronx-cc injects failures on request", "[fake]") {
   // Only the named modules fail.
   CHECK(compile(in, out, {"NEFFCACHE_FAKE_FAIL=3", "NEFFCACHE_FAKE_ONLY=nothing,other"}).exit_code == 0);
   CHECK(compile(in, out, {"NEFFCACHE_FAKE_FAIL=3", "NEFFCACHE_FAKE_ONLY=x,gopjrt_tu"}).exit_code == 3);
-  // Dies once, then succeeds.
+  // Dies once, then succeeds; by SIGKILL unless told another signal.
   auto marker = (dir / "once").string();
   CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + marker}).exit_code == -1);
   CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + marker}).exit_code == 0);
+  auto segv = (dir / "once-segv").string();
+  CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + segv, "NEFFCACHE_FAKE_ONCE_SIGNAL=SEGV"}).exit_code == -1);
+  CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + segv, "NEFFCACHE_FAKE_ONCE_SIGNAL=SEGV"}).exit_code == 0);
+  // A failure prints what it is told to, as it is: neuronx-cc's own OOM report here.
+  auto f137 = compile(in, out, {"NEFFCACHE_FAKE_FAIL=70", "NEFFCACHE_FAKE_FAIL_MESSAGE=[F137] neuronx-cc was forcibly killed"});
+  CHECK(f137.exit_code == 70);
+  CHECK(f137.output.find("\n[F137] neuronx-cc was forcibly killed\n") != std::string::npos);
+  CHECK(f137.output.find("injected compile failure") == std::string::npos);
   // Every compile is logged, so tests can count them across processes.
   auto log = (dir / "compiles.log").string();
   compile(in, out, {"NEFFCACHE_FAKE_LOG=" + log});
@@ -111,4 +122,60 @@ TEST_CASE("NEFFCACHE_FAKE_IDLE spends the compile time asleep, not on the CPU", 
   CHECK(fake::parse_fake_neff(test::slurp(dir / "m.neff")).has_value());
   CHECK(wall >= 0.6);                       // the time passed...
   CHECK(cpu(after) - cpu(before) < 0.3);    // ...without being burnt (it would be 0.6 s)
+}
+
+namespace {
+// A /proc/<pid>/status value in KiB ("VmHWM:", "VmRSS:"); -1 when absent.
+long status_kib(pid_t pid, const std::string& key) {
+  auto text = neffcache::detail::read_file(fmt::format("/proc/{}/status", pid));
+  if (!text) return -1;
+  auto at = text->find("\n" + key);
+  if (at == std::string::npos) return -1;
+  return std::strtol(text->c_str() + at + 1 + key.size(), nullptr, 10);
+}
+}  // namespace
+
+TEST_CASE("NEFFCACHE_FAKE_MEMORY_CHILD holds the memory in a child; the top process stays small", "[fake]") {
+  test::TempDir dir;
+  auto in = test::k_corpus / "gopjrt_tuple.hlo.pb";
+  std::vector<std::string> argv{"env",  "NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_MEMORY_MB=64", "NEFFCACHE_FAKE_MEMORY_CHILD=1",
+                                "NEFFCACHE_FAKE_SECONDS=20", "NEFFCACHE_FAKE_IDLE=1", k_fake, "compile",
+                                in.string(), "--output", (dir / "o.neff").string()};
+  test::Child fake(argv);  // env becomes the fake: the same pid
+  pid_t holder = 0;
+  for (std::string line; holder == 0 && !(line = fake.line()).empty();)
+    std::sscanf(line.c_str(), "touched 64 MiB in a child process (pid %d)", &holder);
+  REQUIRE(holder > 0);
+  // Touched before the compile's time is spent, and held meanwhile.
+  CHECK(status_kib(holder, "VmRSS:") >= 60 * 1024);
+  CHECK(status_kib(fake.pid(), "VmHWM:") < 32 * 1024);
+  // The OOM killer takes the largest process: the fake reports it as neuronx-cc does.
+  ::kill(holder, SIGKILL);
+  auto rest = fake.rest();
+  CHECK(rest.find("[F137] neuronx-cc was forcibly killed - This most commonly occurs due to insufficient system memory.") !=
+        std::string::npos);
+  CHECK(fake.wait() == 70);
+  CHECK_FALSE(test::fs::exists(dir / "o.neff"));
+
+
+  // Left alone, the child lets go once the time is spent, and the compile succeeds.
+  auto r = compile(in, dir / "p.neff",
+                   {"NEFFCACHE_FAKE_MEMORY_MB=8", "NEFFCACHE_FAKE_MEMORY_CHILD=1", "NEFFCACHE_FAKE_SECONDS=0.2",
+                    "NEFFCACHE_FAKE_IDLE=1"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("touched 8 MiB in a child process") != std::string::npos);
+  CHECK(fake::parse_fake_neff(test::slurp(dir / "p.neff")).has_value());
+}
+
+TEST_CASE("NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION touches memory in proportion to the graph", "[fake]") {
+  test::TempDir dir;
+  for (std::string name : {"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"}) {
+    INFO(name);
+    auto r = compile(test::k_corpus / name, dir / "o.neff",
+                     {"NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION=1024", "NEFFCACHE_FAKE_MEMORY_MB=3"});
+    REQUIRE(r.exit_code == 0);
+    auto instructions = analyze_hlo(test::slurp(test::k_corpus / name))->stats.instructions;
+    // 1 MiB per instruction, plus the fixed 3 MiB.
+    CHECK(r.output.find(fmt::format("touched {} MiB\n", instructions + 3)) != std::string::npos);
+  }
 }

@@ -1,18 +1,32 @@
 // fake-neuronx-cc: a stand-in for the Neuron compiler, for tests, demos and benchmarks
 // on machines without the Neuron SDK. It is not a compiler: it reads the HLO with the
 // neffcache library, burns CPU in proportion to the graph's size and writes an artifact
-// that names the graph (see fake_neff.hpp). Environment variables inject failures.
+// that names the graph (see fake_neff.hpp). Environment variables (NEFFCACHE_FAKE_*, all
+// listed in the README's fake-neuronx-cc section) inject failures and shape its cost.
+//
+// Memory: NEFFCACHE_FAKE_MEMORY_MB=N MiB plus, with NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION=K,
+// the graph's instructions x K KiB are touched before the compile's time is spent and held
+// for all of it. With NEFFCACHE_FAKE_MEMORY_CHILD=1 a forked child touches and holds them
+// (the top process stays small: while it runs, only a measure of the whole process tree
+// sees the peak; afterwards the child's ru_maxrss reaches its parent's as a reaped child's),
+// and a child killed by SIGKILL, as the out-of-memory killer kills the largest process,
+// makes the fake print "[F137] neuronx-cc was forcibly killed ..." and exit 70, as the real
+// compiler does.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -126,13 +140,15 @@ double wall_seconds() {
 
 // Spends `seconds` of CPU (or, `idle`, of wall time asleep: a compiler running on other
 // cores, so that more compiles than this machine has cores can run side by side),
-// printing up to ten progress dots as the real compiler does.
-void burn(double seconds, bool idle) {
+// printing up to ten progress dots as the real compiler does. Calls `check` at least
+// every 10 ms meanwhile.
+void burn(double seconds, bool idle, const std::function<void()>& check) {
   auto clock = idle ? wall_seconds : cpu_seconds;
   double start = clock();
   volatile uint64_t x = 0x9E3779B97F4A7C15ull;
   int dots = 0;
   for (double spent = 0; spent < seconds; spent = clock() - start) {
+    check();
     if (idle) ::usleep(static_cast<useconds_t>(std::min(seconds - spent, 0.01) * 1e6));
     else
       for (int k = 0; k < 100000; ++k) x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -143,6 +159,92 @@ void burn(double seconds, bool idle) {
   for (; dots < 10; ++dots) fmt::print(".");
   fmt::print("\n");
 }
+
+// What neuronx-cc prints, before exiting 70, when one of its processes was SIGKILLed.
+constexpr std::string_view k_oom_report =
+    "[F137] neuronx-cc was forcibly killed - This most commonly occurs due to insufficient system memory.";
+constexpr int k_internal_error_exit = 70;
+
+// Memory the compile holds: `kib` KiB, every page touched, here or (`in_child`) in a forked
+// child that holds it until release(). A child killed by SIGKILL ends this process as the
+// real compiler ends when the OOM killer took one of its workers: k_oom_report, exit 70.
+class MemoryHold {
+ public:
+  MemoryHold(std::size_t kib, bool in_child) {
+    if (kib == 0) return;
+    const std::size_t bytes = kib << 10;
+    if (!in_child) {
+      touched_ = touch(bytes);
+      touched_bytes_ = bytes;
+      fmt::print("touched {} MiB\n", kib >> 10);
+      return;
+    }
+    int ready[2], hold[2];
+    if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) die(1, "pipe failed");
+    std::fflush(stdout);
+    child_ = ::fork();
+    if (child_ < 0) die(1, fmt::format("fork failed: {}", std::strerror(errno)));
+    if (child_ == 0) {
+      ::close(ready[0]), ::close(hold[1]);
+      touch(bytes);
+      (void)!::write(ready[1], "r", 1);
+      char c;
+      while (::read(hold[0], &c, 1) < 0 && errno == EINTR) {}  // until released, or we are gone
+      ::_exit(0);
+    }
+    ::close(ready[1]), ::close(hold[0]);
+    release_fd_ = hold[1];
+    char c;
+    ssize_t n;
+    while ((n = ::read(ready[0], &c, 1)) < 0 && errno == EINTR) {}
+    ::close(ready[0]);
+    if (n != 1) reap(0);  // died before it held it all
+    fmt::print("touched {} MiB in a child process (pid {})\n", kib >> 10, child_);
+  }
+  ~MemoryHold() {
+    if (touched_) ::munmap(touched_, touched_bytes_);
+  }
+  MemoryHold(const MemoryHold&) = delete;
+  MemoryHold& operator=(const MemoryHold&) = delete;
+
+  // While the compile runs: ends this process if the child was killed.
+  void check() {
+    if (child_ > 0) reap(WNOHANG);
+  }
+  // The compile's time is spent: the child lets go and is reaped.
+  void release() {
+    if (child_ <= 0) return;
+    ::close(release_fd_);
+    reap(0);
+  }
+
+ private:
+  static void* touch(std::size_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) die(1, fmt::format("touching {} MiB: Cannot allocate memory", bytes >> 20));
+    for (std::size_t i = 0; i < bytes; i += 4096) static_cast<volatile char*>(p)[i] = 1;
+    return p;
+  }
+  void reap(int flags) {
+    int status = 0;
+    pid_t got;
+    while ((got = ::waitpid(child_, &status, flags)) < 0 && errno == EINTR) {}
+    if (got == 0) return;  // still holding
+    child_ = -1;
+    if (got > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      fmt::print("{}\n", k_oom_report);
+      std::fflush(stdout);
+      std::exit(k_internal_error_exit);
+    }
+    if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || flags == WNOHANG)
+      die(1, "the process holding the compile's memory ended unexpectedly");
+  }
+
+  void* touched_ = nullptr;
+  std::size_t touched_bytes_ = 0;
+  pid_t child_ = -1;
+  int release_fd_ = -1;
+};
 
 int signal_number(const std::string& s) {
   if (s == "KILL" || s == "SIGKILL") return SIGKILL;
@@ -196,12 +298,13 @@ int main(int argc, char** argv) {
       rest.remove_prefix(std::min(rest.size(), part.size() + 1));
     }
   }
-  if (auto mb = env("NEFFCACHE_FAKE_MEMORY_MB")) {
-    std::size_t n = std::stoull(*mb) << 20;
-    std::vector<char> hog(n);
-    for (std::size_t i = 0; i < n; i += 4096) hog[i] = 1;
-    fmt::print("touched {} MiB\n", n >> 20);
-  }
+  // The compile's memory, touched before its time is spent and held for all of it (in a
+  // child process with NEFFCACHE_FAKE_MEMORY_CHILD=1).
+  std::size_t memory_kib = 0;
+  if (auto mb = env("NEFFCACHE_FAKE_MEMORY_MB")) memory_kib += std::stoull(*mb) << 10;
+  if (auto k = env("NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION"))
+    memory_kib += static_cast<std::size_t>(hlo->stats.instructions) * std::stoull(*k);
+  MemoryHold memory(memory_kib, env("NEFFCACHE_FAKE_MEMORY_CHILD") == "1");
 
   double rate = k_default_rate;
   if (auto r = env("NEFFCACHE_FAKE_RATE")) rate = std::stod(*r);
@@ -209,18 +312,29 @@ int main(int argc, char** argv) {
   if (auto s = env("NEFFCACHE_FAKE_SECONDS")) seconds = std::stod(*s);
   fmt::print("Compiling {} ({} instructions)\n", args.input, hlo->stats.instructions);
   std::fflush(stdout);
-  burn(seconds, env("NEFFCACHE_FAKE_IDLE") == "1");
+  burn(seconds, env("NEFFCACHE_FAKE_IDLE") == "1", [&] { memory.check(); });
+  memory.release();
 
   if (targeted) {
     if (auto once = env("NEFFCACHE_FAKE_SIGNAL_ONCE")) {
-      // Dies by SIGKILL the first time (marker absent), succeeds afterwards.
+      // Dies by a signal (NEFFCACHE_FAKE_ONCE_SIGNAL, default SIGKILL) the first time
+      // (marker absent), succeeds afterwards.
       int fd = ::open(once->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd >= 0) ::close(fd), ::raise(SIGKILL);
+      if (fd >= 0) ::close(fd), ::raise(signal_number(env("NEFFCACHE_FAKE_ONCE_SIGNAL").value_or("KILL")));
     }
     if (auto code = env("NEFFCACHE_FAKE_FAIL")) {
-      // With NEFFCACHE_FAKE_FAIL_WHILE=FILE, only while FILE exists.
+      // With NEFFCACHE_FAKE_FAIL_WHILE=FILE, only while FILE exists. The message is
+      // NEFFCACHE_FAKE_FAIL_MESSAGE when given (neuronx-cc's "[F137] ..." with exit 70,
+      // say), printed as it is.
       auto gate = env("NEFFCACHE_FAKE_FAIL_WHILE");
-      if (!gate || ::access(gate->c_str(), F_OK) == 0) die(std::atoi(code->c_str()), "injected compile failure");
+      if (!gate || ::access(gate->c_str(), F_OK) == 0) {
+        if (auto text = env("NEFFCACHE_FAKE_FAIL_MESSAGE")) {
+          fmt::print("{}\n", *text);
+          std::fflush(stdout);
+          std::exit(std::atoi(code->c_str()));
+        }
+        die(std::atoi(code->c_str()), "injected compile failure");
+      }
     }
     if (env("NEFFCACHE_FAKE_HANG")) {
       // A child in the same process group hangs too: a timeout must kill the group.

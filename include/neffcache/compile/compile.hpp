@@ -7,7 +7,11 @@
 //                           a deterministic failure, so a half-written log never reads
 //                           as "failed" to Neuron clients
 //   .neffcache-meta.json    written before model.done: size, xxh3, command, flags,
-//                           compile time, peak memory
+//                           compile time, the peak memory of the compiler's process
+//                           tree (peak_rss_kib), the memory reservation it was admitted
+//                           with (predicted_peak_kib, 0: none) and how many earlier
+//                           attempts were killed for lack of memory (oom_retries); the
+//                           last two always written, from CompileSettings
 #pragma once
 
 #include <fcntl.h>
@@ -181,13 +185,31 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     r.compile_seconds = duration<double>(run->wall).count();
     r.peak_rss_kib = std::max(r.peak_rss_kib, run->peak_rss_kib);
 
+    // Killed for lack of memory: the kernel's SIGKILL (our own timeout and cancel kills are
+    // RunEnd::timed_out and cancelled), 128+9 from a shell or launcher whose child it
+    // killed, or neuronx-cc's own report. Not the graph's fault, so nothing is recorded;
+    // and a retry here, with as much memory as before, would be killed again: handed back
+    // at once, for a caller that can give it more (max_retries is not used).
+    std::string oom;
+    if (run->end == RunEnd::signaled && run->signal == SIGKILL) oom = "signal 9";
+    else if (run->end == RunEnd::exited && run->exit_code == 128 + SIGKILL) oom = "exit 137";
+    else if (run->end == RunEnd::exited && run->exit_code == detail::k_neuron_internal_error_exit &&
+             detail::neuron_reports_oom(detail::read_tail(log.get(), output_from, 64 << 10)))
+      oom = fmt::format("exit {}, {}", run->exit_code, detail::k_neuron_oom_mark);
+    if (!oom.empty()) {
+      r.outcome = CompileOutcome::transient;
+      r.oom_killed = true;
+      r.peak_rss_kib = run->peak_rss_kib;
+      r.message = fmt::format("compiler killed for lack of memory ({}) at a peak of {} MiB", oom,
+                              (run->peak_rss_kib + 512) / 1024);
+      detail::log_line(log.get(), r.message + " (transient: nothing recorded)");
+      return r;
+    }
+
     std::string why;
     switch (run->end) {
       case RunEnd::exited:
-        // 128+9: a shell or launcher reporting that its child was SIGKILLed, which on
-        // these machines is nearly always the out-of-memory killer.
-        if (run->exit_code == 128 + SIGKILL) why = "compiler reported SIGKILL (exit 137): out of memory?";
-        else if (run->exit_code != 0) {
+        if (run->exit_code != 0) {
           auto exhausted = detail::resource_exhaustion(detail::read_tail(log.get(), output_from, 64 << 10));
           if (!exhausted) return record_failure(fmt::format("compiler exited with status {}", run->exit_code));
           why = fmt::format("compiler exited with status {} and printed '{}'", run->exit_code, *exhausted);
@@ -195,8 +217,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
         else if (!std::filesystem::exists(v.neff)) return record_failure("compiler exited 0 but wrote no NEFF");
         break;
       case RunEnd::signaled:
-        why = fmt::format("compiler killed by signal {}{}", run->signal,
-                          run->signal == SIGKILL ? " (out of memory?)" : "");
+        why = fmt::format("compiler killed by signal {}", run->signal);
         break;
       case RunEnd::timed_out:
         why = fmt::format("compiler timed out after {} s", duration_cast<seconds>(s.timeout).count());
@@ -217,6 +238,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
                                 {"flags", flags},
                                 {"compile_seconds", r.compile_seconds},
                                 {"peak_rss_kib", r.peak_rss_kib},
+                                {"predicted_peak_kib", s.predicted_peak_kib},
+                                {"oom_retries", s.oom_retries},
                                 {"attempts", r.attempts},
                                 {"host", detail::current_process().host}};
     auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner);

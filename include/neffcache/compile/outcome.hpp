@@ -1,6 +1,6 @@
 // What a compile of one entry ended in (CompileOutcome, CompileResult), what an entry's
 // files already say of it (settled_outcome), and which compiler failures are the
-// machine's fault rather than the graph's (resource_exhaustion).
+// machine's fault rather than the graph's (resource_exhaustion, neuron_reports_oom).
 #pragma once
 
 #include <optional>
@@ -16,7 +16,8 @@ enum class CompileOutcome {
   already_done,   // the entry was done before we got to it
   failed,         // the compiler failed (exit status): model.log recorded
   failed_cached,  // a failure was already recorded and retry_failed is off
-  transient,      // killed, timed out, cancelled, or an I/O problem: nothing recorded
+  transient,      // killed (oom_killed: for lack of memory), timed out, cancelled, or an
+                  // I/O problem: nothing recorded
   busy,           // someone else holds the entry lock
 };
 
@@ -41,8 +42,14 @@ struct CompileResult {
   std::string message;  // one line: why it failed, or who holds the lock
   int attempts = 0;     // compiler runs
   double compile_seconds = 0;
+  // The peak resident memory of the compiler's whole process tree (RunResult::peak_rss_kib):
+  // the largest over the attempts; for an OOM kill, that run's.
   long peak_rss_kib = 0;
-  bool oom_killed = false;  // killed for lack of memory (transient, never recorded)
+  // Transient because the compiler (or one of its processes) was killed for lack of memory:
+  // SIGKILL, exit 137, or neuronx-cc's own report ([F137], exit 70). compile_entry hands
+  // it back at once, without using max_retries: retrying with the same memory would be
+  // killed again, so the caller retries it with a bigger reservation.
+  bool oom_killed = false;
   // A result reused from an entry of an equal graph (compile/twin.hpp): that entry, and
   // the compile time its result took, which this one saved.
   std::string twin;
@@ -75,6 +82,17 @@ inline std::optional<std::string_view> resource_exhaustion(std::string_view outp
        {"No space left on device", "Disk quota exceeded", "Cannot allocate memory", "MemoryError", "std::bad_alloc"})
     if (output.find(mark) != std::string_view::npos) return mark;
   return std::nullopt;
+}
+
+// neuronx-cc's report that the out-of-memory killer took one of its processes: it exits
+// with k_neuron_internal_error_exit and prints "[F137] neuronx-cc was forcibly killed -
+// This most commonly occurs due to insufficient system memory...".
+inline constexpr int k_neuron_internal_error_exit = 70;
+inline constexpr std::string_view k_neuron_oom_mark = "[F137]";
+
+// Whether `output` (what a compiler printed) holds neuronx-cc's out-of-memory report.
+inline bool neuron_reports_oom(std::string_view output) {
+  return output.find(k_neuron_oom_mark) != std::string_view::npos;
 }
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // Running a compiler: its own process group, output into a log, a deadline enforced on
-// the whole group (TERM, then KILL), peak memory recorded, and no process of the group
-// outliving the thread that started it (a killed daemon leaves no compiler behind).
+// the whole group (TERM, then KILL), the peak memory of the whole group recorded (compilers
+// fork), and no process of the group outliving the thread that started it (a killed daemon
+// leaves no compiler behind).
 // Behind an interface so that schedulers can be tested with a fake runner.
 #pragma once
 
@@ -22,11 +23,16 @@
 #include <vector>
 
 #include <neffcache/core/detail/fs.hpp>
+#include <neffcache/core/detail/proc.hpp>
 #include <neffcache/core/result.hpp>
 
 extern char** environ;
 
 namespace neffcache {
+
+// How often a running compiler's process group is measured (one scan of /proc each).
+// Also the longest the runner sleeps between looks at its child.
+inline constexpr std::chrono::milliseconds k_memory_sample_interval{100};
 
 // A user to run a child as; the caller must be root. posix_spawn cannot change ids, so
 // setpriv (util-linux) does it between the spawn and the exec, in the same process: the
@@ -75,7 +81,15 @@ struct RunResult {
   int exit_code = 0;  // RunEnd::exited
   int signal = 0;     // RunEnd::signaled
   std::chrono::milliseconds wall{0};
-  long peak_rss_kib = 0;  // the child's peak resident memory
+  // The peak resident memory of the compiler's process tree: the larger of the child's
+  // ru_maxrss (its own peak, or that of the largest descendant it reaped, whichever is
+  // larger) and sampled_peak_kib. Processes that held memory at the same time count
+  // together only through the samples.
+  long peak_rss_kib = 0;
+  // The largest sum of the resident memory of every process in the child's process group
+  // seen by sampling it every k_memory_sample_interval while it ran (0: no sample taken,
+  // or a runner that does not sample). A peak shorter than the interval may be missed.
+  long sampled_peak_kib = 0;
 };
 
 class ProcessRunner {
@@ -184,6 +198,7 @@ class PosixRunner final : public ProcessRunner {
     RunResult out;
     auto deadline = spec.timeout.count() > 0 ? start + spec.timeout : steady_clock::time_point::max();
     auto next_tick = start + spec.tick_interval;
+    auto next_sample = start;  // the first look measures too
     steady_clock::time_point kill_at = steady_clock::time_point::max();
     bool stopping = false;
     for (;;) {
@@ -192,6 +207,11 @@ class PosixRunner final : public ProcessRunner {
       siginfo_t info{};
       if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) break;
       auto now = steady_clock::now();
+      if (now >= next_sample) {
+        // The whole group: compilers fork, and their children hold most of the memory.
+        out.sampled_peak_kib = std::max(out.sampled_peak_kib, static_cast<long>(detail::group_rss_kib(pid)));
+        next_sample = now + k_memory_sample_interval;
+      }
       if (!stopping && (now >= deadline)) {
         out.end = RunEnd::timed_out;
         stopping = true;
@@ -204,8 +224,11 @@ class PosixRunner final : public ProcessRunner {
         ::kill(-pid, SIGTERM);
         kill_at = now + spec.kill_grace;
       }
-      if (now >= kill_at) ::kill(-pid, SIGKILL);
-      auto wake = std::min({next_tick, deadline, kill_at, now + milliseconds(200)});
+      if (now >= kill_at) ::kill(-pid, SIGKILL), kill_at = now + k_memory_sample_interval;  // again, until it is gone
+      // (A deadline or tick already passed, or not asked for, does not wake us: that would
+      // spin through a kill grace.)
+      auto wake = std::min(kill_at, next_sample);
+      if (!stopping) wake = std::min({wake, deadline, spec.tick ? next_tick : wake});
       int ms = static_cast<int>(std::max<long>(1, duration_cast<milliseconds>(wake - now).count()));
       pollfd p{pidfd.get(), POLLIN, 0};
       if (pidfd) ::poll(&p, 1, ms);
@@ -217,7 +240,7 @@ class PosixRunner final : public ProcessRunner {
     struct rusage ru {};
     detail::retry_eintr([&] { return static_cast<int>(::wait4(pid, &status, 0, &ru)); });
     out.wall = duration_cast<milliseconds>(steady_clock::now() - start);
-    out.peak_rss_kib = ru.ru_maxrss;
+    out.peak_rss_kib = std::max(ru.ru_maxrss, out.sampled_peak_kib);
     if (out.end == RunEnd::exited) {
       if (WIFSIGNALED(status)) out.end = RunEnd::signaled, out.signal = WTERMSIG(status);
       else out.exit_code = WEXITSTATUS(status);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -145,9 +146,13 @@ struct CompileSettings {
   // Where the library reports what it noticed and went on from (a content-index record
   // dropped or not written): one line each. Empty: nowhere.
   std::function<void(std::string_view)> log;
-  // Set by the scheduler for each compile: the memory it was admitted with, and how many
-  // earlier runs of it were killed for lack of memory (kept in the entry's metadata).
+  // Set per compile by a scheduler that admits compiles by memory, on its own copy of the
+  // settings; compile_entry only writes them into the entry's metadata
+  // (.neffcache-meta.json, beside the measured peak_rss_kib). The memory reservation this
+  // compile was admitted with, in KiB (0: none) ...
   uint64_t predicted_peak_kib = 0;
+  // ... and how many earlier attempts of this job were killed for lack of memory
+  // (CompileResult::oom_killed).
   int oom_retries = 0;
 };
 

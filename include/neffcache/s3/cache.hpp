@@ -194,8 +194,16 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
       lost = renewed.error().message;
     return !lost.empty();
   };
+  // (Its result is handed back whole: an OOM kill's oom_killed and peak_rss_kib too, for
+  // a scheduler that retries it with more memory.)
   CompileResult local_result = compile_entry(entry_dir, local);
-  if (!lost.empty()) return finish(transient(lost));
+  if (!lost.empty()) {
+    // Taken over elsewhere: final here, whatever ended the compiler.
+    local_result.outcome = CompileOutcome::transient;
+    local_result.message = std::move(lost);
+    local_result.oom_killed = false;
+    return finish(local_result);
+  }
   if (local_result.outcome != CompileOutcome::success && local_result.outcome != CompileOutcome::failed)
     return finish(local_result);
   // Publish only while the lease is still ours.

@@ -1,10 +1,19 @@
 // Who this process is, in terms another process can check: host, boot, pid and the
 // pid's start time (pids are reused; a pid with another start time is another process).
+// And what a process group holds in memory now (group_rss_kib).
 #pragma once
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -68,6 +77,66 @@ inline ProcessIdentity current_process() {
   p.pid = ::getpid();
   p.start_time = process_start_time(p.pid).value_or(0);
   return p;
+}
+
+// The resident memory (KiB) of the process whose /proc/<pid>/stat text is `stat`, when
+// it is in process group `pgrp`; 0 otherwise or when the text does not parse. Field 5 is
+// the group, field 24 the resident pages; both are counted from the last ')', since
+// field 2 (comm) may hold spaces and parentheses.
+inline uint64_t stat_rss_kib_in_group(std::string_view stat, pid_t pgrp, uint64_t page_kib) {
+  auto close = stat.rfind(')');
+  if (close == std::string_view::npos) return 0;
+  std::string_view rest = stat.substr(close + 1);
+  int field = 2;  // the one that ended at ')'
+  for (std::size_t at = 0; at < rest.size();) {
+    at = rest.find_first_not_of(" \n", at);
+    if (at == std::string_view::npos) break;
+    auto end = std::min(rest.find_first_of(" \n", at), rest.size());
+    ++field;
+    if (field == 5 || field == 24) {
+      long long value = -1;
+      auto [p, ec] = std::from_chars(rest.data() + at, rest.data() + end, value);
+      if (ec != std::errc() || p != rest.data() + end) return 0;
+      if (field == 5 && value != pgrp) return 0;
+      if (field == 24) return value > 0 ? static_cast<uint64_t>(value) * page_kib : 0;
+    }
+    at = end;
+  }
+  return 0;
+}
+
+// The summed resident memory, in KiB, of every process now in process group `pgrp`: one
+// scan of /proc/[0-9]*/stat. A process that ends during the scan is skipped; a zombie
+// holds none. Pages that processes share (a fork's copy-on-write pages, libraries) count
+// once per process, so the sum may overstate, never understate, what the group holds
+// (as a memory reservation wants it). A process that left the group (setsid, setpgid) is
+// not counted. Never fails: an unreadable /proc gives 0.
+// Raw system calls, not the sys seam: it runs at moments that depend on timing, and tests
+// that inject faults count a compile's seam calls in order.
+inline uint64_t group_rss_kib(pid_t pgrp) {
+  static const uint64_t page_kib = [] {
+    long page = ::sysconf(_SC_PAGESIZE);
+    return static_cast<uint64_t>(page > 0 ? page : 4096) / 1024;
+  }();
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return 0;
+  uint64_t total = 0;
+  char path[sizeof "/proc//stat" + sizeof(dirent::d_name)];
+  char buf[1024];  // comm is at most 64 bytes; the fields before rss fit many times over
+  while (const dirent* d = ::readdir(proc)) {
+    if (d->d_name[0] < '1' || d->d_name[0] > '9' || std::strspn(d->d_name, "0123456789") != std::strlen(d->d_name))
+      continue;
+    std::snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // ended meanwhile
+    ssize_t n;
+    do n = ::read(fd, buf, sizeof buf);
+    while (n < 0 && errno == EINTR);
+    ::close(fd);
+    if (n > 0) total += stat_rss_kib_in_group(std::string_view(buf, static_cast<std::size_t>(n)), pgrp, page_kib);
+  }
+  ::closedir(proc);
+  return total;
 }
 
 inline std::string random_hex64() {
