@@ -107,7 +107,7 @@ TEST_CASE("a compiler error: EIO, the log in model.log, no second compile, and r
 
 TEST_CASE("a compiler killed by a signal: EIO, nothing recorded, the next open compiles", "[fuse]") {
   test::TempDir marker_dir;
-  Mount m({"NEFFCACHE_FAKE_SIGNAL_ONCE=" + (marker_dir / "died").string()});
+  Mount m({"NEFFCACHE_FAKE_SIGNAL_ONCE=" + (marker_dir / "died").string(), "NEFFCACHE_FAKE_ONCE_SIGNAL=SEGV"});
   auto e = m.entry("gopjrt_tuple.hlo.pb", "d+0");
   CHECK(read_all(m.mnt() / e / "model.neff").first == EIO);
   CHECK_FALSE(fs::exists(m.backing() / e / "model.log"));
@@ -115,6 +115,26 @@ TEST_CASE("a compiler killed by a signal: EIO, nothing recorded, the next open c
   CHECK(err == 0);
   CHECK(fake::parse_fake_neff(bytes).has_value());
   CHECK(m.compiles() == 2);
+}
+
+TEST_CASE("a compiler killed for lack of memory is compiled again at once, with a larger reservation", "[fuse]") {
+  test::TempDir marker_dir;
+  // SIGKILL once: what the kernel's out-of-memory killer does.
+  Mount m({"NEFFCACHE_FAKE_SIGNAL_ONCE=" + (marker_dir / "died").string()});
+  auto e = m.entry("gopjrt_tuple.hlo.pb", "oom+0");
+  auto [err, bytes] = read_all(m.mnt() / e / "model.neff");
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(bytes).has_value());
+  CHECK(m.compiles() == 2);
+  CHECK_FALSE(fs::exists(m.backing() / e / "model.log"));
+  auto memory = nlohmann::json::parse(read_all(m.mnt() / ".neffcache" / "stats.json").second)["memory"];
+  CHECK(memory["oom_kills"] == 1);
+  CHECK(memory["budget"].is_number());
+  CHECK(memory["reserved"] == 0);
+  // The retry's reservation is in the entry's metadata: twice the first (64 GiB, never seen).
+  auto meta = nlohmann::json::parse(test::slurp(m.backing() / e / ".neffcache-meta.json"));
+  CHECK(meta["oom_retries"] == 1);
+  CHECK(meta["predicted_peak_kib"] == (128ull << 30) >> 10);
 }
 
 TEST_CASE("a waiting reader that is killed exits within a second", "[fuse]") {
