@@ -20,8 +20,11 @@
 // (NEFFCACHE_FAKE_MEMORY_CHILD, NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION) and sleeps
 // instructions / --rate (3000) seconds (NEFFCACHE_FAKE_IDLE, as a compiler on cores of
 // its own), so time and peak are both in proportion to the graph: 77 MiB / 0.4 s to
-// 922 MiB / 4.9 s by default, 87 s of compiling in all. The rate keeps one repetition of
-// the four runs near 2-3 minutes on the 2-core machine the README's figures come from.
+// 922 MiB / 4.9 s by default, 73 s of compiling in all. The rate was chosen for one
+// repetition of the four runs to take 2-3 minutes, estimated before measuring: -j 2
+// about 37 s, -j 5 about 15 s plus what OOM kills cost, ours with peaks known about
+// 30 s (sum of peak x time / budget, with headroom), ours while learning up to the
+// 73 s of one compile at a time.
 // Until the fake compiler has those knobs, this program stands in for them
 // (--fake-memory emulated: it runs the fake compiler and a child of its own that holds
 // the memory; a SIGKILLed child makes it print [F137] and exit 70, as neuronx-cc does).
@@ -40,10 +43,11 @@
 // run loses what the kernel kills unless the tool retries it on its own.
 //
 // Rows: makespan of ours / each fixed-slot makespan (goal <= 0.67, 1.5x the
-// throughput), the kernel's OOM kills in each run's cgroup (goal 0 for ours), entries
-// done of all, NEFFs whole (each done entry's model.neff against the size and xxh3
-// recorded at publication, and the fake NEFF's own checksum and graph), and the
-// cgroup's peak memory / its limit.
+// throughput); as a run that loses compiles ends sooner, also the throughput (nominal
+// compile seconds of the entries done, per second) of ours / each; the kernel's OOM
+// kills in each run's cgroup (goal 0 for ours), entries done of all, NEFFs whole (each
+// done entry's model.neff against the size and xxh3 recorded at publication, and the
+// fake NEFF's own checksum and graph), and the cgroup's peak memory / its limit.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -84,10 +88,10 @@ namespace fs = std::filesystem;
 using namespace neffcache;
 using Clock = std::chrono::steady_clock;
 
-constexpr double k_smallest_share = 0.05;  // of the limit: the smallest peak
-constexpr double k_largest_share = 0.60;   // and the largest
-constexpr double k_real_largest_peak = 175e9;              // bytes, the largest real compile
-constexpr double k_neuron_slot = 64.0 * (1ull << 30);      // bytes, the Neuron tool's slot
+constexpr double k_smallest_share = 0.05;              // of the limit: the smallest peak
+constexpr double k_largest_share = 0.60;               // and the largest
+constexpr double k_real_largest_peak = 175e9;          // bytes, the largest real compile
+constexpr double k_neuron_slot = 64.0 * (1ull << 30);  // bytes, the Neuron tool's slot
 constexpr std::string_view k_cgroup_prefix = "neffcache-bench-memory-";
 constexpr std::string_view k_as_fake = "--as-fake-compiler";
 constexpr std::string_view k_kib_knob = "NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION";
@@ -201,22 +205,19 @@ class MemoryCgroup {
   // Creates `name` under the hierarchy with the limit (and no swap). Throws, leaving
   // nothing behind, when a control file refuses.
   static MemoryCgroup create(const Hierarchy& h, const std::string& name, uint64_t limit) {
-    MemoryCgroup cg(h, h.root / name);
-    if (::mkdir(cg.path_.c_str(), 0755) != 0)
-      throw std::runtime_error(fmt::format("cannot create {}: {}", cg.path_.string(), std::strerror(errno)));
-    cg.owned_ = true;
     if (h.version == CgroupVersion::v2) {
       // The controller must be on in the parent for the child to have memory.max. It is
       // left on: other cgroups of the root may rely on it by then.
       std::istringstream on(slurp(h.root / "cgroup.subtree_control"));
       bool enabled = false;
       for (std::string c; on >> c;) enabled = enabled || c == "memory";
-      if (!enabled) {
-        ::rmdir(cg.path_.c_str());
-        put(h.root / "cgroup.subtree_control", "+memory");
-        if (::mkdir(cg.path_.c_str(), 0755) != 0)
-          throw std::runtime_error(fmt::format("cannot create {}: {}", cg.path_.string(), std::strerror(errno)));
-      }
+      if (!enabled) put(h.root / "cgroup.subtree_control", "+memory");
+    }
+    MemoryCgroup cg(h, h.root / name);
+    if (::mkdir(cg.path_.c_str(), 0755) != 0)
+      throw std::runtime_error(fmt::format("cannot create {}: {}", cg.path_.string(), std::strerror(errno)));
+    cg.owned_ = true;
+    if (h.version == CgroupVersion::v2) {
       put(cg.path_ / "memory.max", std::to_string(limit));
       if (fs::exists(cg.path_ / "memory.swap.max")) put(cg.path_ / "memory.swap.max", "0");
     } else {
@@ -362,6 +363,7 @@ struct Outcome {
   double peak_share = 0;  // of the limit; 0 unknown
   int done = 0;           // entries with model.done
   int whole = 0;          // of them, with a whole NEFF of the right graph
+  double done_seconds = 0;  // the nominal compile time of the done entries
 };
 
 // Done and whole entries of a run's cache.
@@ -370,6 +372,7 @@ void check_cache(const std::vector<std::string>& entries, const Workload& w, Out
     std::error_code ec;
     if (!fs::exists(fmt::format("{}/{}", entries[i], k_done_file), ec)) continue;
     ++out.done;
+    out.done_seconds += w.seconds(w.graphs[i]);
     if (verify_neff(entries[i]).check != NeffCheck::ok) continue;
     auto bytes = detail::read_file(fmt::format("{}/{}", entries[i], k_neff_file));
     auto neff = bytes ? fake::parse_fake_neff(*bytes) : std::nullopt;
@@ -502,6 +505,13 @@ int main(int argc, char** argv) {
   auto hierarchy = memory_hierarchy(why);
   if (!hierarchy) return skipped(why), 0;
   remove_stale_cgroups(*hierarchy);
+  try {
+    // A probe, so that a hierarchy that refuses (a container's, with processes in its
+    // root) gives a row that says why rather than a failure.
+    (void)MemoryCgroup::create(*hierarchy, fmt::format("{}{}-probe", k_cgroup_prefix, ::getpid()), 64 << 20);
+  } catch (const std::exception& e) {
+    return skipped(fmt::format("cannot make a memory cgroup ({})", e.what())), 0;
+  }
 
   const uint64_t limit = limit_mib << 20;
   const int neuron_slots =
@@ -589,26 +599,33 @@ int main(int argc, char** argv) {
     for (const auto& o : results[c]) v.push_back(f(o));
     return v;
   };
-  auto ratio = [&](Contender a, Contender b) {
+  // Of two contenders' runs in the same repetitions.
+  auto ratio = [&](Contender a, Contender b, auto f) {
     std::vector<double> v;
     for (std::size_t i = 0; i < std::min(results[a].size(), results[b].size()); ++i)
-      v.push_back(results[a][i].makespan / results[b][i].makespan);
+      v.push_back(f(results[a][i]) / f(results[b][i]));
     return v;
   };
+  auto makespan = [](const Outcome& o) { return o.makespan; };
+  auto throughput = [](const Outcome& o) { return o.done_seconds / o.makespan; };
   const std::string ours_note = admission ? "" : " (this build has no memory admission)";
   const std::string batch = fmt::format("{} graphs in a {} MiB cgroup", graphs, limit_mib);
   print_header();
   const std::vector<Contender> fixed = {Contender::neuron_rule, Contender::per_core};
   for (Contender f : fixed)
     row(fmt::format("memory: makespan of {}, ours{} / {}", batch, ours_note, contender_name(f, neuron_slots, cores)),
-        ratio(Contender::ours, f), "ratio", "<= 0.67",
+        ratio(Contender::ours, f, makespan), "ratio", "<= 0.67",
         [](double median, double, double) { return median <= 0.67; });
   for (Contender f : fixed)
     row(fmt::format("memory: the same, ours with peaks known / {}", contender_name(f, neuron_slots, cores)),
-        ratio(Contender::ours_known, f), "ratio");
+        ratio(Contender::ours_known, f, makespan), "ratio");
+  for (Contender f : fixed)
+    row(fmt::format("memory: throughput (compile seconds of the done entries per second), ours / {}",
+                    contender_name(f, neuron_slots, cores)),
+        ratio(Contender::ours, f, throughput), "ratio");
   for (Contender c : {Contender::ours, Contender::ours_known, Contender::neuron_rule, Contender::per_core})
     row(fmt::format("memory: makespan, {}", contender_name(c, neuron_slots, cores)),
-        of(c, [](const Outcome& o) { return o.makespan; }), "s");
+        of(c, makespan), "s");
   for (Contender c : {Contender::ours, Contender::ours_known, Contender::neuron_rule, Contender::per_core}) {
     const bool goal = c == Contender::ours || c == Contender::ours_known;
     row(fmt::format("memory: kernel OOM kills, {}", contender_name(c, neuron_slots, cores)),
