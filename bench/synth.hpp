@@ -84,14 +84,20 @@ inline std::string synthesize_module(std::size_t total_bytes, std::size_t litera
 // makes fake-neuronx-cc (at `rate` instructions per second) take `scale` of its time.
 inline constexpr int k_workload_graphs = 34;
 
+// A module of about `instructions` instructions (a chain of c small constants and c - 1
+// adds: 2c - 1 instructions, at least 1), so that fake-neuronx-cc's time, and with
+// NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION its peak, follow the count.
+inline std::string chain_module(double instructions) {
+  const auto constants = static_cast<std::size_t>(std::max(1.0, (instructions + 1) / 2));
+  return synthesize_module(constants * 512, 512);
+}
+
 inline std::vector<std::string> llama_workload(double scale, double rate) {
   constexpr double fastest = 9.8, slowest = 225;
   std::vector<std::string> graphs;
   for (int k = 0; k < k_workload_graphs; ++k) {
     const double seconds = fastest * std::pow(slowest / fastest, k / double(k_workload_graphs - 1)) * scale;
-    // A chain of c constants and c - 1 adds: 2c - 1 instructions.
-    const auto constants = static_cast<std::size_t>(std::max(1.0, (seconds * rate + 1) / 2));
-    graphs.push_back(synthesize_module(constants * 512, 512));
+    graphs.push_back(chain_module(seconds * rate));
   }
   return graphs;
 }
