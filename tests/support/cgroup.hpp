@@ -1,13 +1,17 @@
 // A memory cgroup for a test or a benchmark: a host with less memory, made real. Created
 // under cgroup v2 when its memory controller is available, else v1; only processes
 // started through wrap() go into it (never the test itself); removed, its processes
-// killed first, when it goes out of scope. Root only.
+// killed first, when it goes out of scope. Named neffcache-<pid>-<n>, so that
+// remove_stale() can remove those of a process that died without cleaning up. Root only.
 #pragma once
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -51,22 +55,15 @@ class MemoryCgroup {
     return why = "no memory cgroup could be created (v2 memory controller or v1 memory hierarchy)", nullptr;
   }
 
-  ~MemoryCgroup() {
-    namespace fs = std::filesystem;
-    for (int i = 0; i < 100; ++i) {
-      auto pids = read(file("cgroup.procs"));
-      if (pids.find_first_not_of(" \n") == std::string::npos) break;
-      std::istringstream in(pids);
-      for (pid_t p; in >> p;) ::kill(p, SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ::rmdir(dir_.c_str());
-  }
+  ~MemoryCgroup() { kill_and_remove(dir_); }
   MemoryCgroup(const MemoryCgroup&) = delete;
   MemoryCgroup& operator=(const MemoryCgroup&) = delete;
 
   const std::string& dir() const { return dir_; }
   bool v2() const { return v2_; }
+
+  // Kills every process in it (they stay until reaped by their parents).
+  void kill_all() const { kill_members(dir_); }
 
   // `argv` started inside the cgroup: a shell moves itself in, then becomes the program.
   std::vector<std::string> wrap(const std::vector<std::string>& argv) const {
@@ -84,6 +81,32 @@ class MemoryCgroup {
     return 0;
   }
 
+  // The most it held at once, bytes (0 when the kernel does not say: v2 before 5.19).
+  uint64_t peak() const {
+    return std::strtoull(read(file(v2_ ? "memory.peak" : "memory.max_usage_in_bytes")).c_str(), nullptr, 10);
+  }
+
+  // Removes the cgroups of this kind left by processes that are gone (killed before
+  // their destructors ran), killing what is in them first; returns their paths.
+  static std::vector<std::string> remove_stale() {
+    namespace fs = std::filesystem;
+    std::vector<std::string> removed;
+    for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory"}) {
+      std::error_code ec;
+      for (const auto& d : fs::directory_iterator(root, ec)) {
+        const std::string name = d.path().filename().string();
+        int owner = 0, n = 0, end = 0;
+        if (std::sscanf(name.c_str(), "neffcache-%d-%d%n", &owner, &n, &end) != 2 ||
+            end != static_cast<int>(name.size()) || owner <= 0)
+          continue;
+        if (::kill(owner, 0) == 0 || errno != ESRCH) continue;  // its owner still runs
+        kill_and_remove(d.path().string());
+        removed.push_back(d.path().string());
+      }
+    }
+    return removed;
+  }
+
  private:
   MemoryCgroup(std::string dir, bool v2) : dir_(std::move(dir)), v2_(v2) {}
   static int& counter() {
@@ -96,6 +119,21 @@ class MemoryCgroup {
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
+  }
+  static void kill_members(const std::string& dir) {
+    std::istringstream in(read(dir + "/cgroup.procs"));
+    for (pid_t p; in >> p;) ::kill(p, SIGKILL);
+  }
+  // Kills its processes until none is left, then removes it (refused while a member is
+  // not yet reaped, so retried), for up to 10 s.
+  static void kill_and_remove(const std::string& dir) {
+    for (int i = 0; i < 500; ++i) {
+      if (read(dir + "/cgroup.procs").find_first_not_of(" \n") == std::string::npos) break;
+      kill_members(dir);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int i = 0; i < 500 && ::rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   static bool write(const std::string& path, const std::string& value) {
     std::ofstream out(path);
