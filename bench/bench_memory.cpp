@@ -273,6 +273,8 @@ int main(int argc, char** argv) {
   app.add_option("--ours-jobs", ours_jobs, "-j of ours (0: the number of graphs)")->capture_default_str();
   app.add_option("--run-timeout", run_timeout, "seconds before a run is stopped as a failure")->capture_default_str();
   app.add_option("--dir", work_dir, "where the caches are made")->capture_default_str();
+  bool keep = false;
+  app.add_flag("--keep", keep, "keep every run's cache, ledger and output (DIR/neffcache-memory-*/rep*-*), to look into");
   CLI11_PARSE(app, argc, argv);
 
   if (::geteuid() != 0) return skipped("needs root (it creates a memory cgroup)"), 0;
@@ -352,14 +354,17 @@ int main(int argc, char** argv) {
                      o.peak_share * 100);
           results[run].push_back(o);
         }
-      for (const auto& d : fs::directory_iterator(work)) fs::remove_all(d.path());
+      if (!keep)
+        for (const auto& d : fs::directory_iterator(work)) fs::remove_all(d.path());
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_memory: {}\n", e.what());
-    fs::remove_all(work);
+    if (keep) fmt::print(stderr, "bench_memory: kept {}\n", work);
+    else fs::remove_all(work);
     return 1;
   }
-  fs::remove_all(work);
+  if (keep) fmt::print(stderr, "bench_memory: kept {}\n", work);
+  else fs::remove_all(work);
 
   auto of = [&](Contender c, auto f) {
     std::vector<double> v;
