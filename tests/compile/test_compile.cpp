@@ -16,6 +16,7 @@
 #include <neffcache/hlo.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
+#include "cgroup.hpp"
 #include "support.hpp"
 
 using namespace neffcache;
@@ -101,78 +102,6 @@ void check_entry_consistent(const std::string& entry) {
   REQUIRE(lock.has_value());
   CHECK(lock->state != LockState::live);
 }
-
-// A memory cgroup of its own for a test, `limit` bytes and no swap, removed at scope end
-// (its processes must be gone by then). cgroup v2 where the root delegates the memory
-// controller, else v1's memory hierarchy. Made beside, not under, the cgroup this process
-// runs in, which belongs to whoever started us. Unusable (why() says why) when we are not
-// root or neither is there.
-class MemoryCgroup {
- public:
-  explicit MemoryCgroup(uint64_t limit) {
-    if (::geteuid() != 0) {
-      fail("needs root");
-      return;
-    }
-    const std::string name = fmt::format("neffcache-test-oom-{}-{}", ::getpid(), detail::random_hex64());
-    auto has_word = [](const std::string& file, std::string_view word) {
-      auto text = detail::read_file(file);
-      if (!text) return false;
-      std::istringstream in(*text);
-      for (std::string w; in >> w;)
-        if (w == word) return true;
-      return false;
-    };
-    if (has_word("/sys/fs/cgroup/cgroup.subtree_control", "memory")) {
-      dir_ = "/sys/fs/cgroup/" + name;
-      if (!make()) return;
-      if (!write("memory.max", limit)) return;
-      if (test::fs::exists(dir_ + "/memory.swap.max") && !write("memory.swap.max", 0)) return;
-    } else if (test::fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
-      dir_ = "/sys/fs/cgroup/memory/" + name;
-      if (!make()) return;
-      if (!write("memory.limit_in_bytes", limit)) return;
-      // Swap counts only where swap accounting is on; no swap at all then.
-      if (test::fs::exists(dir_ + "/memory.memsw.limit_in_bytes") && !write("memory.memsw.limit_in_bytes", limit)) return;
-      if (!write("memory.swappiness", 0)) return;
-    } else {
-      fail("no cgroup v2 root with the memory controller delegated, and no cgroup v1 memory hierarchy");
-      return;
-    }
-    ok_ = true;
-  }
-  ~MemoryCgroup() {
-    if (!made_) return;
-    // The compiler was reaped; the kernel may take a moment to let the group go.
-    for (int i = 0; i < 200 && ::rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i)
-      std::this_thread::sleep_for(10ms);
-  }
-  MemoryCgroup(const MemoryCgroup&) = delete;
-  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
-
-  bool ok() const { return ok_; }
-  const std::string& why() const { return why_; }
-  // Written by a process to move itself in: "echo $$ > procs()".
-  std::string procs() const { return dir_ + "/cgroup.procs"; }
-
- private:
-  void fail(std::string why) { why_ = std::move(why); }
-  bool make() {
-    if (::mkdir(dir_.c_str(), 0755) != 0) return fail(fmt::format("cannot create {}: {}", dir_, std::strerror(errno))), false;
-    made_ = true;
-    return true;
-  }
-  bool write(const std::string& file, uint64_t value) {
-    const std::string path = dir_ + "/" + file;
-    std::ofstream out(path);
-    out << value;
-    out.close();
-    if (!out) return fail(fmt::format("cannot write {} to {}", value, path)), false;
-    return true;
-  }
-  std::string dir_, why_;
-  bool made_ = false, ok_ = false;
-};
 
 }  // namespace
 
@@ -513,8 +442,9 @@ TEST_CASE("an out-of-memory kill, in each of its three forms, is transient and h
 
 TEST_CASE("a real kernel OOM kill in a small memory cgroup, of the compiler or of its child, is oom_killed",
           "[compile]") {
-  MemoryCgroup cgroup(48 << 20);
-  if (!cgroup.ok()) SKIP("no memory cgroup for this test: " + cgroup.why());
+  std::string why;
+  auto cgroup = test::MemoryCgroup::create(48 << 20, why);
+  if (!cgroup) SKIP("no memory cgroup for this test: " + why);
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
   test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "256");  // far beyond the 48 MiB limit
@@ -530,7 +460,7 @@ TEST_CASE("a real kernel OOM kill in a small memory cgroup, of the compiler or o
   // Only the compiler moves into the cgroup: the shell moves itself, then becomes it.
   s.compiler = CompilerTemplate::parse(fmt::format(
                    "sh -c 'echo $$ > {} && exec {} compile --framework=XLA --target=trn1 {{hlo}} --output {{neff}}'",
-                   cgroup.procs(), k_fake))
+                   cgroup->dir() + "/cgroup.procs", k_fake))
                    .value();
   auto r = compile_entry(entry, s);
   INFO(r.message);

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <filesystem>
 #include <functional>
 #include <cstdint>
 #include <map>
@@ -155,6 +156,8 @@ class MemoryLedger {
                                                     std::string program = "neffcache") {
     std::shared_ptr<MemoryLedger> l(new MemoryLedger(budget, std::move(program)));
     if (dir.empty()) return l;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
     if (::mkdir(dir.c_str(), 01777) == 0) ::chmod(dir.c_str(), 01777);  // not narrowed by the umask
     else if (errno != EEXIST) return sys_error("create memory ledger", dir);
     l->dir_ = dir;
