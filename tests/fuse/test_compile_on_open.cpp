@@ -107,7 +107,7 @@ TEST_CASE("a compiler error: EIO, the log in model.log, no second compile, and r
 
 TEST_CASE("a compiler killed by a signal: EIO, nothing recorded, the next open compiles", "[fuse]") {
   test::TempDir marker_dir;
-  Mount m({"NEFFCACHE_FAKE_SIGNAL_ONCE=" + (marker_dir / "died").string(), "NEFFCACHE_FAKE_ONCE_SIGNAL=SEGV"});
+  Mount m({"NEFFCACHE_FAKE_SIGNAL_ONCE=" + (marker_dir / "died").string(), "NEFFCACHE_FAKE_ONCE_SIGNAL=TERM"});
   auto e = m.entry("gopjrt_tuple.hlo.pb", "d+0");
   CHECK(read_all(m.mnt() / e / "model.neff").first == EIO);
   CHECK_FALSE(fs::exists(m.backing() / e / "model.log"));

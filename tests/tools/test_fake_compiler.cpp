@@ -93,9 +93,9 @@ TEST_CASE("fake-neuronx-cc injects failures on request", "[fake]") {
   auto marker = (dir / "once").string();
   CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + marker}).exit_code == -1);
   CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + marker}).exit_code == 0);
-  auto segv = (dir / "once-segv").string();
-  CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + segv, "NEFFCACHE_FAKE_ONCE_SIGNAL=SEGV"}).exit_code == -1);
-  CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + segv, "NEFFCACHE_FAKE_ONCE_SIGNAL=SEGV"}).exit_code == 0);
+  auto term = (dir / "once-term").string();
+  CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + term, "NEFFCACHE_FAKE_ONCE_SIGNAL=TERM"}).exit_code == -1);
+  CHECK(compile(in, out, {"NEFFCACHE_FAKE_SIGNAL_ONCE=" + term, "NEFFCACHE_FAKE_ONCE_SIGNAL=TERM"}).exit_code == 0);
   // A failure prints what it is told to, as it is: neuronx-cc's own OOM report here.
   auto f137 = compile(in, out, {"NEFFCACHE_FAKE_FAIL=70", "NEFFCACHE_FAKE_FAIL_MESSAGE=[F137] neuronx-cc was forcibly killed"});
   CHECK(f137.exit_code == 70);
