@@ -468,8 +468,9 @@ TEST_CASE("a real kernel OOM kill in a small memory cgroup, of the compiler or o
   CHECK(r.outcome == CompileOutcome::transient);
   CHECK(r.oom_killed);
   CHECK(r.message.find(form) != std::string::npos);
-  CHECK(r.peak_rss_kib >= 16 * 1024);  // what it reached before the limit
-  CHECK(r.peak_rss_kib < 128 * 1024);
+  // What it reached before the limit. (No upper bound: a sanitized fake's resident set
+  // counts its shadow memory, far beyond the cgroup's 48 MiB.)
+  CHECK(r.peak_rss_kib >= 16 * 1024);
   CHECK_FALSE(test::fs::exists(test::fs::path(entry) / "model.log"));
   CHECK(state_of(entry) == EntryState::pending);
 }
