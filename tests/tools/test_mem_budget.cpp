@@ -51,11 +51,24 @@ int most_at_once(const fs::path& log) {
   return most;
 }
 
-test::ToolRun compile_in(const test::MemoryCgroup& cg, const fs::path& cache, const std::string& compiler) {
-  return test::run(cg.wrap({"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL", "-u",
-                            "NEURON_PARALLEL_COMPILE_MAX_RETRIES", "NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_MEMORY_MB=450",
-                            "NEFFCACHE_FAKE_SECONDS=2", "NEFFCACHE_FAKE_IDLE=1", test::k_tool, "compile", "--cache",
-                            cache.string(), "-j", "8", "--compiler", compiler, "--json"}));
+// `neffcache compile -j 8` of every entry of `cache` inside `cg`, each fake compile holding
+// 450 MiB for 2 s; `extra`: more options.
+test::ToolRun compile_in(const test::MemoryCgroup& cg, const fs::path& cache, const std::string& compiler,
+                         const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_COMPILE_CACHE_URL", "-u",
+                                "NEURON_PARALLEL_COMPILE_MAX_RETRIES", "NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_MEMORY_MB=450",
+                                "NEFFCACHE_FAKE_SECONDS=2", "NEFFCACHE_FAKE_IDLE=1", test::k_tool, "compile", "--cache",
+                                cache.string(), "-j", "8", "--compiler", compiler, "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return test::run(cg.wrap(argv));
+}
+
+// A 1.5 GiB memory cgroup, or the test is skipped with the reason.
+std::unique_ptr<test::MemoryCgroup> cgroup_or_skip() {
+  std::string why;
+  auto cg = test::MemoryCgroup::create(1536ull << 20, why);
+  if (!cg) SKIP("memory cgroup: " << why);
+  return cg;
 }
 
 std::size_t done_entries(const fs::path& cache) {
@@ -68,9 +81,7 @@ std::size_t done_entries(const fs::path& cache) {
 
 TEST_CASE("in a 1.5 GiB cgroup, 8 compiles of 450 MiB with -j 8: none killed; with peaks known, 2 or 3 at once",
           "[memory][cgroup]") {
-  std::string why;
-  auto cg = test::MemoryCgroup::create(1536ull << 20, why);
-  if (!cg) SKIP("memory cgroup: " << why);
+  auto cg = cgroup_or_skip();
   test::TempDir t;
   const fs::path cache = t / "cache";
   put_graphs(cache, 8);
@@ -107,15 +118,11 @@ TEST_CASE("in a 1.5 GiB cgroup, 8 compiles of 450 MiB with -j 8: none killed; wi
 }
 
 TEST_CASE("the same batch with admission off (-j 8 fixed slots) is killed for lack of memory", "[memory][cgroup]") {
-  std::string why;
-  auto cg = test::MemoryCgroup::create(1536ull << 20, why);
-  if (!cg) SKIP("memory cgroup: " << why);
+  auto cg = cgroup_or_skip();
   test::TempDir t;
   const fs::path cache = t / "cache";
   put_graphs(cache, 8);
-  auto r = test::run(cg->wrap({"env", "NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_MEMORY_MB=450", "NEFFCACHE_FAKE_SECONDS=2",
-                               "NEFFCACHE_FAKE_IDLE=1", test::k_tool, "compile", "--cache", cache.string(), "-j", "8",
-                               "--mem-budget", "off", "--compiler", test::k_fake_template}));
+  compile_in(*cg, cache, test::k_fake_template, {"--mem-budget", "off"});
   // What the budget prevents: kills, each a transient failure (nothing recorded) after
   // its retries.
   CHECK(cg->oom_kills() > 0);
