@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/flags.hpp>
+#include <neffcache/cache/lnl.hpp>
 
 #include "support.hpp"
 

@@ -63,8 +63,13 @@ void append_line(const std::string& path, const std::string& line) {
   ::close(fd);
 }
 
+// --logfile: where the compiler keeps its log besides printing it (LNL keeps it as
+// log-neuron-cc.txt); empty when not given.
+std::string g_logfile;
+
 [[noreturn]] void die(int code, std::string_view message) {
   fmt::print(stderr, "ERROR: {}\n", message);
+  if (!g_logfile.empty()) append_line(g_logfile, fmt::format("ERROR: {}\n", message));
   std::exit(code);
 }
 
@@ -111,6 +116,7 @@ Args parse_args(int argc, char** argv) {
       else if (i + 1 < argc) value = argv[++i];
       else die(2, fmt::format("argument {}: expected one argument", name));
       if (name == "--output") a.output = value;
+      else if (name == "--logfile") g_logfile = value;  // a path: no part of the result
       else if (name != "--framework" && name != "--verbose" && name != "--target")
         a.flags.push_back(fmt::format("{}={}", name, value));
       else if (name == "--target") a.flags.push_back(fmt::format("--target={}", value));
@@ -380,5 +386,6 @@ int main(int argc, char** argv) {
   if (auto w = write_all(fd, trailer, args.output); !w) die(1, w.error().message);
   if (::close(fd) != 0) die(1, fmt::format("cannot write {}: {}", args.output, std::strerror(errno)));
   fmt::print("Compiler status PASS\n");
+  if (!g_logfile.empty()) append_line(g_logfile, fmt::format("Compiled {}\nCompiler status PASS\n", args.input));
   return 0;
 }

@@ -127,7 +127,7 @@ std::vector<Target> pick(const store::Store& cache, const std::vector<EntryInfo>
   std::vector<Target> picked;
   for (std::size_t i = 0; i < graphs.size(); ++i) {
     const auto s = graphs[i]->state;
-    bool wanted = s == EntryState::pending || s == EntryState::stale_lock || s == EntryState::compiling ||
+    bool wanted = s == EntryState::pending || s == EntryState::partial || s == EntryState::stale_lock || s == EntryState::compiling ||
                   (s == EntryState::failed && retry_failed);
     if (wanted && shares[i]) picked.push_back({cache.entry(*graphs[i]).view(), *shares[i]});
   }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/core/detail/fs.hpp>
 

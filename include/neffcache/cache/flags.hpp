@@ -279,16 +279,6 @@ inline Result<std::vector<std::string>> entry_compiler_flags(const std::optional
   return std::move(parsed->compiler_flags);
 }
 
-// The same for the entry folder `entry_dir`, whose files are `files`: its
-// compile_flags.json when `files` lists one. (`files` rather than a look: the callers
-// have just listed the folder.)
-inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir, const EntryFiles& files,
-                                                             const std::vector<std::string>& default_flags) {
-  std::optional<std::string> flags_file;
-  if (files.has(EntryFile::flags)) flags_file = fmt::format("{}/{}", entry_dir, k_compile_flags_file);
-  return entry_compiler_flags(flags_file, default_flags);
-}
-
 // Writes compile_flags.json atomically, in json.dumps form, so that the MD5 of the
 // file equals the entry's flags hash (the JSON form) as in the Neuron cache.
 inline Result<void> write_compile_flags(const std::string& path,

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/detail/proc.hpp>
@@ -87,6 +88,10 @@ inline Result<ContentId> entry_content_id(const std::string& entry_dir,
                                           const std::vector<std::string>& default_flags = {}) {
   auto files = read_entry_files(entry_dir);
   if (!files) return files.error();
+  // An LNL entry's key covers its compiler's version, but we cannot read it back: its
+  // identity is not known, and it has no twins (yet).
+  if (files->is_lnl())
+    return Error{Errc::invalid_argument, fmt::format("{}: an LNL entry has no content identity", entry_dir)};
   if (!files->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO file", entry_dir)};
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return hlo.error();
@@ -405,7 +410,7 @@ inline IndexScan index_unknown_entries(const ContentIndex& index, std::size_t ma
                                        const std::function<bool()>& stop = {}) {
   IndexScan scan;
   (void)for_each_entry(index.root(), [&](const EntryRef& ref) {
-    if (!scan.complete || (!ref.files.done() && !ref.files.failed())) return;
+    if (!scan.complete || ref.files.is_lnl() || (!ref.files.done() && !ref.files.failed())) return;
     ++scan.entries;
     const std::string entry = ref.relative_path();
     if (index.knows(entry)) return;

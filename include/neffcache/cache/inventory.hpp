@@ -47,12 +47,13 @@ struct EntryInfo {
 
 // Entries by state, with the Neuron tool's view of them.
 struct StateCounts {
-  std::size_t empty = 0, pending = 0, compiling = 0, done = 0, failed = 0, stale = 0;
+  std::size_t empty = 0, pending = 0, partial = 0, compiling = 0, done = 0, failed = 0, stale = 0;
 
   std::size_t& of(EntryState s) {
     switch (s) {
       case EntryState::empty: return empty;
       case EntryState::pending: return pending;
+      case EntryState::partial: return partial;
       case EntryState::compiling: return compiling;
       case EntryState::done: return done;
       case EntryState::failed: return failed;
@@ -60,10 +61,10 @@ struct StateCounts {
     }
     return empty;
   }
-  // Entries a compile run would take on: pending ones, stale locks (taken over), and
-  // failed ones when failures are retried.
-  std::size_t remaining(bool with_failed) const { return pending + stale + (with_failed ? failed : 0); }
-  std::size_t total() const { return empty + pending + compiling + done + failed + stale; }
+  // Entries a compile run would take on: pending and partial ones, stale locks (taken
+  // over), and failed ones when failures are retried.
+  std::size_t remaining(bool with_failed) const { return pending + partial + stale + (with_failed ? failed : 0); }
+  std::size_t total() const { return empty + pending + partial + compiling + done + failed + stale; }
 };
 
 namespace detail {

@@ -11,13 +11,19 @@
 //      whose kernel locks do not reach us) -> live until its heartbeat is older than
 //      stale_after
 // A stale lock is taken over in place; a live one is reported busy with its owner.
+//
+// An LNL entry's lock is <root>/<key>.lock held with flock(2), as its clients hold it:
+// the file means nothing by itself (clients leave it behind), the kernel lock is all.
+// We take it the same way, so that our compile and a client's exclude each other.
 #pragma once
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -177,13 +183,33 @@ inline Result<LockInfo> inspect_lock(const std::string& path, const LockOptions&
   return inspect_lock_at(AT_FDCWD, path, opts);
 }
 
+// Whether someone holds the flock(2) of the file `name` in the folder `dir_fd`: asked
+// with a shared lock taken and dropped at once (which holds off a client's exclusive
+// try for that instant only). A missing file is not held.
+inline bool flock_held_at(int dir_fd, const std::string& name) {
+  detail::UniqueFd fd(sys::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return false;
+  if (detail::retry_eintr([&] { return ::flock(fd.get(), LOCK_SH | LOCK_NB); }) != 0) return errno == EWOULDBLOCK;
+  ::flock(fd.get(), LOCK_UN);
+  return false;
+}
+
 // The state of a walked entry, its lock judged as try_acquire would judge it. A lock
 // that cannot be read counts as live: doubt never robs anyone.
 inline EntryState entry_state(const EntryRef& e, const LockOptions& opts = {}) {
   return classify(e.files, [&] {
+    if (e.files.is_lnl()) return flock_held_at(e.dir_fd, e.files.lock_name());
     auto info = inspect_lock_at(e.dir_fd, e.files.lock_name(), opts);
     return !info || info->state != LockState::stale;
   });
+}
+
+// The lock file of an entry folder, present or not (an LNL lock beside the folder).
+inline std::string entry_lock_path(const std::string& entry_dir, const EntryFiles& files) {
+  if (!files.is_lnl()) return entry_dir + "/" + files.lock_name();
+  auto dir = std::filesystem::path(entry_dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // a trailing '/'
+  return (dir.parent_path() / (files.key + std::string(k_lock_suffix))).string();
 }
 
 // A held entry lock. Move-only; released (file removed, kernel lock dropped) by
@@ -197,6 +223,7 @@ class [[nodiscard]] EntryLock {
       fd_ = std::move(o.fd_);
       path_ = std::move(o.path_);
       previous_ = std::move(o.previous_);
+      flock_ = o.flock_;
     }
     return *this;
   }
@@ -241,6 +268,35 @@ class [[nodiscard]] EntryLock {
     return Error{Errc::busy, fmt::format("lock {} keeps changing under us", path)};
   }
 
+  // Takes the flock(2) of `path` (an LNL lock, see the file comment) now or fails with
+  // Errc::busy. The file is created if absent and never removed: a client may be
+  // opening it to wait on it.
+  static Result<EntryLock> try_acquire_flock(const std::string& path) {
+    for (int round = 0; round < 16; ++round) {
+      detail::UniqueFd fd(sys::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+      if (!fd) return sys_error("open lock", path);
+      if (detail::retry_eintr([&] { return ::flock(fd.get(), LOCK_EX | LOCK_NB); }) != 0) {
+        if (errno == EWOULDBLOCK) return Error{Errc::busy, fmt::format("{} is locked by another process", path)};
+        return sys_error("lock", path);
+      }
+      // Ours only if the name still leads to the file we locked.
+      struct stat held {}, named {};
+      if (::fstat(fd.get(), &held) != 0) return sys_error("stat lock", path);
+      if (::lstat(path.c_str(), &named) != 0 || !detail::same_file(held, named)) continue;
+      EntryLock lock(std::move(fd), path, std::nullopt);
+      lock.flock_ = true;
+      return lock;
+    }
+    return Error{Errc::busy, fmt::format("lock {} keeps changing under us", path)};
+  }
+
+  // The lock of the entry folder `entry_dir` whose files are `files`, of its dialect.
+  static Result<EntryLock> try_acquire_entry(const std::string& entry_dir, const EntryFiles& files,
+                                             const LockOptions& opts = {}) {
+    const std::string path = entry_lock_path(entry_dir, files);
+    return files.is_lnl() ? try_acquire_flock(path) : try_acquire(path, opts);
+  }
+
   // try_acquire until it succeeds or `deadline` passes (Errc::timed_out, with the
   // holder's description). Never waits forever.
   static Result<EntryLock> acquire(const std::string& path, std::chrono::steady_clock::time_point deadline,
@@ -258,6 +314,7 @@ class [[nodiscard]] EntryLock {
   // Refreshes the heartbeat. Errc::busy when the lock file is no longer ours (removed
   // or replaced by someone who judged us dead): the holder must stop, not publish.
   Result<void> heartbeat() {
+    if (flock_) return {};  // no heartbeat: the kernel drops a flock with its holder
     struct stat held {}, named {};
     if (!fd_ || ::fstat(fd_.get(), &held) != 0 || ::lstat(path_.c_str(), &named) != 0 ||
         !detail::same_file(held, named))
@@ -269,6 +326,7 @@ class [[nodiscard]] EntryLock {
   // Removes the lock file (if it is still ours) and drops the kernel lock. Idempotent.
   void release() {
     if (!fd_) return;
+    if (flock_) return fd_.reset();  // the file stays (see try_acquire_flock)
     struct stat held {}, named {};
     if (::fstat(fd_.get(), &held) == 0 && ::lstat(path_.c_str(), &named) == 0 && detail::same_file(held, named) &&
         sys::unlink(path_.c_str()) != 0) {
@@ -326,11 +384,8 @@ class [[nodiscard]] EntryLock {
   detail::UniqueFd fd_;
   std::string path_;
   std::optional<LockInfo> previous_;
+  bool flock_ = false;  // an LNL lock (try_acquire_flock)
 };
 
-// The lock file of an entry folder, present or not.
-inline std::string entry_lock_path(const std::string& entry_dir, const EntryFiles& files) {
-  return entry_dir + "/" + files.lock_name();
-}
 
 }  // namespace neffcache

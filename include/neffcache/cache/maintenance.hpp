@@ -49,7 +49,7 @@ inline Result<void> unlink_all(const std::string& dir, const std::vector<std::st
 inline Result<EntryLock> lock_entry(const EntryPaths& e, const LockOptions& opts) {
   auto files = read_entry_files(e.backing);
   if (!files) return files.error();
-  return EntryLock::try_acquire(entry_lock_path(e.backing, *files), opts);
+  return EntryLock::try_acquire_entry(e.backing, *files, opts);
 }
 
 }  // namespace detail
@@ -74,7 +74,7 @@ inline Result<LockInfo> clear_stale_lock(const EntryPaths& e, const LockOptions&
   auto files = read_entry_files(e.backing);
   if (!files) return files.error();
   if (!files->has_lock()) return Error{Errc::not_found, fmt::format("{} has no lock", e.backing)};
-  auto lock = EntryLock::try_acquire(entry_lock_path(e.backing, *files), opts);
+  auto lock = EntryLock::try_acquire_entry(e.backing, *files, opts);
   if (!lock) return lock.error();
   LockInfo was = lock->previous().value_or(LockInfo{});
   lock->release();

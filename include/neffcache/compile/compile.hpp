@@ -35,6 +35,7 @@
 #include <neffcache/core/detail/sys.hpp>
 #include <neffcache/core/detail/proc.hpp>
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/core/result.hpp>
@@ -87,9 +88,9 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   auto files = read_entry_files(entry_dir);
   if (!files) return transient(files.error().message);
   if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
-  if (!files->has_hlo()) return transient(fmt::format("{}: no HLO file to compile", entry_dir));
+  if (!files->has_job()) return transient(fmt::format("{}: no HLO file to compile", entry_dir));
 
-  auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
+  auto lock = EntryLock::try_acquire_entry(entry_dir, *files, s.lock);
   if (!lock) {
     r.outcome = lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient;
     r.message = lock.error().message;
@@ -113,8 +114,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   auto record_failure = [&](std::string why) {
     detail::log_line(log.get(), why);
     log.reset();
-    sys::unlink(fmt::format("{}/{}", entry_dir, k_neff_file).c_str());
-    if (sys::rename(log_path.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0)
+    sys::unlink(fmt::format("{}/{}", entry_dir, files->neff_name()).c_str());
+    if (sys::rename(log_path.c_str(), fmt::format("{}/{}", entry_dir, files->failure_name()).c_str()) != 0)
       return transient(sys_error("record failure in", entry_dir).message);
     detail::fsync_dir(entry_dir);
     r.outcome = CompileOutcome::failed;
@@ -127,14 +128,21 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   if (!entry_flags && entry_flags.error().code == Errc::io) return transient(entry_flags.error().message);
   if (!entry_flags) return record_failure(entry_flags.error().message);
   std::vector<std::string> flags = std::move(*entry_flags);
+  // An LNL entry compiles with its own command's arguments (when it has command.txt).
+  std::optional<LnlCommand> lnl_command;
+  if (files->is_lnl() && files->has(EntryFile::flags)) {
+    auto c = read_lnl_command(fmt::format("{}/{}", entry_dir, k_lnl_command_file));
+    if (!c) return c.error().code == Errc::io ? transient(c.error().message) : record_failure(c.error().message);
+    lnl_command = std::move(*c);
+  }
   // A retried failure: the old record goes only once we really compile again.
-  sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+  sys::unlink(fmt::format("{}/{}", entry_dir, files->failure_name()).c_str());
 
   std::string root = s.workdir_root;
   if (root.empty()) root = detail::getenv_or("TMPDIR", "/tmp");
   PosixRunner posix;
   ProcessRunner& runner = s.runner ? *s.runner : posix;
-  const std::string hlo_suffix(files->hlo_name()->substr(std::string_view("model").size()));
+  const std::string hlo_suffix(files->is_lnl() ? "" : files->hlo_name()->substr(std::string_view("model").size()));
 
   for (int attempt = 0; attempt <= s.max_retries; ++attempt) {
     std::string tmpl = fmt::format("{}/neffcache-{}-XXXXXX", root, key.substr(0, 64));
@@ -146,6 +154,10 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     } cleanup{workdir};
     CompilerTemplate::Values v{fmt::format("{}/model.{}{}", workdir, key, hlo_suffix),
                                fmt::format("{}/model.{}.neff", workdir, key), workdir, key, flags};
+    // The compiler's own log (LNL keeps it): where --logfile names it, or where
+    // neuronx-cc writes it by default, in its working folder.
+    const std::string compiler_log = fmt::format("{}/{}", workdir, k_lnl_log_file);
+    if (files->is_lnl()) v.hlo = fmt::format("{}/{}", workdir, k_lnl_hlo_file), v.neff = fmt::format("{}/{}", workdir, files->neff_name());
     if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c)
       return c.error().code == Errc::invalid_argument ? record_failure(c.error().message) : transient(c.error().message);
     // A compiler run as another user writes into a work folder of its own. (What it
@@ -154,7 +166,8 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
       return transient(sys_error("give the work directory to", s.run_as->name).message);
 
     RunSpec spec;
-    spec.argv = s.compiler.expand(v);
+    spec.argv = lnl_command ? lnl_compile_argv(s.compiler.program(), *lnl_command, v.hlo, v.neff, compiler_log)
+                            : s.compiler.expand(v);
     spec.cwd = workdir;
     spec.log_fd = log.get();
     spec.timeout = s.timeout;
@@ -242,7 +255,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
                                 {"oom_retries", s.oom_retries},
                                 {"attempts", r.attempts},
                                 {"host", detail::current_process().host}};
-    auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner);
+    auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner, *files, compiler_log);
     if (!published) return transient(published.error().message);
     detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", *published,
                                             std::filesystem::file_size(*published), r.compile_seconds));

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/index.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/compile/scheduler.hpp>
@@ -25,16 +26,18 @@ namespace neffcache {
 inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {}) {
   JobSpec spec{entry_dir, {}, 0};
   auto files = read_entry_files(entry_dir);
-  if (!files || !files->has_hlo() || files->done()) return spec;
+  if (!files || !files->has_job() || files->done()) return spec;
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return spec;
+  spec.instructions = hlo->stats.instructions;
+  spec.hlo_bytes = hlo->stats.bytes;
+  // An LNL entry has no content identity (see entry_content_id): no twins, no dedup.
+  if (files->is_lnl()) return spec;
   auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
   if (!flags) return spec;
   auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
   // The entry's content identity: what the content index files its result under.
   spec.dedup_key = ContentId{compiler_dir, hlo->canonical_sha256, flags_hash(*flags)}.str();
-  spec.instructions = hlo->stats.instructions;
-  spec.hlo_bytes = hlo->stats.bytes;
   return spec;
 }
 

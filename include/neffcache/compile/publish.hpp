@@ -1,6 +1,7 @@
 // An entry's work folder and publication: hashed copies, removal of a work folder
 // without following links, the owner an entry's files get, and the atomic publication
-// of a NEFF (model.neff, then .neffcache-meta.json, then model.done) with the cleanup
+// of a NEFF (model.neff, then .neffcache-meta.json, then model.done; LNL's names in an
+// LNL entry) with the cleanup
 // of what a dead publisher left.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/detail/proc.hpp>
 #include <neffcache/core/detail/sys.hpp>
@@ -87,21 +90,24 @@ inline void fsync_dir(const std::string& dir) {
   UniqueFd fd(sys::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd) sys::fsync(fd.get());
 }
-// Puts `tmp`, a whole NEFF already in the entry folder, in place as model.neff; then the
-// metadata (`meta` plus size and `xxh3`); then model.done. Readers see no model.neff, or
-// a whole one, and never model.done without it. On failure `tmp` is gone and no
-// model.neff stands. Returns the published path.
+// Puts `tmp`, a whole NEFF already in the entry folder, in place as its NEFF
+// (`names`: model.neff, or LNL's graph_<key>.neff); then the metadata (`meta` plus size
+// and `xxh3`); then the done marker, last (model.done, empty; or LNL's
+// .compilation_complete, which gives the time and the NEFF's size). Readers see no NEFF,
+// or a whole one, and never the marker without it. On failure `tmp` is gone and no NEFF
+// stands. Returns the published path.
 inline Result<std::string> commit_neff(const std::string& entry_dir, const std::string& tmp, const std::string& xxh3,
-                                       nlohmann::ordered_json meta, const std::optional<FileOwner>& owner) {
-  const std::string path = fmt::format("{}/{}", entry_dir, k_neff_file);
+                                       nlohmann::ordered_json meta, const std::optional<FileOwner>& owner,
+                                       const EntryFiles& names = {}) {
+  const std::string path = fmt::format("{}/{}", entry_dir, names.neff_name());
   const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
   if (sys::rename(tmp.c_str(), path.c_str()) != 0) {
     Error e = sys_error("publish", path);
     sys::unlink(tmp.c_str());
     return e;
   }
-  // model.neff is in place: a failure from here on takes it away again, so that no
-  // model.neff stands without its model.done (the next attempt publishes anew).
+  // The NEFF is in place: a failure from here on takes it away again, so that no NEFF
+  // stands without its marker (the next attempt publishes anew).
   auto undo = [&](Error e) {
     sys::unlink(meta_path.c_str());
     sys::unlink(path.c_str());
@@ -112,7 +118,12 @@ inline Result<std::string> commit_neff(const std::string& entry_dir, const std::
   meta["size"] = st.st_size;
   meta["xxh3"] = xxh3;
   if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n", 0644, owner); !m) return undo(m.error());
-  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "", 0644, owner); !d)
+  std::string marker;
+  if (names.is_lnl()) {
+    auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+    marker = lnl_marker(now.count(), static_cast<uint64_t>(st.st_size));
+  }
+  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, names.done_name()), marker, 0644, owner); !d)
     return undo(d.error());
   fsync_dir(entry_dir);
   return path;
@@ -124,16 +135,29 @@ inline std::string neff_tmp_name(const std::string& entry_dir) {
 }
 
 // Publishes `neff` into the entry: copied to a temp file there, fsynced, then
-// commit_neff. The files get the process's umask, never write access for others, and
-// `owner`. Returns the published path.
+// commit_neff (`names` as there). The files get the process's umask, never write access
+// for others, and `owner`. An LNL entry also gets `compiler_log` as log-neuron-cc.txt,
+// before the NEFF, when the compiler wrote one. Returns the published path.
 inline Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
-                                   nlohmann::ordered_json meta, const std::optional<FileOwner>& owner = {}) {
-  const std::string tmp = neff_tmp_name(entry_dir);
+                                   nlohmann::ordered_json meta, const std::optional<FileOwner>& owner = {},
+                                   const EntryFiles& names = {}, const std::string& compiler_log = {}) {
   // (The kernel applies the umask to the mode. Reading it with umask() would change it
   // for a moment, for every thread of the process.)
-  auto hash = copy_file_hashed(neff, tmp, 0666 & ~S_IWOTH, owner);
+  const mode_t mode = 0666 & ~S_IWOTH;
+  if (names.is_lnl() && !compiler_log.empty() && ::access(compiler_log.c_str(), F_OK) == 0) {
+    const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, random_hex64());
+    if (auto c = copy_file_hashed(compiler_log, tmp, mode, owner); !c) return c.error();
+    const std::string log = fmt::format("{}/{}", entry_dir, k_lnl_log_file);
+    if (sys::rename(tmp.c_str(), log.c_str()) != 0) {
+      Error e = sys_error("publish", log);
+      sys::unlink(tmp.c_str());
+      return e;
+    }
+  }
+  const std::string tmp = neff_tmp_name(entry_dir);
+  auto hash = copy_file_hashed(neff, tmp, mode, owner);
   if (!hash) return hash.error();
-  return commit_neff(entry_dir, tmp, xxh3_hex(*hash), std::move(meta), owner);
+  return commit_neff(entry_dir, tmp, xxh3_hex(*hash), std::move(meta), owner, names);
 }
 
 }  // namespace detail

@@ -104,7 +104,7 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
   };
   auto files = read_entry_files(entry_dir);
   if (!files) return end(CompileOutcome::transient, files.error().message);
-  auto lock = EntryLock::try_acquire(entry_lock_path(entry_dir, *files), s.lock);
+  auto lock = EntryLock::try_acquire_entry(entry_dir, *files, s.lock);
   if (!lock)
     return end(lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient, lock.error().message);
   files = read_entry_files(entry_dir);
@@ -120,14 +120,14 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
     r.twin = twin.record.entry;
     return end(CompileOutcome::failed, fmt::format("same graph as {}, which failed", twin.record.entry));
   }
-  sys::unlink(fmt::format("{}/{}", entry_dir, k_log_file).c_str());
+  sys::unlink(fmt::format("{}/{}", entry_dir, files->failure_name()).c_str());
   const std::string tmp = detail::neff_tmp_name(entry_dir);
   auto how = detail::place_twin_neff(twin, tmp, owner);
   if (!how) return end(CompileOutcome::transient, how.error().message);
   nlohmann::ordered_json meta{{"copied_from", twin.record.entry},
                               {"copy", *how},
                               {"compile_seconds_saved", twin.record.compile_seconds}};
-  auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner);
+  auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner, *files);
   if (!p) return end(CompileOutcome::transient, p.error().message);
   r.twin = twin.record.entry;
   r.saved_seconds = twin.record.compile_seconds;
@@ -151,7 +151,7 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   }
   if (!source->done()) return transient(fmt::format("{} has no result to copy", source_dir));
   struct stat st {};
-  auto fd = detail::open_regular(fmt::format("{}/{}", source_dir, k_neff_file), &st);
+  auto fd = detail::open_regular(fmt::format("{}/{}", source_dir, source->neff_name()), &st);
   if (!fd) return transient(fd.error().message);
   auto meta = detail::read_entry_meta(source_dir);
   auto h = detail::neff_xxh3(source_dir, fd->get(), st, meta);

@@ -1,0 +1,142 @@
+// The compile command of an LNL entry (command.txt, see layout.hpp): what LNL ran,
+//   neuronx-cc compile <graph.hlo> --framework XLA --target <t> --output <neff>
+//     --logfile <log> <the entry's compiler arguments>
+// read back so that another program (the daemon's compiler) can run the same compile
+// in a work folder of its own, and so that the arguments can key the result.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/core/result.hpp>
+
+namespace neffcache {
+
+struct LnlCommand {
+  std::string input;               // the HLO it compiles
+  std::string framework = "XLA";   // --framework
+  std::string target;              // --target; empty when not given
+  std::vector<std::string> flags;  // everything else, in order, as written
+};
+
+namespace detail {
+// The options whose values a compile of ours replaces (--output, --logfile) or keeps
+// apart (--framework, --target), in both forms "--name value" and "--name=value".
+inline bool lnl_take_option(const std::vector<std::string>& w, std::size_t& i, std::string_view name,
+                            std::string& value) {
+  if (w[i] == name) {
+    if (i + 1 >= w.size()) return false;
+    value = w[++i];
+    return true;
+  }
+  if (w[i].size() > name.size() && w[i].starts_with(name) && w[i][name.size()] == '=') {
+    value = w[i].substr(name.size() + 1);
+    return true;
+  }
+  return false;
+}
+}  // namespace detail
+
+// Parses command.txt: a shell-quoted command line whose first word is the compiler (any
+// name or path) and whose second is "compile". The input is the word after "compile"
+// when it is no option, else the first word naming a graph.hlo. Errors
+// (Errc::invalid_argument) say what is missing.
+inline Result<LnlCommand> parse_lnl_command(std::string_view text) {
+  auto bad = [](std::string_view why) { return Error{Errc::invalid_argument, fmt::format("command.txt: {}", why)}; };
+  auto words = shell_split(text);
+  if (!words) return bad(words.error().message);
+  const auto& w = *words;
+  if (w.size() < 3 || w[1] != "compile") return bad("not a 'neuronx-cc compile ...' command");
+  LnlCommand c;
+  std::string ignored;
+  std::size_t input_at = w[2].starts_with('-') ? 0 : 2;
+  for (std::size_t i = 2; i < w.size(); ++i) {
+    if (i == input_at) continue;
+    if (detail::lnl_take_option(w, i, "--framework", c.framework) || detail::lnl_take_option(w, i, "--target", c.target) ||
+        detail::lnl_take_option(w, i, "--output", ignored) || detail::lnl_take_option(w, i, "--logfile", ignored))
+      continue;
+    if (w[i] == "--framework" || w[i] == "--target" || w[i] == "--output" || w[i] == "--logfile")
+      return bad(fmt::format("{} without a value", w[i]));
+    if (input_at == 0 && !w[i].starts_with('-') && (w[i] == "graph.hlo" || w[i].ends_with("/graph.hlo"))) {
+      input_at = i;
+      continue;
+    }
+    c.flags.push_back(w[i]);
+  }
+  if (input_at == 0) return bad("no input HLO named");
+  c.input = w[input_at];
+  return c;
+}
+
+// The command line that compiles `c` with `program` into a work folder: the HLO, the
+// NEFF and the log at the given paths, the framework, target and flags as the entry has
+// them.
+inline std::vector<std::string> lnl_compile_argv(const std::string& program, const LnlCommand& c,
+                                                 const std::string& hlo, const std::string& neff,
+                                                 const std::string& log) {
+  std::vector<std::string> argv{program, "compile", hlo, "--framework", c.framework};
+  if (!c.target.empty()) argv.insert(argv.end(), {"--target", c.target});
+  argv.insert(argv.end(), {"--output", neff, "--logfile", log});
+  argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+  return argv;
+}
+
+// The flags that key an LNL entry's result: the target first ("--target=<t>"), then the
+// compiler arguments without --verbose (which changes only what is printed). Paths
+// (input, output, log) never count.
+inline std::vector<std::string> lnl_key_flags(const LnlCommand& c) {
+  std::vector<std::string> out;
+  if (!c.target.empty()) out.push_back("--target=" + c.target);
+  for (std::size_t i = 0; i < c.flags.size(); ++i) {
+    const auto& f = c.flags[i];
+    if (f == "--verbose") {
+      if (i + 1 < c.flags.size() && !c.flags[i + 1].starts_with('-')) ++i;
+      continue;
+    }
+    if (f.starts_with("--verbose=")) continue;
+    out.push_back(f);
+  }
+  return out;
+}
+
+// Reads and parses the command.txt at `path`. Errors: Errc::io when it cannot be read
+// (which may pass), Errc::invalid_argument when its content is bad (the entry's fault).
+inline Result<LnlCommand> read_lnl_command(const std::string& path) {
+  auto text = detail::read_file(path);
+  if (!text) return Error{Errc::io, fmt::format("cannot read {}", path)};
+  auto c = parse_lnl_command(*text);
+  if (!c) return Error{c.error().code, fmt::format("{}: {}", path, c.error().message)};
+  return c;
+}
+
+// The compiler flags of the entry folder `entry_dir`, whose files are `files` (rather
+// than a look: the callers have just listed the folder), in either dialect: its
+// compile_flags.json when `files` lists one, else `default_flags` (see
+// entry_compiler_flags in flags.hpp); of an LNL entry, lnl_key_flags of its command.txt,
+// or `default_flags` when it has only LNL's metadata.
+inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir, const EntryFiles& files,
+                                                             const std::vector<std::string>& default_flags) {
+  std::optional<std::string> flags_file;
+  if (files.has(EntryFile::flags)) flags_file = fmt::format("{}/{}", entry_dir, files.flags_name());
+  if (files.is_lnl() && flags_file) {
+    auto c = read_lnl_command(*flags_file);
+    if (!c) return c.error();
+    return lnl_key_flags(*c);
+  }
+  return entry_compiler_flags(flags_file, default_flags);
+}
+
+// The content of LNL's completion marker: "completed:<unix time>\nneff_size:<bytes>\n".
+inline std::string lnl_marker(int64_t unix_seconds, uint64_t neff_bytes) {
+  return fmt::format("completed:{}\nneff_size:{}\n", unix_seconds, neff_bytes);
+}
+
+}  // namespace neffcache

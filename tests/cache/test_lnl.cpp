@@ -1,0 +1,154 @@
+// The LNL dialect's layout: entry paths, states, the lock beside the folder, and
+// command.txt read back into a compile of ours.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <neffcache/cache/lnl.hpp>
+#include <neffcache/cache/lock.hpp>
+
+#include "lnl.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+
+namespace {
+
+EntryState state_at(const test::fs::path& root, const std::string& path) {
+  std::optional<EntryState> st;
+  REQUIRE(for_each_entry(root.string(), [&](const EntryRef& e) {
+            if (e.relative_path() == path) st = entry_state(e);
+          }).has_value());
+  REQUIRE(st.has_value());
+  return *st;
+}
+
+}  // namespace
+
+TEST_CASE("LNL entry paths are one 32-hex component; Neuron paths keep their shape", "[lnl]") {
+  const std::string key = test::lnl_key("a");
+  CHECK(is_entry_path(key));
+  CHECK(dialect_of_path(key) == Dialect::lnl);
+  CHECK(dialect_of_path("neuronxcc-2.21.0/MODULE_1+2") == Dialect::neuron);
+  CHECK_FALSE(is_entry_path(key.substr(1)));        // 31 digits
+  CHECK_FALSE(is_entry_path(key + "0"));            // 33
+  CHECK_FALSE(is_entry_path("A" + key.substr(1)));  // upper case is not LNL's
+  CHECK_FALSE(is_entry_path(key + "/graph.hlo"));
+  CHECK_FALSE(is_entry_path("nki"));
+  CHECK(lnl_neff_name(key) == "graph_" + key + ".neff");
+}
+
+TEST_CASE("LNL entry states: pending, partial, done, failed, compiling under the client's flock", "[lnl]") {
+  test::TempDir root;
+  const std::string key = test::lnl_key("states");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  CHECK(state_at(root.path(), key) == EntryState::pending);
+
+  SECTION("graph.hlo alone is a writer still at work; LNL's metadata makes it a job") {
+    test::fs::remove(dir / "command.txt");
+    test::fs::remove(dir / ".artifact_metadata_v0.json");
+    CHECK(state_at(root.path(), key) == EntryState::empty);
+    test::spit(dir / ".artifact_metadata_v0.json", "{}");
+    CHECK(state_at(root.path(), key) == EntryState::pending);
+  }
+  SECTION("outputs without the marker are partial, never done") {
+    test::spit(dir / lnl_neff_name(key), "half a NEFF");
+    CHECK(state_at(root.path(), key) == EntryState::partial);
+    test::spit(dir / ".compilation_complete", lnl_marker(1, 11));
+    CHECK(state_at(root.path(), key) == EntryState::done);
+  }
+  SECTION("a log of the compiler's own, without the marker, is partial too") {
+    test::spit(dir / "log-neuron-cc.txt", "interrupted");
+    CHECK(state_at(root.path(), key) == EntryState::partial);
+  }
+  SECTION("our failure record; LNL's marker would win over it") {
+    test::spit(dir / ".neffcache-failed.log", "ERROR");
+    CHECK(state_at(root.path(), key) == EntryState::failed);
+  }
+  SECTION("a client's flock on <root>/<key>.lock is a compile; the file alone is nothing") {
+    auto lock_path = root.path() / (key + ".lock");
+    test::spit(lock_path, "");
+    CHECK(state_at(root.path(), key) == EntryState::pending);
+    int fd = ::open(lock_path.c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    CHECK(state_at(root.path(), key) == EntryState::compiling);
+    auto files = read_entry_files(dir.string());
+    REQUIRE(files.has_value());
+    CHECK(entry_lock_path(dir.string() + "/", *files) == lock_path.string());
+    auto ours = EntryLock::try_acquire_entry(dir.string(), *files);
+    REQUIRE_FALSE(ours.has_value());
+    CHECK(ours.error().code == Errc::busy);
+    ::close(fd);
+    CHECK(state_at(root.path(), key) == EntryState::pending);
+    {
+      auto taken = EntryLock::try_acquire_entry(dir.string(), *files);
+      REQUIRE(taken.has_value());
+      // The client waits on our lock as on another client's.
+      int other = ::open(lock_path.c_str(), O_RDWR);
+      CHECK(::flock(other, LOCK_EX | LOCK_NB) != 0);
+      ::close(other);
+      CHECK(state_at(root.path(), key) == EntryState::compiling);
+    }
+    CHECK(test::fs::exists(lock_path));  // released, the file stays for its waiters
+    CHECK(state_at(root.path(), key) == EntryState::pending);
+  }
+}
+
+TEST_CASE("one root holds both dialects; the walk finds each with its own files", "[lnl]") {
+  test::TempDir root;
+  const std::string key = test::lnl_key("both");
+  test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  auto neuron = root.path() / "neuronxcc-2.21.0" / "MODULE_1+2";
+  test::fs::create_directories(neuron);
+  test::fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", neuron / "model.hlo_module.pb");
+  test::fs::create_directories(root.path() / "nki");                   // LNL's NKI results: no entry
+  test::fs::create_directories(root.path() / test::lnl_key("x").substr(0, 31));  // not a key
+  std::map<std::string, Dialect> seen;
+  REQUIRE(for_each_entry(root.path().string(), [&](const EntryRef& e) { seen[e.relative_path()] = e.files.dialect; })
+              .has_value());
+  CHECK(seen == std::map<std::string, Dialect>{{key, Dialect::lnl}, {"neuronxcc-2.21.0/MODULE_1+2", Dialect::neuron}});
+  auto files = read_entry_files((root.path() / key).string());
+  REQUIRE(files.has_value());
+  CHECK(files->key == key);
+  CHECK(files->hlo_name() == std::optional<std::string_view>("graph.hlo"));
+}
+
+TEST_CASE("command.txt is read back: the input, the target apart, the arguments in order", "[lnl]") {
+  const std::string key = test::lnl_key("cmd");
+  auto c = parse_lnl_command(test::lnl_command_text(key, {"--model-type", "transformer", "-O1", "--verbose=35"}, "trn2"));
+  REQUIRE(c.has_value());
+  CHECK(c->input.ends_with(key + "/graph.hlo"));
+  CHECK(c->framework == "XLA");
+  CHECK(c->target == "trn2");
+  CHECK(c->flags == std::vector<std::string>{"--model-type", "transformer", "-O1", "--verbose=35"});
+  // The key: the target first, no paths, no --verbose in either form.
+  CHECK(lnl_key_flags(*c) == std::vector<std::string>{"--target=trn2", "--model-type", "transformer", "-O1"});
+  auto spaced = parse_lnl_command("neuronx-cc compile g/graph.hlo --target=trn2 --verbose 35 --model-type transformer -O1");
+  REQUIRE(spaced.has_value());
+  CHECK(lnl_key_flags(*spaced) == lnl_key_flags(*c));
+  // Our compile: the work folder's paths, the entry's own arguments.
+  CHECK(lnl_compile_argv("/opt/cc", *c, "/w/graph.hlo", "/w/out.neff", "/w/log") ==
+        std::vector<std::string>{"/opt/cc", "compile", "/w/graph.hlo", "--framework", "XLA", "--target", "trn2",
+                                 "--output", "/w/out.neff", "--logfile", "/w/log", "--model-type", "transformer", "-O1",
+                                 "--verbose=35"});
+  // The input found by its name when options come first.
+  auto late = parse_lnl_command("/usr/bin/neuronx-cc compile --framework=XLA --target trn1 /c/k/graph.hlo --output o");
+  REQUIRE(late.has_value());
+  CHECK(late->input == "/c/k/graph.hlo");
+  CHECK(late->flags.empty());
+}
+
+TEST_CASE("a bad command.txt is one clear error", "[lnl]") {
+  for (std::string_view text : {"", "neuronx-cc", "neuronx-cc --version", "neuronx-cc compile --target",
+                                "neuronx-cc compile --framework XLA -O1", "neuronx-cc compile 'graph.hlo"}) {
+    auto c = parse_lnl_command(text);
+    CAPTURE(text);
+    REQUIRE_FALSE(c.has_value());
+    CHECK(c.error().code == Errc::invalid_argument);
+    CHECK(c.error().message.starts_with("command.txt: "));
+    CHECK(c.error().message.find('\n') == std::string::npos);
+  }
+}

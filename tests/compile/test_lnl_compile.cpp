@@ -1,0 +1,152 @@
+// Compiling LNL entries with the real process runner and fake-neuronx-cc: the entry's
+// own arguments, LNL's files and marker, our failure record, the client's lock.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/compile.hpp>
+#include <neffcache/compile/prepare.hpp>
+
+#include "fake_neuronx_cc/fake_neff.hpp"
+#include "lnl.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using namespace std::chrono_literals;
+
+namespace {
+
+CompileSettings lnl_settings(const test::TempDir& work) {
+  CompileSettings s;
+  // Only the program counts for an entry with command.txt; the rest is for one without.
+  s.compiler = CompilerTemplate::parse(std::string(NEFFCACHE_FAKE_COMPILER) +
+                                       " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}")
+                   .value();
+  s.workdir_root = work.path().string();
+  s.kill_grace = 500ms;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an LNL entry compiles with its own command, publishes LNL's files and writes the marker last", "[lnl][compile]") {
+  test::TempDir root, work;
+  const std::string key = test::lnl_key("compile");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key, {"--model-type", "transformer", "-O1"});
+  auto r = compile_entry(dir.string(), lnl_settings(work));
+  REQUIRE(r.outcome == CompileOutcome::success);
+  const auto neff_path = dir / lnl_neff_name(key);
+  auto neff = fake::parse_fake_neff(test::slurp(neff_path));
+  REQUIRE(neff.has_value());
+  // The compiler saw the entry's arguments and target, not the template's.
+  CHECK(neff->flags == R"(["--target=trn1", "--model-type=transformer", "-O1"])");
+  // LNL's marker: "completed:<unix time>\nneff_size:<bytes>\n".
+  auto marker = test::slurp(dir / ".compilation_complete");
+  auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  long long t = 0, size = 0;
+  REQUIRE(std::sscanf(marker.c_str(), "completed:%lld\nneff_size:%lld\n", &t, &size) == 2);
+  CHECK(marker == lnl_marker(t, static_cast<uint64_t>(size)));
+  CHECK(std::llabs(now - t) < 60);
+  CHECK(size == static_cast<long long>(test::fs::file_size(neff_path)));
+  // The marker is written last: no file LNL knows is newer (our compile log goes on).
+  for (const auto& f : test::fs::directory_iterator(dir))
+    if (!f.path().filename().string().starts_with(".neffcache"))
+      CHECK(f.last_write_time() <= test::fs::last_write_time(dir / ".compilation_complete"));
+  // The compiler's log as LNL keeps it; no Neuron file in an LNL entry; our metadata.
+  CHECK(test::slurp(dir / "log-neuron-cc.txt").find("Compiler status PASS") != std::string::npos);
+  CHECK_FALSE(test::fs::exists(dir / "model.neff"));
+  CHECK_FALSE(test::fs::exists(dir / "model.done"));
+  auto meta = nlohmann::json::parse(test::slurp(dir / ".neffcache-meta.json"));
+  CHECK(meta["size"] == size);
+  CHECK(meta["flags"] == std::vector<std::string>{"--target=trn1", "--model-type", "transformer", "-O1"});
+  // The command ran in a work folder: no path of the host that wrote command.txt.
+  for (const auto& arg : meta["compiler"]) CHECK(arg.get<std::string>().find("/home/ubuntu") == std::string::npos);
+  // Done now: a second compile is no compile.
+  CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::already_done);
+  CHECK(test::fs::is_empty(work.path()));
+}
+
+TEST_CASE("an LNL entry with LNL's metadata but no command.txt compiles with the compiler template", "[lnl][compile]") {
+  test::TempDir root, work;
+  const std::string key = test::lnl_key("metadata-only");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key, {}, /*with_command=*/false);
+  auto s = lnl_settings(work);
+  s.default_flags = {"-O2"};
+  REQUIRE(compile_entry(dir.string(), s).outcome == CompileOutcome::success);
+  auto neff = fake::parse_fake_neff(test::slurp(dir / lnl_neff_name(key)));
+  REQUIRE(neff.has_value());
+  CHECK(neff->flags == R"(["--target=trn1", "-O2"])");
+  CHECK(test::fs::exists(dir / ".compilation_complete"));
+}
+
+TEST_CASE("a partial LNL entry is compiled again and its leftovers replaced", "[lnl][compile]") {
+  test::TempDir root, work;
+  const std::string key = test::lnl_key("partial");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  test::spit(dir / lnl_neff_name(key), "the first half of a NEFF");
+  test::spit(dir / "log-neuron-cc.txt", "killed");
+  REQUIRE(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
+  CHECK(fake::parse_fake_neff(test::slurp(dir / lnl_neff_name(key))).has_value());
+  CHECK(test::slurp(dir / "log-neuron-cc.txt").find("killed") == std::string::npos);
+}
+
+TEST_CASE("a failed LNL compile is our record, never LNL's marker; a retry clears it", "[lnl][compile]") {
+  test::TempDir root, work, gate_dir;
+  const std::string key = test::lnl_key("failing");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  auto gate = gate_dir.path() / "failing";
+  test::touch(gate);
+  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "1"), fail_while("NEFFCACHE_FAKE_FAIL_WHILE", gate.string());
+  auto r = compile_entry(dir.string(), lnl_settings(work));
+  CHECK(r.outcome == CompileOutcome::failed);
+  CHECK(test::slurp(dir / ".neffcache-failed.log").find("injected compile failure") != std::string::npos);
+  CHECK_FALSE(test::fs::exists(dir / ".compilation_complete"));
+  CHECK_FALSE(test::fs::exists(dir / lnl_neff_name(key)));
+  CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::failed_cached);
+  test::fs::remove(gate);
+  auto s = lnl_settings(work);
+  s.retry_failed = true;
+  CHECK(compile_entry(dir.string(), s).outcome == CompileOutcome::success);
+  CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
+}
+
+TEST_CASE("a bad command.txt is recorded as the entry's failure before any compile", "[lnl][compile]") {
+  test::TempDir root, work;
+  const std::string key = test::lnl_key("bad-command");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  test::spit(dir / "command.txt", "neuronx-cc --help\n");
+  auto r = compile_entry(dir.string(), lnl_settings(work));
+  CHECK(r.outcome == CompileOutcome::failed);
+  CHECK(r.attempts == 0);
+  CHECK(test::slurp(dir / ".neffcache-failed.log").find("not a 'neuronx-cc compile") != std::string::npos);
+}
+
+TEST_CASE("a client compiling an LNL entry under its flock makes ours busy, and its result wins", "[lnl][compile]") {
+  test::TempDir root, work;
+  const std::string key = test::lnl_key("client");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  int fd = ::open((root.path() / (key + ".lock")).c_str(), O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX) == 0);
+  auto r = compile_entry(dir.string(), lnl_settings(work));
+  CHECK(r.outcome == CompileOutcome::busy);
+  // The client publishes as LNL does, marker last, then lets go.
+  test::spit(dir / lnl_neff_name(key), "the client's NEFF");
+  test::spit(dir / ".compilation_complete", lnl_marker(1, 17));
+  ::close(fd);
+  CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::already_done);
+  CHECK(test::slurp(dir / lnl_neff_name(key)) == "the client's NEFF");
+}
+
+TEST_CASE("an LNL job is sized from its graph for the scheduler", "[lnl][compile]") {
+  test::TempDir root;
+  const std::string key = test::lnl_key("prepare");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  auto spec = prepare_job(dir.string());
+  CHECK(spec.entry_dir == dir.string());
+  CHECK(spec.instructions > 0);
+  CHECK(spec.hlo_bytes == test::fs::file_size(dir / "graph.hlo"));
+}
