@@ -161,7 +161,7 @@ Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_
   std::string entry = path_of_fd(dir_fd);
   auto files = read_entry_files(entry);
   if (files && placeholder_open(entry_stage(*files, false), opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
-    stats_.eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)", entry));
+    stats_.eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded ({})", entry, files->failure_name()));
     return Errno{EIO};
   }
   auto w = std::make_shared<Waiter>();

@@ -3,14 +3,18 @@
 
 #include <fcntl.h>
 
+#include <filesystem>
+
 #include <neffcache/lock.hpp>
+
+#include "inode_table.hpp"
 
 namespace neffcachefs {
 
 using namespace neffcache;
 
 EntryStage entry_stage(const EntryFiles& files, bool client_lock_live) {
-  if (!files.has_hlo()) return EntryStage::not_entry;
+  if (!files.has_job()) return EntryStage::not_entry;
   if (files.done()) return EntryStage::done;
   if (client_lock_live) return EntryStage::client_compiling;
   // A record of a failure (the EntryFiles rule: model.log and no model.neff).
@@ -20,11 +24,11 @@ EntryStage entry_stage(const EntryFiles& files, bool client_lock_live) {
 
 bool shows_placeholders(EntryStage stage) { return stage == EntryStage::pending || stage == EntryStage::failed; }
 
-std::vector<std::string_view> placeholder_names(const EntryFiles& files, EntryStage stage) {
-  std::vector<std::string_view> names;
+std::vector<std::string> placeholder_names(const EntryFiles& files, EntryStage stage) {
+  std::vector<std::string> names;
   if (!shows_placeholders(stage)) return names;
-  if (!files.has(EntryFile::neff)) names.push_back(k_neff_file);
-  if (!files.has(EntryFile::done)) names.push_back(k_done_file);
+  if (!files.has(EntryFile::neff)) names.push_back(files.neff_name());
+  if (!files.has(EntryFile::done)) names.emplace_back(files.done_name());
   return names;
 }
 
@@ -32,7 +36,10 @@ PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed) {
   return stage == EntryStage::failed && !retry_failed ? PlaceholderOpen::fail_recorded : PlaceholderOpen::compile;
 }
 
-bool is_product_name(std::string_view n) { return n == k_neff_file || n == k_done_file; }
+bool is_product_name(std::string_view n) {
+  if (n == k_neff_file || n == k_done_file || n == k_lnl_marker_file) return true;
+  return n.starts_with("graph_") && n.ends_with(".neff") && is_lnl_key(n.substr(6, n.size() - 11));
+}
 
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }
 
@@ -40,20 +47,41 @@ bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_h
 // existence-style lock (a lock file without our owner record). Other clients wait for
 // that lock as they would on a plain directory.
 bool client_compiling_at(int dir_fd, const EntryFiles& files) {
+  // An LNL client's flock, not ours (a compile of this daemon holds it too).
+  if (files.is_lnl()) return flock_holder_at(dir_fd, files.lock_name()) == FlockHolder::another_process;
   if (!files.has_lock()) return false;
   auto lock = inspect_lock_at(dir_fd, files.lock_name());
   return lock && lock->state == LockState::live && !lock->owner;
 }
 
-EntryStage entry_stage_at(int dir_fd) {
+std::optional<EntryFiles> files_at(int dir_fd) {
   int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return EntryStage::not_entry;
-  EntryFiles files;
+  if (fd < 0) return std::nullopt;
+  // An LNL entry is known by its folder's name (a key), which names its NEFF too.
+  EntryFiles files = EntryFiles::of_folder(std::filesystem::path(path_of_fd(fd)).filename().string());
   // list_dir takes the descriptor.
   auto listed = detail::list_dir(fd, "entry", [&](std::string_view name, bool) { files.note(name); });
-  if (!listed) return EntryStage::not_entry;
-  // The lock is inspected only where it matters (an HLO and no finished NEFF).
-  return entry_stage(files, files.has_hlo() && !files.done() && client_compiling_at(dir_fd, files));
+  if (!listed) return std::nullopt;
+  return files;
+}
+
+// The stage of `files`, read in `dir_fd`; the lock is inspected only where it matters
+// (a job and no finished NEFF).
+static EntryStage stage_of(int dir_fd, const EntryFiles& files) {
+  return entry_stage(files, files.has_job() && !files.done() && client_compiling_at(dir_fd, files));
+}
+
+EntryStage entry_stage_at(int dir_fd) {
+  auto files = files_at(dir_fd);
+  return files ? stage_of(dir_fd, *files) : EntryStage::not_entry;
+}
+
+bool is_placeholder_at(int dir_fd, std::string_view name) {
+  auto files = files_at(dir_fd);
+  if (!files) return false;
+  for (const auto& n : placeholder_names(*files, stage_of(dir_fd, *files)))
+    if (n == name) return true;
+  return false;
 }
 
 }  // namespace neffcachefs

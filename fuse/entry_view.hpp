@@ -2,10 +2,14 @@
 // its backing files. Lookups, listings and opens all ask here.
 //
 //   stage              model.neff / model.done      open of a placeholder
+//                      (LNL: graph_<key>.neff /
+//                      .compilation_complete)
 //   no HLO             nothing of ours              -
+//   (LNL: no job, graph.hlo without command.txt or LNL's metadata)
 //   pending            placeholders for the missing  compiles (or joins the compile)
 //   client compiling   nothing (a client's live lock without our owner record: it
-//                      creates model.neff itself, which a placeholder would refuse)
+//                      creates model.neff itself, which a placeholder would refuse;
+//                      LNL: a flock on <root>/<key>.lock that this process does not hold)
 //   done               the real files                -
 //   failed (model.log) placeholders for the missing  EIO (03) at once; compiles again
 //                                                    with --retry-failed
@@ -16,6 +20,7 @@
 // open of a failed entry's model.neff to fail with EIO, which needs the lookup to find it.)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,21 +39,27 @@ EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live
 bool shows_placeholders(EntryStage stage);
 
 // The product names to list beside the folder's own files (those it lacks).
-std::vector<std::string_view> placeholder_names(const neffcache::EntryFiles& files, EntryStage stage);
+std::vector<std::string> placeholder_names(const neffcache::EntryFiles& files, EntryStage stage);
 
 // What the open of a placeholder does at this stage.
 enum class PlaceholderOpen { compile, fail_recorded };
 PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed);
 
-// Whether `name` is a product a placeholder may stand for (model.neff, model.done).
+// Whether `name` may be a product a placeholder stands for (model.neff, model.done;
+// LNL's graph_<key>.neff, .compilation_complete): a check by name alone, before a folder
+// is read (is_placeholder_at decides).
 bool is_product_name(std::string_view name);
 // Whether `name` is an entry's HLO (model.hlo_module.pb or the legacy name).
 bool is_hlo_name(std::string_view name);
 
 // Reading the backing folder `dir_fd` (an O_PATH or directory descriptor):
+// its files, of the dialect its name says (nullopt when it cannot be listed),
+std::optional<neffcache::EntryFiles> files_at(int dir_fd);
 // whether a live client lock without our owner record is in it,
 bool client_compiling_at(int dir_fd, const neffcache::EntryFiles& files);
-// and its stage (not_entry when it cannot be listed).
+// its stage (not_entry when it cannot be listed),
 EntryStage entry_stage_at(int dir_fd);
+// and whether a lookup of `name` in it finds a placeholder.
+bool is_placeholder_at(int dir_fd, std::string_view name);
 
 }  // namespace neffcachefs

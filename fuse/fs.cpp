@@ -118,7 +118,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   }
   if (!fd) {
     err = gone_or(open_errno, dir->get());
-    if (err == ENOENT && is_product_name(name) && shows_placeholders(entry_stage_at(dir->get()))) {
+    if (err == ENOENT && is_product_name(name) && is_placeholder_at(dir->get(), name)) {
       // A placeholder for what a compile will produce.
       e.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern_placeholder(parent, name));
       e.attr.st_ino = static_cast<ino_t>(e.ino & 0x7fffffffffffULL);

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include <neffcache/layout.hpp>
 
@@ -111,7 +112,7 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
     return nullptr;
   }
   auto h = std::make_shared<Listing>();
-  EntryFiles files;
+  EntryFiles files = EntryFiles::of_folder(std::filesystem::path(path_of_fd(fd)).filename().string());
   while (dirent* e = ::readdir(d)) {
     // The root's .neffcache is the mount's own (stats.json); a backing folder of that
     // name (an S3 tier's staging) is not shown.
@@ -121,9 +122,9 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
   }
   ::closedir(d);
   // A pending (or failed) entry lists what opening it will produce (entry_view.hpp).
-  const bool maybe_entry = files.has_hlo() && !files.done();
+  const bool maybe_entry = files.has_job() && !files.done();
   const EntryStage stage = entry_stage(files, maybe_entry && client_compiling_at(dir->get(), files));
-  for (std::string_view name : placeholder_names(files, stage)) h->push_back({std::string(name), 0, DT_REG});
+  for (auto& name : placeholder_names(files, stage)) h->push_back({std::move(name), 0, DT_REG});
   return h;
 }
 

@@ -15,7 +15,12 @@ namespace neffcachefs {
 
 using namespace neffcache;
 
-bool InputPolicy::flush_may_cut(std::string_view name) const { return eager_ && is_hlo_name(name); }
+// An LNL entry's inputs: its HLO and its compile command.
+static bool is_lnl_input_name(std::string_view name) { return name == k_lnl_hlo_file || name == k_lnl_command_file; }
+
+bool InputPolicy::flush_may_cut(std::string_view name) const {
+  return eager_ && (is_hlo_name(name) || is_lnl_input_name(name));
+}
 
 // Exiting (PF_EXITING in the flags of /proc/TID/stat, field 9) with a signal as its exit
 // code (field 52).
@@ -45,7 +50,15 @@ InputAction InputPolicy::after_close(const std::string& path) const {
   if (path.empty()) return InputAction::none;
   std::filesystem::path p(path);
   const std::string name = p.filename().string();
-  if (!p.parent_path().filename().string().starts_with(k_module_dir_prefix)) return InputAction::none;
+  const std::string folder = p.parent_path().filename().string();
+  // An LNL entry compiles once both graph.hlo and command.txt are written (either may
+  // come last), not on the first of them. (Its inputs are not uploaded to S3.)
+  if (is_lnl_key(folder)) {
+    if (!eager_ || !is_lnl_input_name(name)) return InputAction::none;
+    auto files = read_entry_files(p.parent_path().string());
+    return files && files->has_job() && !files->done() ? InputAction::compile : InputAction::none;
+  }
+  if (!folder.starts_with(k_module_dir_prefix)) return InputAction::none;
   // With an S3 cache the compile uploads the inputs first; without a compile they go up alone.
   if (eager_ && is_hlo_name(name)) return InputAction::compile;
   if (s3_ && (is_hlo_name(name) || name == k_compile_flags_file)) return InputAction::upload;
@@ -53,6 +66,8 @@ InputAction InputPolicy::after_close(const std::string& path) const {
 }
 
 InputAction InputPolicy::after_rename(std::string_view name) const {
+  // An LNL input renamed into place: the compile finds out whether the other is there.
+  if (is_lnl_input_name(name)) return eager_ ? InputAction::compile : InputAction::none;
   // An HLO renamed into place is a finished write.
   if (!is_hlo_name(name) || !(eager_ || s3_)) return InputAction::none;
   return eager_ ? InputAction::compile : InputAction::upload;

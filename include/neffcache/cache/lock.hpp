@@ -24,6 +24,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <optional>
 #include <string>
 #include <thread>
@@ -183,15 +186,57 @@ inline Result<LockInfo> inspect_lock(const std::string& path, const LockOptions&
   return inspect_lock_at(AT_FDCWD, path, opts);
 }
 
-// Whether someone holds the flock(2) of the file `name` in the folder `dir_fd`: asked
-// with a shared lock taken and dropped at once (which holds off a client's exclusive
-// try for that instant only). A missing file is not held.
-inline bool flock_held_at(int dir_fd, const std::string& name) {
+namespace detail {
+
+// The LNL locks (flocks) this process holds or is taking, by file. A flock carries no
+// owner, so this is how a daemon tells its own compile of an entry from a client's.
+class HeldFlocks {
+ public:
+  using Id = std::pair<dev_t, ino_t>;
+  void add(Id id) {
+    std::lock_guard lk(mu_);
+    ++held_[id];
+  }
+  void remove(Id id) {
+    std::lock_guard lk(mu_);
+    if (auto it = held_.find(id); it != held_.end() && --it->second == 0) held_.erase(it);
+  }
+  bool contains(Id id) const {
+    std::lock_guard lk(mu_);
+    return held_.contains(id);
+  }
+
+ private:
+  mutable std::mutex mu_;  // a leaf: nothing is called under it
+  std::map<Id, int> held_;
+};
+
+inline HeldFlocks& held_flocks() {
+  static HeldFlocks h;
+  return h;
+}
+
+inline HeldFlocks::Id file_id(const struct stat& st) { return {st.st_dev, st.st_ino}; }
+
+}  // namespace detail
+
+// Who holds the flock(2) of the file `name` in the folder `dir_fd`: asked with a shared
+// lock taken and dropped at once (which holds off a client's exclusive try for that
+// instant only). A missing file is held by nobody.
+enum class FlockHolder { nobody, this_process, another_process };
+inline FlockHolder flock_holder_at(int dir_fd, const std::string& name) {
   detail::UniqueFd fd(sys::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return false;
-  if (detail::retry_eintr([&] { return ::flock(fd.get(), LOCK_SH | LOCK_NB); }) != 0) return errno == EWOULDBLOCK;
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0) return FlockHolder::nobody;
+  if (detail::held_flocks().contains(detail::file_id(st))) return FlockHolder::this_process;
+  if (detail::retry_eintr([&] { return ::flock(fd.get(), LOCK_SH | LOCK_NB); }) != 0)
+    return errno == EWOULDBLOCK ? FlockHolder::another_process : FlockHolder::nobody;
   ::flock(fd.get(), LOCK_UN);
-  return false;
+  return FlockHolder::nobody;
+}
+
+inline bool flock_held_at(int dir_fd, const std::string& name) {
+  return flock_holder_at(dir_fd, name) != FlockHolder::nobody;
 }
 
 // The state of a walked entry, its lock judged as try_acquire would judge it. A lock
@@ -274,15 +319,23 @@ class [[nodiscard]] EntryLock {
   static Result<EntryLock> try_acquire_flock(const std::string& path) {
     for (int round = 0; round < 16; ++round) {
       detail::UniqueFd fd(sys::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-      if (!fd) return sys_error("open lock", path);
+      struct stat held {}, named {};
+      if (!fd || ::fstat(fd.get(), &held) != 0) return sys_error("open lock", path);
+      // Known as ours before it is taken, so that no one of this process ever sees it
+      // held by "another process" (see flock_holder_at).
+      auto id = detail::file_id(held);
+      detail::held_flocks().add(id);
       if (detail::retry_eintr([&] { return ::flock(fd.get(), LOCK_EX | LOCK_NB); }) != 0) {
-        if (errno == EWOULDBLOCK) return Error{Errc::busy, fmt::format("{} is locked by another process", path)};
-        return sys_error("lock", path);
+        int err = errno;
+        detail::held_flocks().remove(id);
+        if (err == EWOULDBLOCK) return Error{Errc::busy, fmt::format("{} is locked by another process", path)};
+        return sys_error("lock", path, err);
       }
       // Ours only if the name still leads to the file we locked.
-      struct stat held {}, named {};
-      if (::fstat(fd.get(), &held) != 0) return sys_error("stat lock", path);
-      if (::lstat(path.c_str(), &named) != 0 || !detail::same_file(held, named)) continue;
+      if (::lstat(path.c_str(), &named) != 0 || !detail::same_file(held, named)) {
+        detail::held_flocks().remove(id);
+        continue;
+      }
       EntryLock lock(std::move(fd), path, std::nullopt);
       lock.flock_ = true;
       return lock;
@@ -326,7 +379,13 @@ class [[nodiscard]] EntryLock {
   // Removes the lock file (if it is still ours) and drops the kernel lock. Idempotent.
   void release() {
     if (!fd_) return;
-    if (flock_) return fd_.reset();  // the file stays (see try_acquire_flock)
+    if (flock_) {  // the file stays (see try_acquire_flock)
+      struct stat st {};
+      bool known = ::fstat(fd_.get(), &st) == 0;
+      fd_.reset();
+      if (known) detail::held_flocks().remove(detail::file_id(st));
+      return;
+    }
     struct stat held {}, named {};
     if (::fstat(fd_.get(), &held) == 0 && ::lstat(path_.c_str(), &named) == 0 && detail::same_file(held, named) &&
         sys::unlink(path_.c_str()) != 0) {

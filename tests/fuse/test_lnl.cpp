@@ -1,0 +1,135 @@
+// The LNL cache (vLLM Neuron, TorchNeuron) through the mount: pending entries list
+// LNL's products and compile once on open with their own command; a client's flock on
+// the key's lock is respected; both dialects share one root.
+#include <sys/file.h>
+
+#include <set>
+#include <thread>
+
+#include "fuse_test.hpp"
+#include "lnl.hpp"
+
+using namespace fusetest;  // the library, the mount fixture, chrono literals
+
+namespace {
+
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a pending LNL entry lists graph_<key>.neff; four readers, one compile with its own arguments", "[fuse][lnl]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=0.5"});
+  const std::string key = test::lnl_key("four readers");
+  test::make_lnl_entry(m.backing(), "spu_credit_fraud_test.hlo.pb", key, {"--model-type=transformer", "-O1"});
+  const auto neff = m.mnt() / key / lnl_neff_name(key);
+  auto names = listing(m.mnt() / key);
+  CHECK(names.contains(lnl_neff_name(key)));
+  CHECK(names.contains(".compilation_complete"));
+  CHECK_FALSE(names.contains("model.neff"));
+  CHECK(m.compiles() == 0);  // listing compiles nothing
+
+  std::vector<std::pair<int, std::string>> got(4);
+  std::vector<std::thread> readers;
+  for (auto& g : got) readers.emplace_back([&g, &neff] { g = read_all(neff); });
+  for (auto& t : readers) t.join();
+  const std::string published = test::slurp(m.backing() / key / lnl_neff_name(key));
+  for (const auto& [err, bytes] : got) {
+    CHECK(err == 0);
+    CHECK(bytes == published);
+  }
+  CHECK(m.compiles() == 1);
+  auto parsed = fake::parse_fake_neff(published);
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->flags == R"(["--target=trn1", "--model-type=transformer", "-O1"])");
+  // LNL's marker, through the mount as in the backing folder.
+  CHECK(read_all(m.mnt() / key / ".compilation_complete").second ==
+        lnl_marker(std::stoll(test::slurp(m.backing() / key / ".compilation_complete").substr(10)), published.size()));
+  CHECK(fs::exists(m.backing() / key / "log-neuron-cc.txt"));
+  CHECK(read_all(neff).second == published);  // a hit now
+  CHECK(m.compiles() == 1);
+}
+
+TEST_CASE("LNL's check for the marker compiles a pending entry, and the NEFF is then there", "[fuse][lnl]") {
+  Mount m;
+  const std::string key = test::lnl_key("marker first");
+  test::make_lnl_entry(m.backing(), "gopjrt_tuple.hlo.pb", key);
+  auto [err, marker] = read_all(m.mnt() / key / ".compilation_complete");
+  CHECK(err == 0);
+  CHECK(marker.starts_with("completed:"));
+  CHECK(fake::parse_fake_neff(read_all(m.mnt() / key / lnl_neff_name(key)).second).has_value());
+  CHECK(m.compiles() == 1);
+  // No placeholder for a name that is not this entry's.
+  struct stat st {};
+  CHECK(::stat((m.mnt() / key / lnl_neff_name(test::lnl_key("other"))).c_str(), &st) != 0);
+}
+
+TEST_CASE("a client compiling an LNL entry under the key's flock: no placeholders, and its result wins", "[fuse][lnl]") {
+  Mount m;
+  const std::string key = test::lnl_key("client compiles");
+  test::make_lnl_entry(m.backing(), "gopjrt_tuple.hlo.pb", key);
+  // The client, as LNL does it: the per-key lock through the mount, then its compile.
+  int fd = ::open((m.mnt() / (key + ".lock")).c_str(), O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX) == 0);
+  struct stat st {};
+  CHECK(::stat((m.mnt() / key / lnl_neff_name(key)).c_str(), &st) != 0);
+  CHECK_FALSE(listing(m.mnt() / key).contains(".compilation_complete"));
+  test::spit(m.mnt() / key / lnl_neff_name(key), "the client's NEFF");
+  test::spit(m.mnt() / key / ".compilation_complete", lnl_marker(1, 17));
+  ::close(fd);
+  CHECK(read_all(m.mnt() / key / lnl_neff_name(key)).second == "the client's NEFF");
+  CHECK(m.compiles() == 0);
+  // Its lock file stays, as the client left it.
+  CHECK(fs::exists(m.backing() / (key + ".lock")));
+}
+
+TEST_CASE("an LNL entry written through the mount compiles once both graph.hlo and command.txt are there", "[fuse][lnl]") {
+  Mount m;
+  const std::string key = test::lnl_key("eager");
+  const auto dir = m.mnt() / key;
+  fs::create_directories(dir);
+  fs::copy_file(test::k_corpus / "spu_tf_jit_comp.hlo.pb", dir / "graph.hlo");
+  std::this_thread::sleep_for(300ms);
+  CHECK(m.compiles() == 0);  // no command yet: not a job
+  test::spit(dir / "command.txt", test::lnl_command_text(key, {"-O2"}));
+  auto marker = m.backing() / key / ".compilation_complete";
+  for (int i = 0; i < 1000 && !fs::exists(marker); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(fs::exists(marker));
+  auto neff = fake::parse_fake_neff(test::slurp(m.backing() / key / lnl_neff_name(key)));
+  REQUIRE(neff.has_value());
+  CHECK(neff->flags == R"(["--target=trn1", "-O2"])");
+  CHECK(m.compiles() == 1);
+}
+
+TEST_CASE("one root holds both dialects; a partial LNL folder is compiled again, never served", "[fuse][lnl]") {
+  Mount m;
+  auto neuron = m.entry("gopjrt_tuple.hlo.pb", "both+0");
+  const std::string key = test::lnl_key("partial");
+  test::make_lnl_entry(m.backing(), "gopjrt_tuple.hlo.pb", key);
+  test::spit(m.backing() / key / "log-neuron-cc.txt", "killed in the middle");
+  CHECK(fake::parse_fake_neff(read_all(m.mnt() / neuron / "model.neff").second).has_value());
+  auto [err, marker] = read_all(m.mnt() / key / ".compilation_complete");
+  CHECK(err == 0);
+  CHECK(marker.starts_with("completed:"));
+  CHECK(fake::parse_fake_neff(read_all(m.mnt() / key / lnl_neff_name(key)).second).has_value());
+  CHECK(test::slurp(m.backing() / key / "log-neuron-cc.txt").find("killed") == std::string::npos);
+  CHECK(m.compiles() == 2);
+  auto root = listing(m.mnt());
+  CHECK(root.contains(key));
+  CHECK(root.contains("neuronxcc-2.21.0"));
+}
+
+TEST_CASE("a failed LNL compile answers EIO, is recorded in our file, and LNL never sees a marker", "[fuse][lnl]") {
+  Mount m({"NEFFCACHE_FAKE_FAIL=1"});
+  const std::string key = test::lnl_key("fails");
+  test::make_lnl_entry(m.backing(), "gopjrt_tuple.hlo.pb", key);
+  CHECK(read_all(m.mnt() / key / ".compilation_complete").first == EIO);
+  CHECK(read_all(m.mnt() / key / lnl_neff_name(key)).first == EIO);  // at once, from the record
+  CHECK(m.compiles() == 1);
+  CHECK(fs::exists(m.backing() / key / ".neffcache-failed.log"));
+  CHECK_FALSE(fs::exists(m.backing() / key / ".compilation_complete"));
+}
