@@ -32,6 +32,12 @@ PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed) {
   return stage == EntryStage::failed && !retry_failed ? PlaceholderOpen::fail_recorded : PlaceholderOpen::compile;
 }
 
+bool shows_result(const EntryFiles& files, CompileOutcome outcome) {
+  if (is_success(outcome)) return files.done();
+  if (outcome == CompileOutcome::failed || outcome == CompileOutcome::failed_cached) return files.failed();
+  return false;
+}
+
 bool is_product_name(std::string_view n) { return n == k_neff_file || n == k_done_file; }
 
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }

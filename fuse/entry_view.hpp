@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <neffcache/layout.hpp>
+#include <neffcache/compile/outcome.hpp>
 
 namespace neffcachefs {
 
@@ -39,6 +40,11 @@ std::vector<std::string_view> placeholder_names(const neffcache::EntryFiles& fil
 // What the open of a placeholder does at this stage.
 enum class PlaceholderOpen { compile, fail_recorded };
 PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed);
+
+// Whether a folder with files `files` still shows a compile's result `outcome`: a
+// finished NEFF for a success, the record of a failure (model.log) for a failure;
+// nothing else is shown.
+bool shows_result(const neffcache::EntryFiles& files, neffcache::CompileOutcome outcome);
 
 // Whether `name` is a product a placeholder may stand for (model.neff, model.done).
 bool is_product_name(std::string_view name);
