@@ -26,6 +26,7 @@ bool PrepareQueue::push(Item item) {
   {
     std::lock_guard lk(mu_);
     if (stop_) return false;
+    item.seq = pushed_++;
     items_.push_back(std::move(item));
   }
   cv_.notify_one();
@@ -41,11 +42,16 @@ std::optional<PrepareQueue::Item> PrepareQueue::pop() {
   return item;
 }
 
-std::vector<std::shared_ptr<Waiter>> PrepareQueue::take_waiters(const std::string& entry_dir) {
+uint64_t PrepareQueue::pushed() {
+  std::lock_guard lk(mu_);
+  return pushed_;
+}
+
+std::vector<std::shared_ptr<Waiter>> PrepareQueue::take_waiters(const std::string& entry_dir, uint64_t before) {
   std::vector<std::shared_ptr<Waiter>> taken;
   std::lock_guard lk(mu_);
   std::erase_if(items_, [&](Item& item) {
-    if (!item.waiter || item.entry_dir != entry_dir) return false;
+    if (!item.waiter || item.entry_dir != entry_dir || item.seq >= before) return false;
     taken.push_back(std::move(item.waiter));
     return true;
   });
@@ -237,9 +243,20 @@ void CompileOnOpen::prepare_loop() {
   }
 }
 
+std::vector<std::shared_ptr<Waiter>> waiters_answered_by(PrepareQueue& queue, const std::string& entry_dir,
+                                                         const CompileResult& r) {
+  if (r.outcome == CompileOutcome::transient || r.outcome == CompileOutcome::busy) return {};  // they ask again
+  // The mark first, the folder second: each waiter taken was waiting when the folder
+  // still showed the result. One queued later goes the usual way (prepared and
+  // submitted: answered at submit if the folder still shows it, else compiled anew).
+  const uint64_t mark = queue.pushed();
+  auto files = read_entry_files(entry_dir);
+  if (!files || !shows_result(*files, r.outcome)) return {};
+  return queue.take_waiters(entry_dir, mark);
+}
+
 void CompileOnOpen::answer_queued(const std::string& entry_dir, const CompileResult& r) {
-  if (r.outcome == CompileOutcome::transient || r.outcome == CompileOutcome::busy) return;  // they ask again
-  for (auto& w : queue_.take_waiters(entry_dir)) answer(w, &r, 0);
+  for (auto& w : waiters_answered_by(queue_, entry_dir, r)) answer(w, &r, 0);
 }
 
 }  // namespace neffcachefs

@@ -64,13 +64,17 @@ class PrepareQueue {
     neffcache::Priority prio;
     std::shared_ptr<Waiter> waiter;
     bool upload_only = false;  // S3: send the entry's inputs to the bucket, no compile
+    uint64_t seq = 0;          // set by push: the items pushed before it
   };
   // False once stopped (the item is not taken).
   bool push(Item item);
   // The next item; nullopt once stopped (items left stay for stop()'s caller).
   std::optional<Item> pop();
-  // Takes the waiters queued for `entry_dir` out of the queue.
-  std::vector<std::shared_ptr<Waiter>> take_waiters(const std::string& entry_dir);
+  // How many items were ever pushed: a mark for take_waiters.
+  uint64_t pushed();
+  // Takes the waiters queued for `entry_dir` out of the queue, of the first `before`
+  // pushes only (those queued before pushed() returned it).
+  std::vector<std::shared_ptr<Waiter>> take_waiters(const std::string& entry_dir, uint64_t before);
   // Stops: pop() returns nullopt from now on. Returns the items never popped. Only the
   // first call stops (and returns them); `first` says whether this was it.
   std::deque<Item> stop(bool& first);
@@ -81,8 +85,16 @@ class PrepareQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> items_;
+  uint64_t pushed_ = 0;
   bool stop_ = false;
 };
+
+// The waiters queued in `queue` for `entry_dir` that its result `r` answers, taken out of
+// it: those queued before the folder was read, if it shows r (shows_result), else none.
+// A waiter's caller may act on the result (`neffcache retry` removes model.log) and open
+// again; that open must not get the result it acted on.
+std::vector<std::shared_ptr<Waiter>> waiters_answered_by(PrepareQueue& queue, const std::string& entry_dir,
+                                                         const neffcache::CompileResult& r);
 
 // Waiters with a deadline, earliest first; those answered meanwhile are skipped.
 class Deadlines {
@@ -137,7 +149,8 @@ class CompileOnOpen {
  private:
   void prepare_loop();
   // Answers the waiters still queued for preparing `entry_dir` with its result, if it is
-  // one they would get again: opens that came during a compile wait no longer than it.
+  // one they would get again (waiters_answered_by): opens that came during a compile
+  // wait no longer than it.
   void answer_queued(const std::string& entry_dir, const neffcache::CompileResult& r);
 
   const Options& opts_;

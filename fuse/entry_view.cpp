@@ -36,6 +36,12 @@ PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed) {
   return stage == EntryStage::failed && !retry_failed ? PlaceholderOpen::fail_recorded : PlaceholderOpen::compile;
 }
 
+bool shows_result(const EntryFiles& files, CompileOutcome outcome) {
+  if (is_success(outcome)) return files.done();
+  if (outcome == CompileOutcome::failed || outcome == CompileOutcome::failed_cached) return files.failed();
+  return false;
+}
+
 bool is_product_name(std::string_view n) {
   if (n == k_neff_file || n == k_done_file || n == k_lnl_marker_file) return true;
   return n.starts_with("graph_") && n.ends_with(".neff") && is_lnl_key(n.substr(6, n.size() - 11));

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <neffcache/layout.hpp>
+#include <neffcache/compile/outcome.hpp>
 
 namespace neffcachefs {
 
@@ -44,6 +45,11 @@ std::vector<std::string> placeholder_names(const neffcache::EntryFiles& files, E
 // What the open of a placeholder does at this stage.
 enum class PlaceholderOpen { compile, fail_recorded };
 PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed);
+
+// Whether a folder with files `files` still shows a compile's result `outcome`: a
+// finished NEFF for a success, the record of a failure (model.log; LNL: our record) for
+// a failure; nothing else is shown.
+bool shows_result(const neffcache::EntryFiles& files, neffcache::CompileOutcome outcome);
 
 // Whether `name` may be a product a placeholder stands for (model.neff, model.done;
 // LNL's graph_<key>.neff, .compilation_complete): a check by name alone, before a folder

@@ -98,6 +98,22 @@ TEST_CASE("entry view: what each stage of an entry shows and what its open does"
     CHECK(placeholder_open(EntryStage::failed, false) == PlaceholderOpen::fail_recorded);
     CHECK(placeholder_open(EntryStage::failed, true) == PlaceholderOpen::compile);
   }
+  SECTION("a compile's result is shown while the files say it, and no longer once cleared") {
+    using neffcache::CompileOutcome;
+    auto failed = files_of({"model.hlo_module.pb", "model.log"});
+    CHECK(shows_result(failed, CompileOutcome::failed));
+    CHECK(shows_result(failed, CompileOutcome::failed_cached));
+    CHECK_FALSE(shows_result(failed, CompileOutcome::success));
+    // Retried (`neffcache retry` removes model.log): the failure is no answer any more.
+    auto retried = files_of({"model.hlo_module.pb"});
+    CHECK_FALSE(shows_result(retried, CompileOutcome::failed));
+    CHECK_FALSE(shows_result(retried, CompileOutcome::success));
+    auto done = files_of({"model.hlo_module.pb", "model.neff", "model.done"});
+    CHECK(shows_result(done, CompileOutcome::success));
+    CHECK(shows_result(done, CompileOutcome::already_done));
+    CHECK_FALSE(shows_result(done, CompileOutcome::failed));
+    CHECK_FALSE(shows_result(failed, CompileOutcome::transient));
+  }
   SECTION("names") {
     CHECK(is_hlo_name(neffcache::k_hlo_module_file));
     CHECK(is_hlo_name(neffcache::k_hlo_legacy_file));
@@ -205,6 +221,7 @@ TEST_CASE("inode table: descriptors are let go beyond the limit and reopened; a 
 TEST_CASE("prepare queue: order, the waiters of one entry, stop", "[fuse-unit]") {
   PrepareQueue q;
   auto w1 = std::make_shared<Waiter>(), w2 = std::make_shared<Waiter>(), w3 = std::make_shared<Waiter>();
+  auto w4 = std::make_shared<Waiter>();
   CHECK(q.push({"/c/A", neffcache::Priority::waiting, w1}));
   CHECK(q.push({"/c/B", neffcache::Priority::waiting, w2}));
   CHECK(q.push({"/c/A", neffcache::Priority::background, nullptr}));
@@ -213,20 +230,62 @@ TEST_CASE("prepare queue: order, the waiters of one entry, stop", "[fuse-unit]")
   REQUIRE(first);
   CHECK(first->entry_dir == "/c/A");
   CHECK(first->waiter == w1);
-  // The answer for /c/A goes to w3 as well; the background item and B stay.
-  auto taken = q.take_waiters("/c/A");
+  // The answer for /c/A goes to w3 as well, not to w4, queued after the mark (an open
+  // that may have come after the answer was acted on); the background item and B stay.
+  const uint64_t mark = q.pushed();
+  CHECK(mark == 4);
+  CHECK(q.push({"/c/A", neffcache::Priority::waiting, w4}));
+  auto taken = q.take_waiters("/c/A", mark);
   REQUIRE(taken.size() == 1);
   CHECK(taken[0] == w3);
   bool stopped = false;
   auto left = q.stop(stopped);
   CHECK(stopped);
-  REQUIRE(left.size() == 2);
+  REQUIRE(left.size() == 3);
   CHECK(left[0].waiter == w2);
   CHECK_FALSE(left[1].waiter);
+  CHECK(left[2].waiter == w4);
   CHECK_FALSE(q.pop());
   CHECK_FALSE(q.push({"/c/C", neffcache::Priority::waiting, nullptr}));
   q.stop(stopped);
   CHECK_FALSE(stopped);
+}
+
+TEST_CASE("compile-on-open: a result answers the waiters queued for its entry while the folder shows it", "[fuse-unit]") {
+  // Before, a failure answered every waiter still queued for its entry, even one whose
+  // caller had cleared it (`neffcache retry` removes model.log) and opened again after
+  // the answer: that open got the old failure and no compile (a CI flake under ASan).
+  using neffcache::CompileOutcome;
+  using neffcache::CompileResult;
+  test::TempDir d;
+  const fs::path e = d / "neuronxcc-2.21.0" / "MODULE_c+0";
+  test::spit(e / "model.hlo_module.pb", "x");
+  test::spit(e / "model.log", "injected compile failure");
+  const CompileResult failed = CompileResult::of(CompileOutcome::failed, "compiler exited with status 1");
+  PrepareQueue q;
+  auto w1 = std::make_shared<Waiter>(), w2 = std::make_shared<Waiter>(), other = std::make_shared<Waiter>();
+  CHECK(q.push({e.string(), neffcache::Priority::waiting, w1}));
+  CHECK(q.push({(d / "neuronxcc-2.21.0" / "MODULE_d+0").string(), neffcache::Priority::waiting, other}));
+  // Queued during the compile, and the failure still recorded: answered with it.
+  CHECK(waiters_answered_by(q, e.string(), CompileResult::of(CompileOutcome::transient)).empty());
+  auto taken = waiters_answered_by(q, e.string(), failed);
+  REQUIRE(taken.size() == 1);
+  CHECK(taken[0] == w1);
+  // Retried, then opened again: the failure is no answer for that open; it is prepared
+  // and compiled as any other.
+  fs::remove(e / "model.log");
+  CHECK(q.push({e.string(), neffcache::Priority::waiting, w2}));
+  CHECK(waiters_answered_by(q, e.string(), failed).empty());
+  // Published meanwhile: a success answers it.
+  test::spit(e / "model.neff", "neff");
+  test::spit(e / "model.done", "");
+  CHECK(waiters_answered_by(q, e.string(), failed).empty());
+  taken = waiters_answered_by(q, e.string(), CompileResult::of(CompileOutcome::success));
+  REQUIRE(taken.size() == 1);
+  CHECK(taken[0] == w2);
+  auto left = q.pop();
+  REQUIRE(left);
+  CHECK(left->waiter == other);
 }
 
 TEST_CASE("deadlines expire earliest first and skip waiters answered meanwhile", "[fuse-unit]") {
