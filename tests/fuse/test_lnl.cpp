@@ -133,3 +133,34 @@ TEST_CASE("a failed LNL compile answers EIO, is recorded in our file, and LNL ne
   CHECK(fs::exists(m.backing() / key / ".neffcache-failed.log"));
   CHECK_FALSE(fs::exists(m.backing() / key / ".compilation_complete"));
 }
+
+TEST_CASE("vLLM Neuron clients on the mount: each graph compiled once, by the daemon or by a client", "[fuse][lnl]") {
+  Mount m({"NEFFCACHE_FAKE_SECONDS=0.3"});
+  test::TempDir vllm;
+  // $VLLM_CACHE_ROOT/neuron/compile_cache is the mount.
+  fs::create_directories(vllm / "neuron");
+  fs::create_directory_symlink(m.mnt(), vllm / "neuron" / "compile_cache");
+  const std::vector<std::string> graphs{"spu_tf_jit_comp.hlo.pb", "rocm08_normal_9.hlo_proto.pb"};
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::string> argv{"env", "VLLM_CACHE_ROOT=" + vllm.path().string(), "NEFFCACHE_FAKE_RATE=0",
+                                  "NEFFCACHE_FAKE_SECONDS=0.3", "NEFFCACHE_FAKE_LOG=" + m.compile_log().string(),
+                                  NEFFCACHE_CLIENT_SIM, "--dialect", "lnl", "--json", "--poll", "0.05", "--compiler",
+                                  k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
+    for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
+    ranks.push_back(std::make_unique<test::Child>(argv, true));
+  }
+  for (auto& r : ranks) {
+    auto out = r->rest();
+    CHECK(r->wait() == 0);
+    CHECK(out.find("\"failed\": 0") != std::string::npos);
+  }
+  // Whoever compiled a graph (a client under its flock, or the daemon's eager compile of
+  // what the client wrote), nobody compiled it twice.
+  CHECK(m.compiles() == 2);
+  int done = 0;
+  for (const auto& e : fs::directory_iterator(m.backing()))
+    if (e.is_directory() && is_lnl_key(e.path().filename().string()))
+      done += fs::exists(e.path() / ".compilation_complete");
+  CHECK(done == 2);
+}

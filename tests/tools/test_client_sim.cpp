@@ -4,6 +4,11 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
+#include <neffcache/cache/layout.hpp>
+
+#include "process.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -108,4 +113,85 @@ TEST_CASE("neuron-client-sim: a cached failure is reported, not compiled again",
   CHECK(missing.exit_code == 1);
   CHECK(missing.output.rfind("neuron-client-sim: error: ", 0) == 0);
   CHECK(std::count(missing.output.begin(), missing.output.end(), '\n') == 1);
+}
+
+namespace {
+
+// A vLLM Neuron client (--dialect lnl) whose cache is under `vllm_root`, plus `env`.
+std::vector<std::string> lnl_sim(const fs::path& vllm_root, const fs::path& log, std::vector<std::string> env = {},
+                                 std::vector<std::string> graphs = k_graphs) {
+  std::vector<std::string> argv{"env", "-u", "NEURON_LIBTORCH_REMOTE_CACHE", "-u", "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+                                "VLLM_CACHE_ROOT=" + vllm_root.string(), "NEFFCACHE_FAKE_RATE=0",
+                                "NEFFCACHE_FAKE_LOG=" + log.string()};
+  argv.insert(argv.end(), env.begin(), env.end());
+  for (const auto& a : {k_sim, std::string("--dialect"), std::string("lnl"), std::string("--json"),
+                        std::string("--compiler"), k_template, std::string("--flag=-O1"), std::string("--poll"),
+                        std::string("0.05")})
+    argv.push_back(a);
+  for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("neuron-client-sim --dialect lnl: four ranks on a cold cache compile each graph once, marker last", "[cli][lnl]") {
+  test::TempDir dir;
+  const auto log = dir / "compiles.log";
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(std::make_unique<test::Child>(lnl_sim(dir.path(), log, {"NEFFCACHE_FAKE_SECONDS=0.3"}), true));
+  int compiled = 0, loaded = 0;
+  for (auto& r : ranks) {
+    auto s = summary_of(r->rest());
+    CHECK(r->wait() == 0);
+    CHECK(s["failed"] == 0);
+    compiled += s["compiled"].get<int>();
+    loaded += s["hits"].get<int>() + s["waited"].get<int>();
+  }
+  CHECK(compiled == 3);
+  CHECK(loaded == 9);
+  CHECK(test::count_lines(log) == 3);
+  const auto root = dir / "neuron" / "compile_cache";
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!e.is_directory()) continue;
+    ++entries;
+    const std::string key = e.path().filename().string();
+    CHECK(neffcache::is_lnl_key(key));
+    for (const char* f : {"graph.hlo", "command.txt", ".artifact_metadata_v0.json", "log-neuron-cc.txt"})
+      CHECK(fs::exists(e.path() / f));
+    // The NEFF's size as the marker gives it.
+    auto marker = test::slurp(e.path() / ".compilation_complete");
+    CHECK(marker.find(fmt::format("\nneff_size:{}\n", fs::file_size(e.path() / ("graph_" + key + ".neff")))) !=
+          std::string::npos);
+    CHECK(fs::exists(root / (key + ".lock")));  // left behind, as LNL leaves it
+  }
+  CHECK(entries == 3);
+}
+
+TEST_CASE("neuron-client-sim --dialect lnl: a remote cache's promoted entry is fetched, consumer mode refuses a miss", "[cli][lnl]") {
+  test::TempDir dir;
+  const auto log = dir / "compiles.log";
+  // Node 1 compiles; its entries are promoted to the remote (save_cache: a copy, then a rename).
+  auto first = test::run(lnl_sim(dir / "node1", log, {}, {k_graphs[0]}));
+  REQUIRE(first.exit_code == 0);
+  fs::create_directories(dir / "remote");
+  for (const auto& e : fs::directory_iterator(dir / "node1" / "neuron" / "compile_cache"))
+    if (e.is_directory()) {
+      fs::copy(e.path(), dir / "remote" / ".staging");
+      fs::rename(dir / "remote" / ".staging", dir / "remote" / e.path().filename());
+    }
+  // Node 2 fetches the promoted graph and compiles only the one the remote lacks.
+  auto second = test::run(lnl_sim(dir / "node2", log, {"NEURON_LIBTORCH_REMOTE_CACHE=" + (dir / "remote").string()},
+                                  {k_graphs[0], k_graphs[1]}));
+  REQUIRE(second.exit_code == 0);
+  auto s = summary_of(second.output);
+  CHECK(s["fetched"] == 1);
+  CHECK(s["compiled"] == 1);
+  CHECK(test::count_lines(log) == 2);
+  // Node 3 must never compile: its miss fails at once, with the reason.
+  auto third = test::run(lnl_sim(dir / "node3", log, {"VLLM_NEURON_DISABLE_WARMUP_COMPILE=1"}, {k_graphs[2]}));
+  CHECK(third.exit_code == 1);
+  CHECK(third.output.find("VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids compiling") != std::string::npos);
+  CHECK(test::count_lines(log) == 2);
 }

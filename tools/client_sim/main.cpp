@@ -14,7 +14,12 @@
 // A killed simulator leaves its lock behind, as the real client does. With
 // NEURON_PARALLEL_COMPILE_CACHE_PATH_LOG set (by neuron_parallel_compile), it writes the
 // cache it resolved into that file first, as the Neuron wrapper does.
+//
+// With --dialect lnl it behaves as vLLM Neuron and TorchNeuron (libtorch_neuronx_lite)
+// do toward their cache, <$VLLM_CACHE_ROOT or $NEURON_LIBTORCH_CACHE_ROOT>/neuron/
+// compile_cache/<key>/ (see load_lnl).
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +39,8 @@
 #include <neffcache/core/file.hpp>
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/key.hpp>
+#include <neffcache/cache/lnl.hpp>
+#include <neffcache/core/detail/digest.hpp>
 #include <neffcache/compile/runner.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
@@ -61,15 +68,18 @@ struct Options {
   double poll_seconds = 0.2;
   double max_wait = 0;
   bool json = false;
+  std::string dialect = "neuron";
+  std::string target = "trn1";
 };
 
-enum class Outcome { extracted, hit, waited, compiled, failed };
+enum class Outcome { extracted, hit, waited, fetched, compiled, failed };
 
 const char* to_string(Outcome o) {
   switch (o) {
     case Outcome::extracted: return "extracted";
     case Outcome::hit: return "hit";
     case Outcome::waited: return "waited";
+    case Outcome::fetched: return "fetched";
     case Outcome::compiled: return "compiled";
     case Outcome::failed: return "failed";
   }
@@ -211,6 +221,111 @@ GraphResult load(const Graph& g, const Options& opts, const CompilerTemplate& tm
   }
 }
 
+// The LNL cache this process uses: $VLLM_CACHE_ROOT (vLLM Neuron), else
+// $NEURON_LIBTORCH_CACHE_ROOT (TorchNeuron), else vLLM's default, each with
+// neuron/compile_cache below it.
+std::string lnl_cache_root() {
+  std::string base;
+  if (auto v = process_env("VLLM_CACHE_ROOT"); v && !v->empty()) base = *v;
+  else if (auto t = process_env("NEURON_LIBTORCH_CACHE_ROOT"); t && !t->empty()) base = *t;
+  else base = getenv_or("HOME", "/root") + "/.cache/vllm";
+  return base + "/neuron/compile_cache";
+}
+
+// Copies a promoted entry from the remote cache into `dir`, LNL's files with the marker
+// last; the files of an interrupted copy are never a hit (no marker).
+Result<void> fetch_lnl(const std::string& remote, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(remote, ec))
+    if (f.is_regular_file() && f.path().filename() != k_lnl_marker_file) names.push_back(f.path().filename().string());
+  if (ec) return sys_error("list", remote, ec.value());
+  names.emplace_back(k_lnl_marker_file);
+  for (const auto& n : names)
+    if (auto c = detail::copy_file_hashed(remote + "/" + n, dir + "/" + n + ".fetching", 0644); !c) return c.error();
+    else if (::rename((dir + "/" + n + ".fetching").c_str(), (dir + "/" + n).c_str()) != 0) return sys_error("rename", n);
+  return {};
+}
+
+// The first use of a graph, as libtorch_neuronx_lite does it: a look for the marker
+// without the lock; the key's flock (<root>/<key>.lock, waited for up to
+// NEURON_LIBTORCH_COMPILATION_TIMEOUT, 600 s); a second look; a fetch from
+// NEURON_LIBTORCH_REMOTE_CACHE when it has the key; else, unless
+// VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids it, a compile in the entry folder
+// (graph.hlo, command.txt, LNL's metadata, then neuronx-cc with --output and --logfile
+// there), the marker written last. A failure is not cached.
+GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate& tmpl,
+                     const std::vector<std::string>& flags, const std::string& root, const std::string& key) {
+  const auto t0 = SteadyClock::now();
+  const std::string dir = root + "/" + key;
+  const std::string neff = dir + "/" + lnl_neff_name(key), marker = dir + "/" + std::string(k_lnl_marker_file);
+  auto result = [&](GraphResult r) {
+    r.seconds = since(t0);
+    return r;
+  };
+  auto hit = [&](Outcome o) {
+    auto n = read_neff(neff, g);
+    if (!n) return result({Outcome::failed, 0, 0, n.error().message});
+    fmt::print(stderr, "INFO: loaded the cached NEFF {}\n", neff);
+    return result({o, 0, *n, {}});
+  };
+  if (exists(marker)) return hit(Outcome::hit);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  UniqueFd lock(::open((root + "/" + key + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock) return result({Outcome::failed, 0, 0, sys_error("open", root + "/" + key + ".lock").message});
+  const double timeout = std::stod(process_env("NEURON_LIBTORCH_COMPILATION_TIMEOUT").value_or("600"));
+  bool waited = false;
+  while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return result({Outcome::failed, 0, 0, sys_error("lock", key).message});
+    waited = true;
+    if (since(t0) > timeout)
+      return result({Outcome::failed, 0, 0, fmt::format("timed out after {:.0f} s waiting for the compile of {}", timeout, key)});
+    sleep_for(opts.poll_seconds);
+  }
+  if (exists(marker)) return hit(waited ? Outcome::waited : Outcome::hit);
+  if (auto remote = process_env("NEURON_LIBTORCH_REMOTE_CACHE"); remote && !remote->empty()) {
+    const std::string promoted = *remote + "/" + key;
+    if (exists(promoted + "/" + std::string(k_lnl_marker_file))) {
+      if (auto f = fetch_lnl(promoted, dir); !f) return result({Outcome::failed, 0, 0, f.error().message});
+      return hit(Outcome::fetched);
+    }
+  }
+  if (process_env("VLLM_NEURON_DISABLE_WARMUP_COMPILE") == "1")
+    return result({Outcome::failed, 0, 0,
+                   fmt::format("{} is not in the cache and VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids compiling", key)});
+  fmt::print(stderr, "INFO: compiling {}\n", key);
+  std::string command = fmt::format("neuronx-cc compile {0}/graph.hlo --framework XLA --target {1} --output {2} "
+                                    "--logfile {0}/{3}",
+                                    dir, opts.target, neff, k_lnl_log_file);
+  for (const auto& f : flags) command += " " + f;
+  fs::create_directories(dir, ec);
+  for (const auto& [name, text] : {std::pair<std::string_view, std::string>{k_lnl_hlo_file, g.bytes},
+                                  {k_lnl_command_file, command + "\n"},
+                                  {k_lnl_metadata_file, fmt::format("{{\"cache_key\": \"{}\", \"version\": 0}}\n", key)}})
+    if (auto w = write_file_atomic(dir + "/" + std::string(name), text); !w)
+      return result({Outcome::failed, 0, 0, w.error().message});
+  auto parsed = parse_lnl_command(command);
+  if (!parsed) return result({Outcome::failed, 0, 0, parsed.error().message});
+  RunSpec spec;
+  spec.argv = lnl_compile_argv(tmpl.program(), *parsed, dir + "/" + std::string(k_lnl_hlo_file), neff,
+                               dir + "/" + std::string(k_lnl_log_file));
+  spec.cwd = dir;
+  UniqueFd out(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  spec.log_fd = out.get();
+  PosixRunner runner;
+  auto run = runner.run(spec);
+  if (!run) return result({Outcome::failed, 0, 0, run.error().message});
+  if (run->end != RunEnd::exited || run->exit_code != 0 || !exists(neff))
+    return result({Outcome::failed, 0, 0, fmt::format("the compiler failed; its log is {}/{}", dir, k_lnl_log_file)});
+  const uint64_t size = fs::file_size(neff, ec);
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+  if (auto w = write_file_atomic(marker, lnl_marker(now.count(), size)); !w)
+    return result({Outcome::failed, 0, 0, w.error().message});
+  return result({Outcome::compiled, 0, size, {}});
+}
+
 // The HLO files named: files, and the *.pb files of folders, in name order.
 Result<std::vector<std::string>> hlo_files(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
@@ -263,6 +378,11 @@ int main(int argc, char** argv) {
                                               "lock (default: wait forever, as torch-xla does)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", opts.json, "print the summary as JSON on stdout");
+  app.add_option("--dialect", opts.dialect, "the client: neuron (torch-xla, libneuronxla) or lnl (vLLM Neuron, "
+                                            "TorchNeuron: libtorch_neuronx_lite)")
+      ->check(CLI::IsMember({"neuron", "lnl"}))
+      ->capture_default_str();
+  app.add_option("--target", opts.target, "lnl: the platform target its compiles name")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -272,11 +392,13 @@ int main(int argc, char** argv) {
   // An s3:// cache is for graph extraction only: the simulator stores graphs there as
   // the Neuron wrapper does; training reads an S3 cache through a neffcachefs mount.
   // Training reads the files of a local folder, as torch-xla does.
-  auto cache = cli::open_cache("");
+  const bool lnl = opts.dialect == "lnl";
+  auto cache = cli::open_cache(lnl ? lnl_cache_root() : "");
   if (!cache) return fail(cache.error().message);
   const auto* folder = dynamic_cast<const store::DirectoryStore*>(cache->get());
   const std::string extract_env = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("");
   const bool extract = !extract_env.empty() && extract_env != "0";
+  if (lnl && extract) return fail("--dialect lnl: graph extraction is torch-xla's (NEURON_EXTRACT_GRAPHS_ONLY)");
   if (!folder && !extract)
     return fail(fmt::format("{}: only graph extraction is simulated on an s3:// cache (mount it with neffcachefs "
                             "to train)", (*cache)->name()));
@@ -304,7 +426,12 @@ int main(int argc, char** argv) {
     if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));
     auto key = entry_key(*bytes, flags->compiler_flags, *version);
     if (!key) return fail(fmt::format("{}: {}", f, key.error().message));
-    auto entry = (*cache)->at(key->relative_path());
+    // LNL's key, 32 hex digits: every rank of a job computes the same from the same
+    // graph, compiler arguments, compiler and target.
+    std::string path = lnl ? detail::md5_hex(fmt::format("{}|{}|{}|{}", hlo->canonical_sha256,
+                                                         python_json_list(flags->compiler_flags), *version, opts.target))
+                           : key->relative_path();
+    auto entry = (*cache)->at(path);
     if (!entry) return fail(entry.error().message);
     graphs.push_back({f, std::move(*bytes), hlo->canonical_sha256, entry->view()});
     keys.push_back(*key);
@@ -332,7 +459,9 @@ int main(int argc, char** argv) {
       const auto t0 = SteadyClock::now();
       double on_cache = 0;
       for (std::size_t i = 0; i < graphs.size() && step == 1; ++i) {
-        results[i] = load(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(), keys[i]);
+        results[i] = lnl ? load_lnl(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(),
+                                    fs::path(graphs[i].entry).filename().string())
+                         : load(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(), keys[i]);
         on_cache += results[i].seconds;
         if (results[i].outcome == Outcome::failed)
           fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);
@@ -364,6 +493,7 @@ int main(int argc, char** argv) {
                                    {"extracted", counts["extracted"]},
                                    {"hits", counts["hit"]},
                                    {"waited", counts["waited"]},
+                                   {"fetched", counts["fetched"]},
                                    {"compiled", counts["compiled"]},
                                    {"failed", failed},
                                    {"cache_seconds", cache_seconds},
@@ -375,9 +505,10 @@ int main(int argc, char** argv) {
   } else if (extract) {
     fmt::print("{} graphs extracted, {} failed, in {:.2f} s\n", counts["extracted"], failed, since(start));
   } else {
-    fmt::print("{} graphs: {} cache hits, {} compiled here, {} after waiting for another process's lock, {} failed; "
-               "{:.2f} s waiting on the cache (worst graph {:.2f} s)\n",
-               graphs.size(), counts["hit"], counts["compiled"], counts["waited"], failed, cache_seconds, worst);
+    fmt::print("{} graphs: {} cache hits, {} compiled here, {} after waiting for another process's lock, {} fetched "
+               "from the remote cache, {} failed; {:.2f} s waiting on the cache (worst graph {:.2f} s)\n",
+               graphs.size(), counts["hit"], counts["compiled"], counts["waited"], counts["fetched"], failed,
+               cache_seconds, worst);
   }
   return failed > 0 ? 1 : 0;
 }
