@@ -95,6 +95,26 @@ echo "-- A second training run: every graph is a hit."
 sim "${paths[@]}" 2>/dev/null | sed 's/^/   /'
 
 echo
+echo "-- vLLM Neuron (the LNL cache: one folder per key) on the same mount, 3 ranks starting cold."
+echo "   A client compiles under its key's flock; the daemon compiles what a client wrote; never both:"
+mkdir -p "$tmp/vllm/neuron"
+ln -s "$tmp/mnt" "$tmp/vllm/neuron/compile_cache"
+before=$(wc -l <"$tmp/compiles.log")
+lnl_paths=(tests/corpus/spu_tf_jit_comp.hlo.pb tests/corpus/rocm08_normal_9.hlo_proto.pb)
+lnl_ranks=()
+for rank in 1 2 3; do
+  VLLM_CACHE_ROOT="$tmp/vllm" NEFFCACHE_FAKE_LOG="$tmp/compiles.log" \
+    build/tools/neuron-client-sim --dialect lnl --compiler "$compiler" "${lnl_paths[@]}" >"$tmp/lnl$rank.out" 2>/dev/null &
+  lnl_ranks+=($!)
+done
+wait "${lnl_ranks[@]}"
+sed 's/^/   /' "$tmp/lnl1.out"
+echo "   compiles for ${#lnl_paths[@]} graphs and 3 ranks: $(( $(wc -l <"$tmp/compiles.log") - before ))"
+key=$(find "$tmp/backing" -maxdepth 1 -regextype egrep -regex '.*/[0-9a-f]{32}' -printf '%f\n' | head -1)
+echo "   one key's folder: $(ls -A "$tmp/mnt/$key" | tr '\n' ' ')"
+echo "   its marker: $(tr '\n' ' ' <"$tmp/mnt/$key/.compilation_complete")"
+
+echo
 echo "-- What the cache holds (neffcache stats on the mount)"
 "$tool" stats --cache "$tmp/mnt" | sed 's/^/   /'
 echo
