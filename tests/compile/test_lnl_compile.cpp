@@ -11,6 +11,9 @@
 #include <neffcache/compile/prepare.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
+#include <openssl/evp.h>
+
+#include "hlo_variants.hpp"
 #include "lnl.hpp"
 #include "support.hpp"
 
@@ -149,4 +152,57 @@ TEST_CASE("an LNL job is sized from its graph for the scheduler", "[lnl][compile
   CHECK(spec.entry_dir == dir.string());
   CHECK(spec.instructions > 0);
   CHECK(spec.hlo_bytes == test::fs::file_size(dir / "graph.hlo"));
+}
+
+namespace {
+
+std::string base64(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  int n = ::EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                            reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// A corpus graph whose first instruction calls the NKI kernel binary `kernel`, as
+// torch-neuronx writes such calls.
+std::string graph_calling(const std::string& kernel) {
+  auto g = test::Graph::load(test::slurp(test::k_corpus / "gopjrt_tuple.hlo.pb"));
+  auto* ins = g.module.mutable_computations(0)->mutable_instructions(0);
+  ins->set_custom_call_target("AwsNeuronCustomNativeKernel");
+  ins->set_backend_config(base64(nlohmann::json{{"klir_binary", {{"binary", kernel}}}, {"grid", {1}}}.dump()));
+  return g.serialize();
+}
+
+}  // namespace
+
+TEST_CASE("NKI kernels are read from backend_config: base64 or plain JSON, anything else names none", "[lnl][nki]") {
+  using neffcache::detail::nki_kernel_path;
+  const std::string json = R"({"klir_binary": {"binary": "/var/tmp/nki-intermediate-cache/k1.klir"}})";
+  CHECK(nki_kernel_path(base64(json)) == "/var/tmp/nki-intermediate-cache/k1.klir");
+  CHECK(nki_kernel_path(json) == "/var/tmp/nki-intermediate-cache/k1.klir");
+  for (std::string_view other : {"", "{", "bm90IGpzb24=", "{\"klir_binary\": 3}", "{\"klir_binary\": {\"binary\": \"\"}}",
+                                 "xyz", "{\"fusion_kind\": \"kLoop\"}"})
+    CHECK_FALSE(nki_kernel_path(other).has_value());
+  auto a = analyze_hlo(graph_calling("/nki/k2.klir"));
+  REQUIRE(a.has_value());
+  CHECK(a->stats.kernel_files == std::set<std::string>{"/nki/k2.klir"});
+  CHECK(analyze_hlo(test::slurp(test::k_corpus / "gopjrt_tuple.hlo.pb"))->stats.kernel_files.empty());
+}
+
+TEST_CASE("a graph calling an NKI kernel this host lacks is refused before the compiler runs, never recorded", "[lnl][nki][compile]") {
+  test::TempDir root, work, kernels;
+  const std::string key = test::lnl_key("nki");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  const auto kernel = kernels.path() / "nki-intermediate-cache" / "k.klir";
+  test::spit(dir / "graph.hlo", graph_calling(kernel.string()));
+  auto r = compile_entry(dir.string(), lnl_settings(work));
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.attempts == 0);
+  CHECK(r.message.find(kernel.string()) != std::string::npos);
+  CHECK(r.message.find("not on this host") != std::string::npos);
+  CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
+  // Once the kernel is here (a sync pull, say), the graph compiles.
+  test::spit(kernel, "a kernel binary");
+  CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
 }

@@ -43,6 +43,7 @@
 #include <neffcache/compile/publish.hpp>
 #include <neffcache/compile/runner.hpp>
 #include <neffcache/compile/settings.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 namespace neffcache {
 
@@ -135,6 +136,14 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     if (!c) return c.error().code == Errc::io ? transient(c.error().message) : record_failure(c.error().message);
     lnl_command = std::move(*c);
   }
+  // An NKI kernel the graph calls by path must be on this host, else the compiler fails
+  // (NCC_EVRF059): not the graph's fault, so refused now and never recorded. An HLO we
+  // cannot read is left to the compiler to judge.
+  if (auto hlo = analyze_hlo_file(hlo_path))
+    for (const auto& kernel : hlo->stats.kernel_files)
+      if (::access(kernel.c_str(), F_OK) != 0)
+        return transient(fmt::format("{}: the graph calls the NKI kernel {}, which is not on this host", entry_dir,
+                                     kernel));
   // A retried failure: the old record goes only once we really compile again.
   sys::unlink(fmt::format("{}/{}", entry_dir, files->failure_name()).c_str());
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,9 @@ struct HloStats {
   // an aten op for PyTorch/XLA, a primitive for JAX) -> instructions. Instructions
   // without metadata are not counted.
   std::map<std::string, uint64_t, std::less<>> framework_ops;
+  // NKI kernel binaries the graph calls by absolute path (hlo/detail/nki.hpp): files the
+  // compiler reads besides the HLO.
+  std::set<std::string> kernel_files;
 };
 
 struct HloAnalysis {
@@ -113,6 +117,7 @@ inline Result<HloAnalysis> analyze_hlo(std::string_view bytes, const CanonicalSi
   out.stats.entry_parameters = s.entry_parameters;
   out.stats.opcodes = s.opcodes;
   out.stats.framework_ops = s.framework_ops;
+  out.stats.kernel_files = s.kernel_files;
   out.canonical_sha256 = std::move(a.sha256);
   out.graph_hash = out.canonical_sha256.substr(0, k_graph_hash_digits);
   return out;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -16,6 +17,8 @@
 
 #include <fmt/format.h>
 #include <google/protobuf/io/coded_stream.h>
+
+#include <neffcache/hlo/detail/nki.hpp>
 
 #include <neffcache/core/detail/digest.hpp>
 #include <neffcache/hlo/detail/schema.hpp>
@@ -36,6 +39,9 @@ struct Stats {
   // Framework operator (OpMetadata.op_type: an aten op for PyTorch, a primitive for JAX)
   // -> instructions it produced. Not part of the canonical text.
   std::map<std::string, uint64_t, std::less<>> framework_ops;
+  // The NKI kernel binaries its instructions call by path (nki.hpp). Not part of the
+  // canonical text beyond the backend_config that names them.
+  std::set<std::string> kernel_files;
 };
 
 class Canonicalizer {
@@ -374,6 +380,8 @@ class Canonicalizer {
             has_opcode = true;
             record_opcode(text);
           }
+          if (type == Msg::instruction && number == 43)  // backend_config
+            if (auto kernel = nki_kernel_path(text)) stats_.kernel_files.insert(std::move(*kernel));
           open_line(depth, f, number);
           out_ += ' ';
           append_quoted(out_, text);
