@@ -80,6 +80,20 @@ TEST_CASE("gc drops whole compiler folders beyond the most recently used ones fi
   CHECK(plan_gc(es, 25, 2) == (std::vector<std::size_t>{0, 3, 2}));
 }
 
+TEST_CASE("gc keeps LNL entries whatever --keep-compilers says, and evicts them by size as any done entry", "[gc][lnl]") {
+  const std::string lnl_old(32, 'a'), lnl_new(32, 'b');
+  std::vector<EntryInfo> es{info("neuronxcc-1/MODULE_a", EntryState::done, 10, k_t0 + 1h),
+                            info(lnl_old, EntryState::done, 10, k_t0),
+                            info("neuronxcc-2/MODULE_b", EntryState::done, 10, k_t0 + 2h),
+                            info(lnl_new, EntryState::pending, 10, k_t0 + 3h)};
+  es[1].files = EntryFiles::lnl(lnl_old);
+  es[3].files = EntryFiles::lnl(lnl_new);
+  // Keep 1 compiler: only neuronxcc-1 goes; no LNL entry counts as a compiler of its own.
+  CHECK(plan_gc(es, 1000, 1) == std::vector<std::size_t>{0});
+  // By size: the least recently used done entry first, of either dialect; pending stays.
+  CHECK(plan_gc(es, 25, 0) == (std::vector<std::size_t>{1, 0}));
+}
+
 TEST_CASE("an inventory lists every entry with its state, sizes, compile time and last use", "[inventory]") {
   test::TempDir root;
   const fs::path done = root / "neuronxcc-2.21.0" / "MODULE_1+aa";

@@ -1,6 +1,10 @@
 // Changing entries while others use the cache: clearing failures, locks and results,
 // removing entries, and checking a published NEFF against its record. Each change is
 // made under the entry lock and refused (Errc::busy) while someone else holds it.
+#include <sys/file.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <map>
 
 #include <catch2/catch_test_macros.hpp>
@@ -8,6 +12,7 @@
 
 #include <neffcache/maintenance.hpp>
 
+#include "lnl.hpp"
 #include "support.hpp"
 
 using namespace neffcache;
@@ -148,4 +153,112 @@ TEST_CASE("a published NEFF is checked against the size and checksum recorded fo
   v = verify_neff(dir.string());
   CHECK(v.check == NeffCheck::broken);
   CHECK(v.why == "model.done without model.neff");
+}
+
+namespace {
+
+// A done LNL entry as we publish it: LNL's NEFF, compiler log and marker, our metadata.
+fs::path make_done_lnl(const fs::path& root, const std::string& key) {
+  auto dir = test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", key);
+  test::spit(dir / lnl_neff_name(key), k_neff_bytes);
+  test::spit(dir / "log-neuron-cc.txt", "Compiler status PASS\n");
+  auto hash = detail::file_xxh3((dir / lnl_neff_name(key)).string());
+  REQUIRE(hash.has_value());
+  test::spit(dir / std::string(k_meta_file), fmt::format(R"({{"size": {}, "xxh3": "{:016x}"}})", k_neff_bytes.size(), *hash));
+  test::spit(dir / ".compilation_complete", lnl_marker(1700000000, k_neff_bytes.size()));
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("maintenance of an LNL entry names LNL's files and keeps its inputs and lock file", "[maintenance][lnl]") {
+  test::TempDir root;
+  const std::string key = test::lnl_key("maintenance");
+  auto dir = make_done_lnl(root.path(), key);
+  test::spit(root / (key + ".lock"), "");  // a client's, left behind
+  const auto e = EntryPaths::plain(dir.string());
+
+  SECTION("clearing results removes the NEFF, marker, compiler log and metadata: pending again") {
+    REQUIRE(clear_results(e).has_value());
+    for (auto name : {lnl_neff_name(key), std::string(".compilation_complete"), std::string("log-neuron-cc.txt"),
+                      std::string(k_meta_file)})
+      CHECK_FALSE(fs::exists(dir / name));
+    for (auto name : {"graph.hlo", "command.txt", ".artifact_metadata_v0.json"}) CHECK(fs::exists(dir / name));
+    CHECK(fs::exists(root / (key + ".lock")));
+    auto files = read_entry_files(dir.string());
+    REQUIRE(files.has_value());
+    CHECK(classify(*files, [] { return false; }) == EntryState::pending);
+  }
+  SECTION("a failure is our record; clearing it leaves the rest") {
+    fs::remove(dir / ".compilation_complete");
+    fs::remove(dir / lnl_neff_name(key));
+    test::spit(dir / ".neffcache-failed.log", "error: no\n");
+    CHECK(clear_failure(e).value() == true);
+    CHECK_FALSE(fs::exists(dir / ".neffcache-failed.log"));
+    CHECK(fs::exists(dir / "log-neuron-cc.txt"));
+    CHECK(clear_failure(e).value() == false);
+  }
+  SECTION("a lock file nobody holds is nothing to clear; a held one is busy and stays") {
+    auto none = clear_stale_lock(e);
+    REQUIRE_FALSE(none.has_value());
+    CHECK(none.error().code == Errc::not_found);
+    CHECK(fs::exists(root / (key + ".lock")));
+    int fd = ::open((root / (key + ".lock")).c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    auto busy = clear_stale_lock(e);
+    REQUIRE_FALSE(busy.has_value());
+    CHECK(busy.error().code == Errc::busy);
+    CHECK(clear_results(e).error().code == Errc::busy);
+    CHECK(fs::exists(dir / lnl_neff_name(key)));
+    ::close(fd);
+  }
+  SECTION("removing the entry removes its folder and leaves the lock file beside it") {
+    REQUIRE(remove_entry(e).has_value());
+    CHECK_FALSE(fs::exists(dir));
+    CHECK(fs::exists(root / (key + ".lock")));
+  }
+}
+
+TEST_CASE("an LNL NEFF is checked against its marker's size and our record", "[maintenance][lnl]") {
+  test::TempDir root;
+  const std::string key = test::lnl_key("verify");
+  auto dir = make_done_lnl(root.path(), key);
+  const auto neff = dir / lnl_neff_name(key);
+  CHECK(verify_neff(dir.string()).check == NeffCheck::ok);
+
+  SECTION("a cut NEFF disagrees with the marker") {
+    test::spit(neff, k_neff_bytes.substr(0, 100));
+    auto v = verify_neff(dir.string());
+    CHECK(v.check == NeffCheck::broken);
+    CHECK(v.why == fmt::format("{} has 100 bytes, its .compilation_complete says {}", lnl_neff_name(key), k_neff_bytes.size()));
+  }
+  SECTION("a flipped byte: only our checksum can tell") {
+    std::string bytes = k_neff_bytes;
+    bytes[7] = 'x';
+    test::spit(neff, bytes);
+    auto v = verify_neff(dir.string());
+    CHECK(v.check == NeffCheck::broken);
+    CHECK(v.why.find(lnl_neff_name(key) + " has checksum") == 0);
+  }
+  SECTION("published by LNL: the marker's size is its record") {
+    fs::remove(dir / std::string(k_meta_file));
+    CHECK(verify_neff(dir.string()).check == NeffCheck::ok);
+    test::spit(neff, "short");
+    CHECK(verify_neff(dir.string()).check == NeffCheck::broken);
+  }
+  SECTION("our record of an older NEFF is not held against a client's newer one") {
+    test::spit(neff, "a client's NEFF");
+    test::spit(dir / ".compilation_complete", lnl_marker(1800000000, 15));
+    CHECK(verify_neff(dir.string()).check == NeffCheck::ok);
+  }
+  SECTION("a marker without a size, and no record: present and not empty is all we can say") {
+    fs::remove(dir / std::string(k_meta_file));
+    test::spit(dir / ".compilation_complete", "");
+    CHECK(verify_neff(dir.string()).check == NeffCheck::unrecorded);
+  }
+  SECTION("a marker without its NEFF") {
+    fs::remove(neff);
+    CHECK(verify_neff(dir.string()).why == ".compilation_complete without " + lnl_neff_name(key));
+  }
 }

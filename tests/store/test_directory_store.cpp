@@ -9,6 +9,7 @@
 #include <neffcache/store/directory.hpp>
 #include <neffcache/store/open.hpp>
 
+#include "lnl.hpp"
 #include "support.hpp"
 #include "store_support.hpp"
 
@@ -78,7 +79,9 @@ TEST_CASE("a directory store names an entry from a folder, a file in it, or a pa
   }
   auto nothing = s->named("neuronxcc-2.21.0/MODULE_nothing");
   REQUIRE_FALSE(nothing.has_value());
-  CHECK(nothing.error().message == "neuronxcc-2.21.0/MODULE_nothing: not a cache entry (a MODULE_* folder)");
+  CHECK(nothing.error().message ==
+        "neuronxcc-2.21.0/MODULE_nothing: not a cache entry (a MODULE_* folder, or an LNL entry's: 32 hex digits in "
+        "the cache)");
   CHECK_FALSE(s->named("neuronxcc-2.21.0").has_value());  // a compiler folder is no entry
 
   test::TempDir other;
@@ -178,4 +181,36 @@ TEST_CASE("open_store opens a folder or an s3:// URL, else the Neuron precedence
   auto bad = store::open_store("ftp://nowhere");
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().code == Errc::invalid_argument);
+}
+
+TEST_CASE("a directory store names an LNL entry by its key folder or a file in it, in the root only", "[store][lnl]") {
+  test::TempDir dir;
+  make_entries(dir.path());
+  const std::string root = dir.path().string();
+  const std::string key = test::lnl_key("named");
+  test::make_lnl_entry(dir.path(), "gopjrt_tuple.hlo.pb", key);
+  auto s = store::DirectoryStore::open(root);
+  for (const std::string& arg : {key, key + "/", root + "/" + key, key + "/graph.hlo", root + "/" + key + "/command.txt"}) {
+    INFO(arg);
+    auto e = s->named(arg);
+    REQUIRE(e.has_value());
+    CHECK(e->path() == key);
+    CHECK(e->dialect() == Dialect::lnl);
+    CHECK(e->compiler_dir().empty());  // no compiler folder: clean and gc never rmdir the root
+    CHECK(e->view() == root + "/" + key);
+  }
+  CHECK(s->named(k_done)->dialect() == Dialect::neuron);
+  // A key-named folder anywhere but the root is no entry; a key that is no folder neither.
+  fs::create_directories(dir.path() / "neuronxcc-2.21.0" / key);
+  auto nested = s->named(root + "/neuronxcc-2.21.0/" + key);
+  REQUIRE_FALSE(nested.has_value());
+  CHECK_THAT(nested.error().message, ContainsSubstring("not an entry of the cache"));
+  auto missing = s->named(test::lnl_key("missing"));
+  REQUIRE_FALSE(missing.has_value());
+  CHECK_THAT(missing.error().message, ContainsSubstring("LNL entry"));
+  REQUIRE(s->at(key).has_value());
+  CHECK(s->at(key)->dialect() == Dialect::lnl);
+  // We never write Neuron files into an LNL entry.
+  CHECK_FALSE(s->put_graph(*s->at(key), "hlo", {}).has_value());
+  CHECK_FALSE(fs::exists(dir.path() / key / "model.hlo_module.pb"));
 }

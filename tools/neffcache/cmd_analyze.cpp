@@ -64,7 +64,9 @@ void setup_analyze(CLI::App& app, int& exit_code) {
   auto [sub, opts] = add_cache_command(
       app, exit_code, "analyze", "Write the opcode histogram of every graph and of the whole cache to OUTPUT/result.json",
       run_analyze);
-  sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; default: every graph");
+  sub->add_option("ENTRY", opts->entries,
+                  "entry folders (MODULE_*, or an LNL entry's 32-hex key folder), or files in them; default: every "
+                  "graph");
   sub->add_option("--output", opts->output, "directory for result.json")->capture_default_str();
   sub->add_option("--verbosity", opts->verbosity,
                   "1: XLA opcodes; 2: also the framework operators (aten ops, JAX primitives) recorded in "

@@ -57,12 +57,13 @@ std::vector<Batch::Item> compile_here(const std::vector<Target>& targets, Schedu
   return batch.items();
 }
 
-// Asks a neffcachefs daemon: opening a pending model.neff makes it compile (or join the
-// compile), and the open returns when the compile ends.
+// Asks a neffcachefs daemon: opening a pending NEFF (model.neff; LNL: graph_<key>.neff)
+// makes it compile (or join the compile), and the open returns when the compile ends.
 std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
   // Shared with the openers: after a stop they may still be blocked in open().
   struct State {
     std::vector<Batch::Item> items;
+    std::vector<std::string> neffs;  // what to open, by item
     std::atomic<std::size_t> next{0}, done{0}, failed{0};
   };
   auto st = std::make_shared<State>();
@@ -70,12 +71,13 @@ std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
     auto files = read_entry_files(t);
     std::string_view hlo = files && files->hlo_name() ? *files->hlo_name() : k_hlo_module_file;
     st->items.push_back({t, fmt::format("{}/{}", t, hlo), {}});
+    st->neffs.push_back(fmt::format("{}/{}", t, files ? files->neff_name() : std::string(k_neff_file)));
   }
   auto opener = [st] {
     for (std::size_t i; !g_stop && (i = st->next++) < st->items.size();) {
       auto& item = st->items[i];
       auto t0 = std::chrono::steady_clock::now();
-      int fd = ::open(fmt::format("{}/{}", item.entry_dir, k_neff_file).c_str(), O_RDONLY | O_CLOEXEC);
+      int fd = ::open(st->neffs[i].c_str(), O_RDONLY | O_CLOEXEC);
       int err = errno;
       CompileResult r;
       r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -110,7 +112,7 @@ std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
 }
 
 // The entries of a listing a run takes, by their path in the cache, sorted: those that
-// need a compile (pending, stale-locked; failed ones with `retry_failed`) and those
+// need a compile (pending, partial, stale-locked; failed ones with `retry_failed`) and those
 // compiling elsewhere (waited for, so the report covers them), within `share` when given
 // (which sees every entry listed, whatever its state, so that nodes agree on it).
 std::vector<Target> pick(const store::Store& cache, const std::vector<EntryInfo>& entries, bool retry_failed,
@@ -127,8 +129,8 @@ std::vector<Target> pick(const store::Store& cache, const std::vector<EntryInfo>
   std::vector<Target> picked;
   for (std::size_t i = 0; i < graphs.size(); ++i) {
     const auto s = graphs[i]->state;
-    bool wanted = s == EntryState::pending || s == EntryState::partial || s == EntryState::stale_lock || s == EntryState::compiling ||
-                  (s == EntryState::failed && retry_failed);
+    bool wanted = s == EntryState::pending || s == EntryState::partial || s == EntryState::stale_lock ||
+                  s == EntryState::compiling || (s == EntryState::failed && retry_failed);
     if (wanted && shares[i]) picked.push_back({cache.entry(*graphs[i]).view(), *shares[i]});
   }
   return picked;
@@ -181,11 +183,12 @@ void use_peaks_of(const store::Store& c, Scheduler::Options& so) {
 
 void setup_compile(CLI::App& app, int& exit_code) {
   auto [sub, opts] = add_command(app, exit_code, "compile",
-                                 "Compile every entry that needs it (pending, stale-locked; failed ones with "
-                                 "--retry-failed), or the entries named, in parallel; exit status = number of "
+                                 "Compile every entry that needs it (pending, partial, stale-locked; failed ones "
+                                 "with --retry-failed), of either dialect (Neuron, LNL), or the entries named, in parallel; exit status = number of "
                                  "failed graphs",
                                  run_compile);
-  sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; paths or relative to the cache");
+  sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*, or an LNL entry's 32-hex key folder), or files in them; paths or relative to "
+                  "the cache");
   add_cache_option(sub, opts->cache);
   sub->add_option("-j,--jobs", opts->jobs, "compiles at once (default: min(cores, ceil(RAM / 64 GiB)))");
   sub->add_option("--retries", opts->retries,
@@ -252,7 +255,8 @@ int run_compile(const CompileOptions& opts) {
     // The daemon keeps a recorded failure until it is cleared.
     if (retry_failed)
       for (const auto& t : targets)
-        if (auto f = read_entry_files(t.entry); f && f->failed()) ::unlink(fmt::format("{}/{}", t.entry, k_log_file).c_str());
+        if (auto f = read_entry_files(t.entry); f && f->failed())
+          ::unlink(fmt::format("{}/{}", t.entry, f->failure_name()).c_str());
     items = ask_daemon(targets);
   } else {
     catch_up_index(**cache, env->compiler_flags);

@@ -33,6 +33,13 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
   std::optional<store::Entry> entry;
   if (auto named = cache.named(opts.input)) entry = *named;
   else if (is_dir) return named.error();
+  // Explaining is finding the entry a client's key names and the twins of an identity; an
+  // LNL key covers a compiler version we cannot read back, so neither is known yet.
+  if (entry && entry->dialect() == Dialect::lnl)
+    return Error{Errc::invalid_argument,
+                 fmt::format("{}: an LNL entry (vLLM Neuron, TorchNeuron): explain knows only the Neuron cache's keys "
+                             "(ls, compile and analyze take it)",
+                             entry->view())};
 
   auto env_flags = compiler_flags({});
   if (!env_flags) return env_flags.error();

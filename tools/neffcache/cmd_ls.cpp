@@ -1,5 +1,5 @@
 // neffcache ls [--state S] [--json]: the entries of a cache with state, size, compile
-// time and last use.
+// time and last use. An LNL entry's path is its key; the JSON says each entry's dialect.
 #include "neffcache/cmd_ls.hpp"
 
 #include <algorithm>
@@ -16,7 +16,7 @@ void setup_ls(CLI::App& app, int& exit_code) {
   auto [sub, opts] =
       add_cache_command(app, exit_code, "ls", "List cache entries with state, size, compile time and last use", run_ls);
   sub->add_option("--state", opts->state, "only entries in this state")
-      ->check(CLI::IsMember({"empty", "pending", "compiling", "done", "failed", "stale"}));
+      ->check(CLI::IsMember({"empty", "pending", "partial", "compiling", "done", "failed", "stale"}));
   sub->add_flag("--json", opts->json, "print a JSON list");
 }
 
@@ -32,6 +32,7 @@ int run_ls(const LsOptions& opts) {
     auto list = nlohmann::ordered_json::array();
     for (const auto& e : *entries) {
       nlohmann::ordered_json j{{"path", e.path},
+                               {"dialect", to_string(e.files.dialect)},
                                {"state", to_string(e.state)},
                                {"bytes", e.bytes},
                                {"neff_bytes", e.neff_bytes},

@@ -17,9 +17,12 @@ void check_retry(const RetryOptions& opts) {
 
 void setup_retry(CLI::App& app, int& exit_code) {
   auto [sub, opts] = add_command(app, exit_code, "retry",
-                                 "Clear recorded failures (model.log) so those entries compile again", run_retry,
+                                 "Clear recorded failures (model.log; LNL: .neffcache-failed.log) so those entries "
+                                 "compile again",
+                                 run_retry,
                                  check_retry);
-  sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*), or files in them; paths or relative to the cache");
+  sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*, or an LNL entry's 32-hex key folder), or files in them; paths or relative to "
+                  "the cache");
   sub->add_flag("--all", opts->all, "every failed entry");
   add_cache_option(sub, opts->cache);
 }

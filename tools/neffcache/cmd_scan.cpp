@@ -1,4 +1,6 @@
 // neffcache scan [--with-failed]: the counts the Neuron tool prints before compiling.
+// LNL entries count whatever the compiler: they have no compiler folder (their key covers
+// the compiler's version, which cannot be read back), and a compile run takes them all.
 #include "neffcache/cmd_scan.hpp"
 
 #include <set>
@@ -27,7 +29,8 @@ struct CompilerScope {
 CompilerScope compiler_scope(const store::Store& cache, const std::vector<EntryInfo>& entries,
                              const std::string& compiler) {
   std::set<std::string> all;
-  for (const auto& e : entries) all.insert(cache.entry(e).compiler_dir());
+  for (const auto& e : entries)
+    if (auto dir = cache.entry(e).compiler_dir(); !dir.empty()) all.insert(std::move(dir));
   auto version = detect_compiler_version(compiler);
   if (version) {
     std::string dir = fmt::format("{}{}", k_compiler_dir_prefix, *version);
@@ -58,14 +61,18 @@ int run_scan(const ScanOptions& opts) {
   const std::string root = cache->name();
   const auto scope = compiler_scope(*cache, entries, opts.compiler);
   StateCounts c;
-  for (const auto& e : entries)
-    if (scope.dirs.contains(cache->entry(e).compiler_dir())) ++c.of(e.state);
+  std::size_t lnl = 0;
+  for (const auto& e : entries) {
+    if (e.files.is_lnl()) ++lnl;
+    if (e.files.is_lnl() || scope.dirs.contains(cache->entry(e).compiler_dir())) ++c.of(e.state);
+  }
   const std::size_t remaining = c.remaining(opts.with_failed);
   const std::size_t failed = opts.with_failed ? 0 : c.failed;
   const std::size_t total = remaining + c.compiling + failed + c.done;
   if (opts.json) {
     nlohmann::ordered_json j{{"cache", root},
                              {"compiler_dirs", scope.dirs},
+                             {"lnl_entries", lnl},
                              {"remaining", remaining},
                              {"locked", c.compiling},
                              {"failed", failed},
@@ -74,6 +81,7 @@ int run_scan(const ScanOptions& opts) {
                              {"states",
                               {{"empty", c.empty},
                                {"pending", c.pending},
+                               {"partial", c.partial},
                                {"compiling", c.compiling},
                                {"done", c.done},
                                {"failed", c.failed},
@@ -82,9 +90,14 @@ int run_scan(const ScanOptions& opts) {
     return k_exit_ok;
   }
   fmt::print("INFO ||NEURON_CACHE||: Compile cache path: {}\n", root);
-  fmt::print("INFO ||NEURON_CACHE||: Counting {} ({})\n",
+  fmt::print("INFO ||NEURON_CACHE||: Counting {} ({}){}\n",
              scope.dirs.empty() ? std::string("no compiler folder") : fmt::format("{}", fmt::join(scope.dirs, ", ")),
-             scope.why);
+             scope.why, lnl ? fmt::format(", and {} LNL entr{}", lnl, lnl == 1 ? "y" : "ies") : "");
+  // Remaining counts them; said apart, since the Neuron cache has no such state.
+  if (c.partial)
+    fmt::print("INFO ||NEURON_CACHE||: Of the remaining items {} are partial (an interrupted LNL compile's output, "
+               "compiled again)\n",
+               c.partial);
   fmt::print("INFO ||NEURON_CACHE||: Current remaining items are {}, locked are {}, failed are {}, done are {}, total is {}\n",
              remaining, c.compiling, failed, c.done, total);
   return k_exit_ok;

@@ -29,7 +29,7 @@ int run_stats(const StatsOptions& opts) {
   StateCounts c;
   uint64_t bytes = 0, neff_bytes = 0;
   double compile_seconds = 0, saved_seconds = 0;
-  std::size_t twins = 0;
+  std::size_t twins = 0, lnl = 0;
   // Memory: compiles whose peak is recorded, the largest peak, how the predictions
   // compared (reservation / peak), and the out-of-memory kills before they succeeded.
   std::vector<double> prediction_ratios;
@@ -45,6 +45,7 @@ int run_stats(const StatsOptions& opts) {
     oom_retries += static_cast<std::size_t>(e.oom_retries);
     if (e.copied_from) ++twins, saved_seconds += e.saved_seconds;
     ++c.of(e.state);
+    if (e.files.is_lnl()) ++lnl;
     bytes += e.bytes;
     neff_bytes += e.neff_bytes;
     compile_seconds += e.compile_seconds.value_or(0);
@@ -57,7 +58,9 @@ int run_stats(const StatsOptions& opts) {
                              {"done", c.done},
                              {"failed", c.failed},
                              {"stale", c.stale},
-                             {"empty", c.empty}}},
+                             {"empty", c.empty},
+                             {"partial", c.partial}}},
+                           {"dialects", {{"neuron", c.total() - lnl}, {"lnl", lnl}}},
                            {"bytes", bytes},
                            {"neff_bytes", neff_bytes},
                            {"stored_compile_seconds", compile_seconds},
@@ -78,8 +81,10 @@ int run_stats(const StatsOptions& opts) {
     return k_exit_ok;
   }
   fmt::print("cache                   {}\n", cache->name());
-  fmt::print("entries                 {} ({} pending, {} compiling, {} done, {} failed, {} stale locks)\n", c.total(),
-             c.pending, c.compiling, c.done, c.failed, c.stale);
+  // (Partial: what an interrupted LNL compile left; compiled again like a pending one.)
+  fmt::print("entries                 {} ({} pending, {} compiling, {} done, {} failed, {} stale locks, {} partial)\n",
+             c.total(), c.pending, c.compiling, c.done, c.failed, c.stale, c.partial);
+  if (lnl > 0) fmt::print("dialects                {} Neuron, {} LNL (vLLM Neuron, TorchNeuron)\n", c.total() - lnl, lnl);
   fmt::print("size                    {} ({} in NEFFs)\n", format_size(bytes), format_size(neff_bytes));
   // What every hit saves: the compile time stored with each NEFF we compiled.
   fmt::print("compile time stored     {:.1f} s\n", compile_seconds);

@@ -24,7 +24,7 @@
 namespace neffcache {
 
 struct EntryInfo {
-  std::string path;  // relative to the root: neuronxcc-<version>/MODULE_<graph>+<flags>
+  std::string path;  // relative to the root: neuronxcc-<version>/MODULE_<graph>+<flags>; LNL: the key
   EntryState state = EntryState::empty;
   EntryFiles files;
   uint64_t bytes = 0;       // every file of the entry folder, ours included
@@ -75,13 +75,14 @@ inline void measure_entry(const EntryRef& ref, EntryInfo& info) {
   int list_fd = ::openat(ref.dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (list_fd < 0) return;
   auto newest = std::chrono::system_clock::time_point{};
+  const std::string neff_name = ref.files.neff_name();  // of the entry's dialect
   (void)list_dir(list_fd, info.path, [&](std::string_view name, bool) {
     struct stat st {};
     std::string n(name);
     if (::fstatat(ref.dir_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;  // gone meanwhile
     if (S_ISREG(st.st_mode)) info.bytes += static_cast<uint64_t>(st.st_size);
     newest = std::max(newest, to_time_point(st.st_mtim));
-    if (name == k_neff_file) {
+    if (name == neff_name) {
       info.neff_bytes = static_cast<uint64_t>(st.st_size);
       info.last_use = std::max(to_time_point(st.st_atim), to_time_point(st.st_mtim));
     }
@@ -137,17 +138,22 @@ inline Result<StateCounts> count_entries(const std::string& root, const LockOpti
 // What `gc` removes to bring a cache to at most `max_bytes`: first every entry of the
 // compiler folders beyond the `keep_compilers` most recently used ones (0 keeps all),
 // then done entries, least recently used first, until the rest fits. Entries that are
-// not done (pending, compiling, failed) are never chosen by size. Returns indexes into
-// `entries`, in the order to remove them.
+// not done (pending, compiling, failed) are never chosen by size. LNL entries have no
+// compiler folder (their key covers a compiler version we cannot read back), so
+// `keep_compilers` never drops them; by size they go as any done entry. Returns indexes
+// into `entries`, in the order to remove them.
 inline std::vector<std::size_t> plan_gc(const std::vector<EntryInfo>& entries, uint64_t max_bytes, int keep_compilers) {
   std::vector<std::size_t> out;
   std::vector<bool> chosen(entries.size());
   uint64_t total = 0;
   for (const auto& e : entries) total += e.bytes;
-  auto compiler_of = [](const EntryInfo& e) { return e.path.substr(0, e.path.find('/')); };
+  auto compiler_of = [](const EntryInfo& e) {
+    return e.files.is_lnl() ? std::string() : e.path.substr(0, e.path.find('/'));
+  };
   if (keep_compilers > 0) {
     std::map<std::string, std::chrono::system_clock::time_point> last_use;
-    for (const auto& e : entries) last_use[compiler_of(e)] = std::max(last_use[compiler_of(e)], e.last_use);
+    for (const auto& e : entries)
+      if (!e.files.is_lnl()) last_use[compiler_of(e)] = std::max(last_use[compiler_of(e)], e.last_use);
     std::vector<std::pair<std::chrono::system_clock::time_point, std::string>> order;
     for (const auto& [c, t] : last_use) order.emplace_back(t, c);
     std::sort(order.rbegin(), order.rend());  // most recently used first

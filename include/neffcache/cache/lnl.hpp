@@ -5,6 +5,7 @@
 // in a work folder of its own, and so that the arguments can key the result.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -137,6 +138,25 @@ inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& 
 // The content of LNL's completion marker: "completed:<unix time>\nneff_size:<bytes>\n".
 inline std::string lnl_marker(int64_t unix_seconds, uint64_t neff_bytes) {
   return fmt::format("completed:{}\nneff_size:{}\n", unix_seconds, neff_bytes);
+}
+
+// The NEFF size a marker's text records (its "neff_size:" line); nullopt when it records
+// none (an empty or older marker), which is no error: the marker's presence is the hit.
+inline std::optional<uint64_t> lnl_marker_neff_size(std::string_view text) {
+  constexpr std::string_view field = "neff_size:";
+  for (std::size_t at = 0; at < text.size();) {
+    auto end = text.find('\n', at);
+    auto line = text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    at = end == std::string_view::npos ? text.size() : end + 1;
+    if (!line.starts_with(field)) continue;
+    line.remove_prefix(field.size());
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
+    if (ec != std::errc{} || p != line.data() + line.size() || line.empty()) return std::nullopt;
+    return v;
+  }
+  return std::nullopt;
 }
 
 }  // namespace neffcache

@@ -59,7 +59,7 @@ class DirectoryStore final : public Store {
   }
 
   // An entry folder or a file in one, as a path or relative to the cache, in the view or
-  // the backing folder.
+  // the backing folder: a MODULE_* folder, or an LNL entry's (its key, in the cache's root).
   Result<Entry> named(std::string_view arg) const override {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -67,12 +67,15 @@ class DirectoryStore final : public Store {
       p = p.lexically_normal();
       if (!p.has_filename()) p = p.parent_path();  // a trailing '/'
       if (fs::is_regular_file(p, ec)) p = p.parent_path();
-      if (!fs::is_directory(p, ec) || !p.filename().string().starts_with(k_module_dir_prefix)) continue;
+      const std::string folder = p.filename().string();
+      if (!fs::is_directory(p, ec) || (!folder.starts_with(k_module_dir_prefix) && !is_lnl_key(folder))) continue;
       auto e = of_folder(fs::absolute(p, ec).lexically_normal().string());
       if (!e) return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the cache {}", arg, view_)};
       return e;
     }
-    return Error{Errc::not_found, fmt::format("{}: not a cache entry (a MODULE_* folder)", arg)};
+    return Error{Errc::not_found,
+                 fmt::format("{}: not a cache entry (a MODULE_* folder, or an LNL entry's: 32 hex digits in the cache)",
+                             arg)};
   }
 
   std::string view(const Entry& e) const override { return fmt::format("{}/{}", view_, e.path()); }
@@ -85,6 +88,9 @@ class DirectoryStore final : public Store {
 
   Result<bool> put_graph(const Entry& e, std::string_view hlo_bytes,
                          const std::vector<std::string>& flags) const override {
+    // Our graphs are the Neuron cache's files; LNL writes its own entries.
+    if (e.dialect() == Dialect::lnl)
+      return Error{Errc::invalid_argument, fmt::format("{}: an LNL entry takes no graph from us", view(e))};
     const std::string dir = view(e);
     for (const auto& d : {view_, fmt::format("{}/{}", view_, e.compiler_dir()), dir})
       if (sys::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", d);
@@ -126,10 +132,12 @@ class DirectoryStore final : public Store {
     return info->reason.empty() ? std::string("its owner is gone") : info->reason;
   }
 
-  NeffVerdict verify(const EntryInfo& e) const override { return verify_neff(paths(entry(e)).backing); }
+  NeffVerdict verify(const EntryInfo& e) const override { return verify_neff(paths(entry(e)).backing, e.files); }
 
   void remove_empty_compiler_dirs(const std::set<std::string>& compiler_dirs) const override {
-    for (const auto& c : compiler_dirs) ::rmdir(fmt::format("{}/{}", view_, c).c_str());
+    // (An empty name would be the cache itself, which stays.)
+    for (const auto& c : compiler_dirs)
+      if (!c.empty()) ::rmdir(fmt::format("{}/{}", view_, c).c_str());
   }
 
   // An entry folder in the view or the backing folder.

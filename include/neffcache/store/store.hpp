@@ -4,8 +4,9 @@
 // caller asks "is this S3?" and decodes entry names again:
 //
 // - an entry is a typed value, Entry: its store and its path in the cache,
-//   neuronxcc-<version>/MODULE_<graph>+<flags>; only a store makes one (from its listing
-//   or from a name it accepted), so the path always has that shape;
+//   neuronxcc-<version>/MODULE_<graph>+<flags>, or an LNL entry's key (a directory may
+//   hold both dialects, see layout.hpp); only a store makes one (from its listing or from
+//   a name it accepted), so the path always has one of those shapes;
 // - the name users see for an entry is view(entry): a folder, or a URL. Compile batches
 //   name their jobs so too, and the store's compile function takes those names back;
 // - maintenance changes an entry under its lock (a directory) or its lease (S3), and a
@@ -44,10 +45,14 @@ class Store;
 class Entry {
  public:
   const Store& store() const { return *store_; }
-  // The entry's path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>.
+  // The entry's path in the cache: neuronxcc-<version>/MODULE_<graph>+<flags>; LNL: its key.
   const std::string& path() const { return path_; }
-  // Its compiler folder: neuronxcc-<version>.
-  std::string compiler_dir() const { return path_.substr(0, path_.find('/')); }
+  Dialect dialect() const { return dialect_of_path(path_); }
+  // Its compiler folder: neuronxcc-<version>; empty for an LNL entry, which has none (its
+  // folder is in the cache's root).
+  std::string compiler_dir() const {
+    return dialect() == Dialect::lnl ? std::string() : path_.substr(0, path_.find('/'));
+  }
   // Where users see it (Store::view).
   std::string view() const;
 
@@ -115,11 +120,12 @@ class Store {
   // The entry a row of list() is.
   Entry entry(const EntryInfo& info) const { return Entry(this, info.path); }
 
-  // The entry at a path in the cache (neuronxcc-*/MODULE_*); anything else is
-  // Errc::invalid_argument. The entry need not exist (yet).
+  // The entry at a path in the cache (neuronxcc-*/MODULE_*, or an LNL key); anything else
+  // is Errc::invalid_argument. The entry need not exist (yet).
   Result<Entry> at(std::string_view path) const {
     if (!is_entry_path(path))
-      return Error{Errc::invalid_argument, fmt::format("{}: not an entry path (neuronxcc-*/MODULE_*)", path)};
+      return Error{Errc::invalid_argument,
+                   fmt::format("{}: not an entry path (neuronxcc-*/MODULE_*, or an LNL key of 32 hex digits)", path)};
     return Entry(this, std::string(path));
   }
 
@@ -160,7 +166,7 @@ class Store {
   // Checks a done entry's NEFF (against its publication record where there is one).
   virtual NeffVerdict verify(const EntryInfo& e) const = 0;
   // After entries were removed: their compiler folders, where empty now, go too (a
-  // store without folders has nothing to do).
+  // store without folders has nothing to do). An empty name (an LNL entry's) is none.
   virtual void remove_empty_compiler_dirs(const std::set<std::string>& compiler_dirs) const = 0;
 
   // Compiling. The scheduler's compile function for jobs named by view(); empty: the
@@ -212,7 +218,7 @@ class Store {
 
  protected:
   Store() = default;
-  // An entry of this store; `path` must be neuronxcc-*/MODULE_* (checked by callers).
+  // An entry of this store; `path` must be an entry path (is_entry_path, checked by callers).
   Entry make_entry(std::string path) const { return Entry(this, std::move(path)); }
 };
 
