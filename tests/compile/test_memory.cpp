@@ -188,6 +188,15 @@ struct FakeCompiles {
   }
 };
 
+// Another process's reservation of `bytes`. (The name is written a character at a
+// time: GCC 12 at -O3 warns falsely (-Wrestrict) about a literal assigned once inlined.)
+uint64_t hold(MemoryLedger& ledger, uint64_t bytes) {
+  return ledger.admit([bytes](uint64_t, std::string& what) -> uint64_t {
+    what.push_back('x');
+    return bytes;
+  });
+}
+
 Scheduler::Options memory_options(FakeCompiles& fake, std::shared_ptr<MemoryLedger> ledger,
                                   std::shared_ptr<PeakHistory> peaks, int jobs) {
   Scheduler::Options o;
@@ -243,7 +252,7 @@ TEST_CASE("a large graph waiting for memory is passed by smaller ones at most ma
   auto ledger = MemoryLedger::open(dir, 1000 * MiB).value();
   // Another process holds half the budget.
   auto other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
-  auto held = other->admit([](uint64_t, std::string& what) -> uint64_t { return what = "x", 500 * MiB; });
+  auto held = hold(*other, 500 * MiB);
   auto peaks = std::make_shared<PeakHistory>();
   peaks->add(key_of(100), 10'000, 0, 700 * 1024);  // the big one: 840 MiB predicted
   for (int i = 0; i < 10; ++i) peaks->add(key_of(i), 100, 0, 50 * 1024);  // small: 60 MiB
@@ -264,6 +273,37 @@ TEST_CASE("a large graph waiting for memory is passed by smaller ones at most ma
   std::lock_guard lk(fake.mu);
   REQUIRE(fake.order.size() == 11);
   CHECK(fake.order[3] == "big");
+}
+
+TEST_CASE("a job that would not fit beside the waiting large graph does not pass it", "[memory][scheduler]") {
+  test::TempDir t;
+  const std::string dir = (t / "ledger").string();
+  auto ledger = MemoryLedger::open(dir, 1000 * MiB).value();
+  auto other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
+  auto held = hold(*other, 500 * MiB);
+  auto peaks = std::make_shared<PeakHistory>();
+  peaks->add(key_of(100), 10'000, 0, 700 * 1024);  // big: 840 MiB predicted
+  peaks->add(key_of(50), 5'000, 0, 250 * 1024);    // medium: 300 MiB, fits now, not beside big
+  peaks->add(key_of(1), 100, 0, 50 * 1024);        // small: 60 MiB, fits beside big
+  FakeCompiles fake;
+  fake.take = 50ms;
+  auto o = memory_options(fake, ledger, peaks, 2);
+  o.max_bypass = 10;
+  Scheduler s(o);
+  s.submit({"big", key_of(100), 10'000, 0}, Priority::background);
+  s.submit({"medium", key_of(50), 5'000, 0}, Priority::background);
+  s.submit({"small", key_of(1), 100, 0}, Priority::background);
+  for (int i = 0; i < 100 && s.progress().done < 1; ++i) std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(300ms);
+  {
+    std::lock_guard lk(fake.mu);
+    CHECK(fake.order == std::vector<std::string>{"small"});
+  }
+  CHECK(s.progress().waiting_for_memory);
+  other->release(held);
+  s.wait_idle();
+  std::lock_guard lk(fake.mu);
+  CHECK(fake.order == std::vector<std::string>{"small", "big", "medium"});
 }
 
 TEST_CASE("a compile killed for lack of memory is retried with a larger reservation, never recorded", "[memory][scheduler]") {

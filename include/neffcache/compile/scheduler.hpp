@@ -12,8 +12,10 @@
 //
 // Admission by memory: the best queued job starts when its reservation fits beside what
 // the host holds (or when the host holds nothing: a graph larger than the budget still
-// compiles, alone). When it does not fit, a smaller job that fits may pass it, at most
-// Options::max_bypass times; then nothing more starts here until it fits. A compile killed
+// compiles, alone). When it does not fit, a smaller job may pass it if it fits now and
+// would fit beside it too (so it never is what keeps the waiting job from starting once
+// the others end), at most Options::max_bypass times; then nothing more starts here until
+// it fits. A compile killed
 // for lack of memory is queued again with a larger reservation (oom_reservation), up to
 // Options::max_oom_retries times, and never recorded as a failure.
 //
@@ -449,11 +451,14 @@ class Scheduler {
     const uint64_t id = opts_.memory->admit([&](uint64_t held, std::string& what) -> uint64_t {
       auto fits = [&](uint64_t n) { return held == 0 || held + n <= budget; };
       auto take = [&](Job* j, uint64_t n) { return chosen = j, bytes = n, what = j->targets.front()->entry, n; };
-      if (uint64_t n = need(*head); fits(n)) return take(head, n);
+      const uint64_t head_needs = need(*head);
+      if (fits(head_needs)) return take(head, head_needs);
       if (head->bypassed >= opts_.max_bypass) return 0;
+      // A job that would not fit beside the head would hold the head's room when the
+      // others end: passing it would delay the head by a whole compile, again and again.
       for (Job* j : ready_)
         if (j != head)
-          if (uint64_t n = need(*j); fits(n)) return take(j, n);
+          if (uint64_t n = need(*j); fits(n) && n + head_needs <= budget) return take(j, n);
       return 0;
     });
     waiting_for_memory_ = chosen != head;
