@@ -1,7 +1,8 @@
-// Memory admission (issue 20 item 6): a batch of graphs whose compiles peak at very
-// different sizes, compiled by `neffcache compile` inside a real memory cgroup that
-// stands for a host, by ours (admission by predicted peak against a memory budget)
-// and by two fixed counts of compiles at once, side by side in each repetition.
+// Memory admission (issue 20 item 6): batches of graphs compiled by `neffcache compile`
+// inside a real memory cgroup that stands for a host, by ours (admission by predicted
+// peak against a memory budget) and by fixed counts of compiles at once, side by side in
+// each repetition. Two batches: a mixed one whose compiles peak at very different sizes
+// (below), and a small one, the common case of the real range.
 //
 // The host: a memory cgroup this benchmark creates for each run and removes after it
 // (killing whatever is left in it first, also on failure or SIGINT/SIGTERM), the
@@ -41,6 +42,18 @@
 // compile retries an OOM-killed compile on its own (up to 3 times, with a larger
 // reservation), also with --mem-budget off, so a fixed-slot run loses an entry only
 // when the same compile is killed 4 times.
+//
+// The small batch (--small-graphs, 80; 0 leaves it out): the cgroup (--small-limit-mib,
+// 4096) stands for a trn1.32xlarge of 512 GiB and the graphs peak at 10 to 20 GB of it
+// (74 to 149 MiB; at 1536 MiB the fake compiler's own 11 MiB would be a third of each
+// peak), 1.5 to 3 s each (--small-rate, 800). Contenders: ours, and the Neuron tool's
+// rule on that host, ceil(512 GiB / 64 GiB) = 8 at once, which holds 64 GiB for each
+// compile of 10 to 20 GB: the waste that admission by memory is for.
+//
+// On the mixed batch, the 0.67 goal cannot be met on a 2-core machine whatever the
+// admission: one slot per core is 2 at once there, and the mixed batch's memory-time
+// (each peak with ours' 20% headroom, times its time, summed) over ours' budget (85% of
+// the limit) is already 0.94 of what 2 slots take with no OOM kill at all.
 //
 // Rows: makespan of ours / each fixed-slot makespan (goal <= 0.67, 1.5x the
 // throughput); as a run that loses compiles ends sooner, also the throughput (nominal
@@ -90,6 +103,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr double k_smallest_share = 0.05;              // of the limit: the smallest peak
 constexpr double k_largest_share = 0.60;               // and the largest
+// The small batch: the cgroup stands for a trn1.32xlarge (512 GiB), whose Neuron pool is
+// 8 compiles of 64 GiB, and the graphs peak at 10 to 20 GB each, the common case of the
+// real range (2% to 4% of the host).
+constexpr double k_host_bytes = 512.0 * (1ull << 30);
+constexpr double k_small_low_share = 10e9 / k_host_bytes, k_small_high_share = 20e9 / k_host_bytes;
 constexpr double k_real_largest_peak = 175e9;          // bytes, the largest real compile
 constexpr double k_neuron_slot = 64.0 * (1ull << 30);  // bytes, the Neuron tool's slot
 constexpr auto k_poll = std::chrono::milliseconds(10);
@@ -119,9 +137,12 @@ struct Workload {
   double seconds(const Graph& g) const { return g.instructions / rate; }
 };
 
-Workload make_workload(int graphs, uint64_t limit_mib, uint64_t kib_per_instruction, double rate) {
+// `graphs` graphs whose peaks go from `low_share` to `high_share` of the limit in
+// geometric steps.
+Workload make_workload(int graphs, uint64_t limit_mib, double low_share, double high_share,
+                       uint64_t kib_per_instruction, double rate) {
   Workload w{{}, kib_per_instruction, rate};
-  const double low = k_smallest_share * limit_mib * 1024, high = k_largest_share * limit_mib * 1024;  // KiB
+  const double low = low_share * limit_mib * 1024, high = high_share * limit_mib * 1024;  // KiB
   for (int k = 0; k < graphs; ++k) {
     const double peak = low * std::pow(high / low, k / double(std::max(1, graphs - 1)));
     Graph g;
@@ -145,7 +166,14 @@ std::vector<std::string> make_cache(const fs::path& root, const Workload& w) {
   return entries;
 }
 
-enum class Contender { ours, ours_known, neuron_rule, per_core };
+// One way of compiling a batch: ours (admission by memory, -j only an upper bound), or a
+// fixed count of compiles at once (--mem-budget off).
+struct Contender {
+  std::string name;
+  int jobs = 1;
+  bool ours = false;
+  bool known = false;  // ours, given the peaks that this repetition's first run of ours learned
+};
 
 struct Outcome {
   double makespan = 0;
@@ -217,16 +245,6 @@ Outcome run_in_cgroup(uint64_t limit, const fs::path& cache, const std::vector<s
   return out;
 }
 
-std::string contender_name(Contender c, int neuron_slots, int cores) {
-  switch (c) {
-    case Contender::ours: return "ours";
-    case Contender::ours_known: return "ours, peaks known";
-    case Contender::neuron_rule: return fmt::format("Neuron rule (-j {})", neuron_slots);
-    case Contender::per_core: return fmt::format("one per core (-j {})", cores);
-  }
-  return "";
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -258,9 +276,9 @@ void skipped(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 3, graphs = 40, ours_jobs = 0;
-  uint64_t limit_mib = 1536, kib_per_instruction = 64;
-  double rate = 3000, run_timeout = 900;
+  int reps = 3, graphs = 40, ours_jobs = 0, small_graphs = 80;
+  uint64_t limit_mib = 1536, small_limit_mib = 4096, kib_per_instruction = 64;
+  double rate = 3000, small_rate = 800, run_timeout = 900;
   std::string work_dir = "/var/tmp";
   CLI::App app{"bench_memory: compiles admitted by memory against fixed counts, in a memory cgroup (root)"};
   app.add_option("--reps", reps, "repetitions")->capture_default_str()->check(CLI::PositiveNumber);
@@ -271,6 +289,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--rate", rate, "fake-neuronx-cc instructions per second")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--ours-jobs", ours_jobs, "-j of ours (0: the number of graphs)")->capture_default_str();
+  app.add_option("--small-graphs", small_graphs, "graphs in the small batch (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--small-limit-mib", small_limit_mib, "the cgroup's memory limit in the small batch, MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 1 << 30));
+  app.add_option("--small-rate", small_rate, "fake-neuronx-cc instructions per second in the small batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--run-timeout", run_timeout, "seconds before a run is stopped as a failure")->capture_default_str();
   app.add_option("--dir", work_dir, "where the caches are made")->capture_default_str();
   bool keep = false;
@@ -290,9 +317,9 @@ int main(int argc, char** argv) {
     v2 = probe->v2();
   }
 
-  const uint64_t limit = limit_mib << 20;
   const int neuron_slots =
       static_cast<int>(std::ceil(k_real_largest_peak / (k_largest_share * k_neuron_slot) - 1e-9));  // limit / slot
+  const int host_slots = static_cast<int>(std::ceil(k_host_bytes / k_neuron_slot - 1e-9));
   const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   if (ours_jobs <= 0) ours_jobs = graphs;
 
@@ -301,7 +328,6 @@ int main(int argc, char** argv) {
                         "NEFFCACHE_FAKE_SIGNAL", "NEFFCACHE_FAKE_SIGNAL_ONCE", "NEFFCACHE_FAKE_HANG",
                         "NEFFCACHE_FAKE_NEFF_BYTES", "NEFFCACHE_FAKE_LOG", "NEFFCACHE_FAKE_EXCLUSIVE_DIR"})
     ::unsetenv(v);
-  ::setenv("NEFFCACHE_FAKE_RATE", fmt::format("{}", rate).c_str(), 1);
   ::setenv("NEFFCACHE_FAKE_IDLE", "1", 1);
   ::setenv("NEFFCACHE_FAKE_MEMORY_CHILD", "1", 1);
   ::setenv("NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION", std::to_string(kib_per_instruction).c_str(), 1);
@@ -310,53 +336,80 @@ int main(int argc, char** argv) {
   const std::string compiler =
       std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 
-  const Workload workload = make_workload(graphs, limit_mib, kib_per_instruction, rate);
-  double total_seconds = 0;
-  for (const auto& g : workload.graphs) total_seconds += workload.seconds(g);
-  fmt::print(stderr, "bench_memory: cgroup {}, {} graphs peaking {:.0f}-{:.0f} MiB of {} MiB, {:.2g}-{:.2g} s each, "
-             "{:.0f} s in all\n",
-             v2 ? "v2" : "v1", graphs,
-             workload.peak_mib(workload.graphs.front()), workload.peak_mib(workload.graphs.back()), limit_mib,
-             workload.seconds(workload.graphs.front()), workload.seconds(workload.graphs.back()), total_seconds);
+  // A batch and who compiles it: ours first, ours with peaks known right after it (the
+  // two stay together in the alternating order), then the fixed counts.
+  struct Batch {
+    std::string label;  // what its rows start with
+    uint64_t limit_mib;  // of the cgroup that stands for the host
+    Workload workload;
+    std::vector<Contender> contenders;
+  };
+  std::vector<Batch> batches;
+  batches.push_back(
+      {"memory", limit_mib,
+       make_workload(graphs, limit_mib, k_smallest_share, k_largest_share, kib_per_instruction, rate),
+       {{"ours", ours_jobs, true},
+        {"ours, peaks known", ours_jobs, true, true},
+        {fmt::format("Neuron rule (-j {})", neuron_slots), neuron_slots},
+        {fmt::format("one per core (-j {})", cores), cores}}});
+  if (small_graphs > 0)
+    batches.push_back({"memory, small graphs", small_limit_mib,
+                       make_workload(small_graphs, small_limit_mib, k_small_low_share, k_small_high_share,
+                                     kib_per_instruction, small_rate),
+                       {{"ours", small_graphs, true},
+                        {fmt::format("Neuron rule of a 512 GiB host (-j {})", host_slots), host_slots}}});
+  for (const auto& b : batches) {
+    const Workload& w = b.workload;
+    double total_seconds = 0;
+    for (const auto& g : w.graphs) total_seconds += w.seconds(g);
+    fmt::print(stderr, "bench_memory: {}: cgroup {}, {} graphs peaking {:.0f}-{:.0f} MiB of {} MiB, {:.2g}-{:.2g} s each, "
+               "{:.0f} s in all\n",
+               b.label, v2 ? "v2" : "v1", w.graphs.size(), w.peak_mib(w.graphs.front()), w.peak_mib(w.graphs.back()),
+               b.limit_mib, w.seconds(w.graphs.front()), w.seconds(w.graphs.back()), total_seconds);
+  }
 
   std::string work = (fs::path(work_dir) / "neffcache-memory-XXXXXX").string();
   if (!::mkdtemp(work.data())) return fmt::print(stderr, "bench_memory: cannot create {}\n", work), 1;
-  std::map<Contender, std::vector<Outcome>> results;
+  // results[b][c]: batch b's outcomes of its contender c, one per repetition.
+  std::vector<std::vector<std::vector<Outcome>>> results;
+  for (const auto& b : batches) results.emplace_back(b.contenders.size());
   bool learned = true;  // the first run left a .neffcache/memory/ folder
   try {
-    for (int r = 0; r < reps; ++r) {
-      std::vector<Contender> order = {Contender::ours, Contender::neuron_rule, Contender::per_core};
-      if (r % 2) std::reverse(order.begin(), order.end());
-      fs::path first_cache;  // ours' cache of this repetition
-      for (Contender c : order)
-        for (Contender run : c == Contender::ours ? std::vector{c, Contender::ours_known} : std::vector{c}) {
-          if (run == Contender::ours_known && !(learned = fs::exists(first_cache / ".neffcache/memory"))) continue;
-          const fs::path dir = fs::path(work) / fmt::format("rep{}-{}", r, static_cast<int>(run));
-          const fs::path cache = dir / "cache";
-          fs::create_directories(dir);
-          auto entries = make_cache(cache, workload);
-          std::vector<std::string> args = {"--compiler", compiler};
-          if (run == Contender::ours || run == Contender::ours_known) {
-            args.insert(args.end(), {"-j", std::to_string(ours_jobs)});
-          } else {
-            const int jobs = run == Contender::neuron_rule ? neuron_slots : cores;
-            args.insert(args.end(), {"-j", std::to_string(jobs), "--mem-budget", "off"});
+    for (int r = 0; r < reps; ++r)
+      for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+        const Batch& b = batches[bi];
+        ::setenv("NEFFCACHE_FAKE_RATE", fmt::format("{}", b.workload.rate).c_str(), 1);
+        std::vector<std::vector<std::size_t>> groups;
+        for (std::size_t c = 0; c < b.contenders.size(); ++c)
+          if (b.contenders[c].known && !groups.empty()) groups.back().push_back(c);
+          else groups.push_back({c});
+        if (r % 2) std::reverse(groups.begin(), groups.end());
+        fs::path first_cache;  // ours' cache of this repetition
+        for (const auto& group : groups)
+          for (std::size_t c : group) {
+            const Contender& run = b.contenders[c];
+            if (run.known && !(learned = fs::exists(first_cache / ".neffcache/memory"))) continue;
+            const fs::path dir = fs::path(work) / fmt::format("rep{}-{}-{}", r, bi, c);
+            const fs::path cache = dir / "cache";
+            fs::create_directories(dir);
+            auto entries = make_cache(cache, b.workload);
+            std::vector<std::string> args = {"--compiler", compiler, "-j", std::to_string(run.jobs)};
+            if (!run.ours) args.insert(args.end(), {"--mem-budget", "off"});
+            args.insert(args.end(), {"--mem-ledger", (dir / "ledger").string()});
+            if (run.ours && !run.known) first_cache = cache;
+            if (run.known)
+              fs::create_directories(cache / ".neffcache"),
+                  fs::copy(first_cache / ".neffcache/memory", cache / ".neffcache/memory", fs::copy_options::recursive);
+            Outcome o = run_in_cgroup(b.limit_mib << 20, cache, args, dir / "output.log", run_timeout);
+            check_cache(entries, b.workload, o);
+            fmt::print(stderr, "bench_memory: rep {} {}, {}: {:.1f} s, {} OOM kills, {} of {} done ({} whole), peak {:.0f}% "
+                       "of the limit\n",
+                       r, b.label, run.name, o.makespan, o.oom_kills, o.done, entries.size(), o.whole, o.peak_share * 100);
+            results[bi][c].push_back(o);
           }
-          args.insert(args.end(), {"--mem-ledger", (dir / "ledger").string()});
-          if (run == Contender::ours) first_cache = cache;
-          if (run == Contender::ours_known)
-            fs::create_directories(cache / ".neffcache"),
-                fs::copy(first_cache / ".neffcache/memory", cache / ".neffcache/memory", fs::copy_options::recursive);
-          Outcome o = run_in_cgroup(limit, cache, args, dir / "output.log", run_timeout);
-          check_cache(entries, workload, o);
-          fmt::print(stderr, "bench_memory: rep {} {}: {:.1f} s, {} OOM kills, {} of {} done ({} whole), peak {:.0f}% of the limit\n",
-                     r, contender_name(run, neuron_slots, cores), o.makespan, o.oom_kills, o.done, graphs, o.whole,
-                     o.peak_share * 100);
-          results[run].push_back(o);
-        }
-      if (!keep)
-        for (const auto& d : fs::directory_iterator(work)) fs::remove_all(d.path());
-    }
+        if (!keep)
+          for (const auto& d : fs::directory_iterator(work)) fs::remove_all(d.path());
+      }
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_memory: {}\n", e.what());
     if (keep) fmt::print(stderr, "bench_memory: kept {}\n", work);
@@ -366,58 +419,58 @@ int main(int argc, char** argv) {
   if (keep) fmt::print(stderr, "bench_memory: kept {}\n", work);
   else fs::remove_all(work);
 
-  auto of = [&](Contender c, auto f) {
-    std::vector<double> v;
-    for (const auto& o : results[c]) v.push_back(f(o));
-    return v;
-  };
-  // Of two contenders' runs in the same repetitions.
-  auto ratio = [&](Contender a, Contender b, auto f) {
-    std::vector<double> v;
-    for (std::size_t i = 0; i < std::min(results[a].size(), results[b].size()); ++i)
-      v.push_back(f(results[a][i]) / f(results[b][i]));
-    return v;
-  };
   auto makespan = [](const Outcome& o) { return o.makespan; };
   auto throughput = [](const Outcome& o) { return o.done_seconds / o.makespan; };
-  const std::string batch = fmt::format("{} graphs in a {} MiB cgroup", graphs, limit_mib);
   print_header();
-  const std::vector<Contender> fixed = {Contender::neuron_rule, Contender::per_core};
-  for (Contender f : fixed)
-    row(fmt::format("memory: makespan of {}, ours / {}", batch, contender_name(f, neuron_slots, cores)),
-        ratio(Contender::ours, f, makespan), "ratio", "<= 0.67",
-        [](double median, double, double) { return median <= 0.67; });
-  for (Contender f : fixed)
-    row(fmt::format("memory: the same, ours with peaks known / {}", contender_name(f, neuron_slots, cores)),
-        ratio(Contender::ours_known, f, makespan), "ratio");
-  for (Contender f : fixed)
-    row(fmt::format("memory: throughput (compile seconds of the done entries per second), ours / {}",
-                    contender_name(f, neuron_slots, cores)),
-        ratio(Contender::ours, f, throughput), "ratio");
-  for (Contender c : {Contender::ours, Contender::ours_known, Contender::neuron_rule, Contender::per_core})
-    row(fmt::format("memory: makespan, {}", contender_name(c, neuron_slots, cores)),
-        of(c, makespan), "s");
-  for (Contender c : {Contender::ours, Contender::ours_known, Contender::neuron_rule, Contender::per_core}) {
-    const bool goal = c == Contender::ours || c == Contender::ours_known;
-    row(fmt::format("memory: kernel OOM kills, {}", contender_name(c, neuron_slots, cores)),
-        of(c, [](const Outcome& o) { return double(o.oom_kills); }), "count", goal ? "0" : "",
-        [](double, double, double most) { return most == 0; });
-  }
-  for (Contender c : {Contender::ours, Contender::ours_known, Contender::neuron_rule, Contender::per_core}) {
-    const bool goal = c == Contender::ours || c == Contender::ours_known;
-    row(fmt::format("memory: entries done of {}, {}", graphs, contender_name(c, neuron_slots, cores)),
-        of(c, [](const Outcome& o) { return double(o.done); }), "count", goal ? fmt::format("= {}", graphs) : "",
-        [&](double, double least, double) { return least == graphs; });
-  }
   std::vector<double> broken;
-  for (const auto& [c, outcomes] : results)
-    for (const auto& o : outcomes) broken.push_back(o.done - o.whole);
+  for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+    const Batch& b = batches[bi];
+    const auto& res = results[bi];
+    const auto& cs = b.contenders;
+    const int n = static_cast<int>(b.workload.graphs.size());
+    auto of = [&](std::size_t c, auto f) {
+      std::vector<double> v;
+      for (const auto& o : res[c]) v.push_back(f(o));
+      return v;
+    };
+    // Of two contenders' runs in the same repetitions.
+    auto ratio = [&](std::size_t a, std::size_t c, auto f) {
+      std::vector<double> v;
+      for (std::size_t i = 0; i < std::min(res[a].size(), res[c].size()); ++i) v.push_back(f(res[a][i]) / f(res[c][i]));
+      return v;
+    };
+    std::vector<std::size_t> fixed, known;
+    for (std::size_t c = 0; c < cs.size(); ++c)
+      if (!cs[c].ours) fixed.push_back(c);
+      else if (cs[c].known) known.push_back(c);
+    const std::string batch = fmt::format("{} graphs in a {} MiB cgroup", n, b.limit_mib);
+    for (std::size_t f : fixed)
+      row(fmt::format("{}: makespan of {}, ours / {}", b.label, batch, cs[f].name), ratio(0, f, makespan), "ratio",
+          "<= 0.67", [](double median, double, double) { return median <= 0.67; });
+    for (std::size_t k : known)
+      for (std::size_t f : fixed)
+        row(fmt::format("{}: the same, ours with peaks known / {}", b.label, cs[f].name), ratio(k, f, makespan), "ratio");
+    for (std::size_t f : fixed)
+      row(fmt::format("{}: throughput (compile seconds of the done entries per second), ours / {}", b.label, cs[f].name),
+          ratio(0, f, throughput), "ratio");
+    for (std::size_t c = 0; c < cs.size(); ++c) row(fmt::format("{}: makespan, {}", b.label, cs[c].name), of(c, makespan), "s");
+    for (std::size_t c = 0; c < cs.size(); ++c)
+      row(fmt::format("{}: kernel OOM kills, {}", b.label, cs[c].name),
+          of(c, [](const Outcome& o) { return double(o.oom_kills); }), "count", cs[c].ours ? "0" : "",
+          [](double, double, double most) { return most == 0; });
+    for (std::size_t c = 0; c < cs.size(); ++c)
+      row(fmt::format("{}: entries done of {}, {}", b.label, n, cs[c].name),
+          of(c, [](const Outcome& o) { return double(o.done); }), "count", cs[c].ours ? fmt::format("= {}", n) : "",
+          [&](double, double least, double) { return least == n; });
+    for (std::size_t c = 0; c < cs.size(); ++c)
+      if (!res[c].empty() && res[c].front().peak_share > 0)
+        row(fmt::format("{}: the cgroup's peak / its limit, {}", b.label, cs[c].name),
+            of(c, [](const Outcome& o) { return o.peak_share; }), "ratio");
+    for (const auto& outcomes : res)
+      for (const auto& o : outcomes) broken.push_back(o.done - o.whole);
+  }
   row("memory: done entries whose NEFF is not whole, all runs", broken, "count", "0",
       [](double, double, double most) { return most == 0; });
-  for (Contender c : {Contender::ours, Contender::ours_known, Contender::neuron_rule, Contender::per_core})
-    if (!results[c].empty() && results[c].front().peak_share > 0)
-      row(fmt::format("memory: the cgroup's peak / its limit, {}", contender_name(c, neuron_slots, cores)),
-          of(c, [](const Outcome& o) { return o.peak_share; }), "ratio");
   if (!learned)
     fmt::print("| memory: ours with peaks known: not measured, ours' first run left no learned peaks (.neffcache/memory/) "
                "| | | | | 0 | | |\n");

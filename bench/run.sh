@@ -5,8 +5,8 @@
 # directory, and over an S3 cache (bench_mount, with a radosgw started for it on
 # 127.0.0.1 and stopped after). Prints the machine,
 # the date and the markdown tables that the README's Performance section shows.
-# About 17 minutes here, bench_memory about 7.5 of them (3 repetitions of 4 runs of 40
-# compiles). Arguments are passed to bench_mount (e.g. --reps 3, --only hit, --hit-mib 256).
+# About 20 minutes here, bench_memory about 10 of them (3 repetitions of 4 runs of 40
+# compiles and 2 runs of 80 small ones). Arguments are passed to bench_mount (e.g. --reps 3, --only hit, --hit-mib 256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
