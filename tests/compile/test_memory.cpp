@@ -88,9 +88,9 @@ TEST_CASE("processes see each other's reservations in the ledger; a dead one's a
   auto b = MemoryLedger::open(dir, 1000 * MiB, "b").value();
   CHECK((test::fs::status(dir).permissions() & test::fs::perms::sticky_bit) != test::fs::perms::none);
   auto take = [](MemoryLedger& l, uint64_t n, uint64_t* seen = nullptr) {
-    return l.admit([&](uint64_t held, std::string& what) -> uint64_t {
-      if (seen) *seen = held;
-      what = "graph";
+    return l.admit([&](MemoryLedger::Admission& a) -> uint64_t {
+      if (seen) *seen = a.held;
+      a.what = "graph";
       return n;
     });
   };
@@ -141,6 +141,14 @@ TEST_CASE("peaks are predicted from the same graph, then the nearest graphs, els
   CHECK(kib(h.predict(key_of(5), 500, 0)) == Approx(100'000));
   // Counts unknown: by HLO bytes.
   CHECK(kib(h.predict(key_of(6), 0, 20)) == Approx(200'000));
+  // A peak with a part that does not grow with the graph: larger graphs follow the line
+  // through the smallest and the largest seen, not a proportion of the largest.
+  const std::string flags = "0badf1a9";
+  h.add(key_of(20, flags), 100, 0, 50'000);
+  CHECK(kib(h.predict(key_of(21, flags), 10'000, 0)) == Approx(5'000'000));  // one size: in proportion
+  CHECK(kib(h.predict(key_of(21, flags), 100'000'000, 0)) == Approx((64ull << 30) / 1024.0));  // up to the default
+  h.add(key_of(22, flags), 1000, 0, 59'000);
+  CHECK(kib(h.predict(key_of(21, flags), 10'000, 0)) == Approx(149'000));
   // Other flags or compiler: nothing known.
   CHECK(h.predict(key_of(3, "12345678"), 2000, 0).basis == PeakPrediction::Basis::unseen);
   CHECK(h.predict("entry:/some/where", 2000, 0).basis == PeakPrediction::Basis::unseen);
@@ -191,8 +199,8 @@ struct FakeCompiles {
 // Another process's reservation of `bytes`. (The name is written a character at a
 // time: GCC 12 at -O3 warns falsely (-Wrestrict) about a literal assigned once inlined.)
 uint64_t hold(MemoryLedger& ledger, uint64_t bytes) {
-  return ledger.admit([bytes](uint64_t, std::string& what) -> uint64_t {
-    what.push_back('x');
+  return ledger.admit([bytes](MemoryLedger::Admission& a) -> uint64_t {
+    a.what.push_back('x');
     return bytes;
   });
 }
@@ -304,6 +312,29 @@ TEST_CASE("a job that would not fit beside the waiting large graph does not pass
   s.wait_idle();
   std::lock_guard lk(fake.mu);
   CHECK(fake.order == std::vector<std::string>{"small", "big", "medium"});
+}
+
+TEST_CASE("a graph waiting for memory in one process is not passed for ever by another's small ones", "[memory][scheduler]") {
+  test::TempDir t;
+  const std::string dir = (t / "ledger").string();
+  auto peaks = std::make_shared<PeakHistory>();
+  for (int i = 0; i < 30; ++i) peaks->add(key_of(i), 100, 0, 50 * 1024);  // 60 MiB each
+  FakeCompiles fake;
+  fake.take = 100ms;
+  Scheduler small(memory_options(fake, MemoryLedger::open(dir, 1000 * MiB, "small").value(), peaks, 2));
+  for (int i = 0; i < 30; ++i) small.submit({fmt::format("small{}", i), key_of(i), 100, 0}, Priority::background);
+  for (int i = 0; i < 100 && small.progress().running == 0; ++i) std::this_thread::sleep_for(10ms);
+  // Another process's graph never seen: predicted larger than the budget, so it needs the
+  // host to itself, which the first process would never leave it without the ledger's claim.
+  Scheduler large(memory_options(fake, MemoryLedger::open(dir, 1000 * MiB, "large").value(),
+                                 std::make_shared<PeakHistory>(), 1));
+  large.submit({"large", key_of(100), 100'000, 0}, Priority::background);
+  large.wait_idle();
+  small.wait_idle();
+  std::lock_guard lk(fake.mu);
+  REQUIRE(fake.order.size() == 31);
+  const auto at = std::find(fake.order.begin(), fake.order.end(), "large") - fake.order.begin();
+  CHECK(at < 10);  // once the compiles running when it came had ended, not after all 30
 }
 
 TEST_CASE("a compile killed for lack of memory is retried with a larger reservation, never recorded", "[memory][scheduler]") {

@@ -227,6 +227,8 @@ TEST_CASE("neuron_parallel_compile on two nodes compiles every graph of a shared
                                   fmt::format("NEFFCACHE_FAKE_LOG={}/compiles-{}.log", dir.path().string(), id), k_npc,
                                   "--compiler", k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}",
                                   "--node_id", std::to_string(id), "--world_size", "2", "--num_parallel", "1",
+                                  // Two nodes are two hosts: each its own memory ledger.
+                                  "--mem-ledger", fmt::format("{}/ledger-{}", dir.path().string(), id),
                                   "--parallel_compile_workdir", fmt::format("{}/work-{}", dir.path().string(), id),
                                   script.string()};
     return std::async(std::launch::async, [argv] { return neffcache::detail::run_capture(argv, std::chrono::seconds(120)); });

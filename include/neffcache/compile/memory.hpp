@@ -11,6 +11,12 @@
 // admission decision is made under an flock of the folder's `.lock`, from the records of
 // processes that still live (a record whose process is gone is not counted, and removed
 // when we may). The ledger is cooperative: a process trusts what the others write.
+//
+// A process whose best compile waits for memory says so in its record (what it needs,
+// since when, refreshed at each look; a claim not refreshed for k_wait_claim_ttl lapses).
+// Every other process is then told at admission what the one waiting longest needs, and
+// starts only what leaves room for it: a large graph waiting in one process is not passed
+// for ever by a stream of small ones from another.
 #pragma once
 
 #include <dirent.h>
@@ -23,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <cstdint>
@@ -47,6 +54,7 @@ namespace neffcache {
 
 inline constexpr const char* k_default_ledger_dir = "/dev/shm/neffcache-memory";
 inline constexpr double k_default_budget_share = 0.85;
+inline constexpr std::chrono::seconds k_wait_claim_ttl{3};
 
 // The memory this process may count on, and where that figure comes from.
 struct HostMemory {
@@ -149,6 +157,16 @@ class MemoryLedger {
     std::string program;
     uint64_t reserved = 0;
     std::vector<std::pair<std::string, uint64_t>> compiles;  // what for, how much
+    uint64_t waiting = 0;  // what its best compile waits for (0: nothing waits)
+    int64_t waiting_since = 0, waiting_seen = 0;  // steady-clock ns: since when, last said
+  };
+
+  // One admission, as `choose` sees and answers it.
+  struct Admission {
+    uint64_t held = 0;   // every live process's reservations, ours included
+    uint64_t ahead = 0;  // what the process waiting longest for memory needs, unless it is us
+    std::string what;    // answer: what the reservation is for
+    uint64_t waiting = 0;  // answer: what our best compile waits for (0: it is not waiting)
   };
 
   // Creates the folder if needed (mode 1777, as /tmp: every user's processes share it).
@@ -184,21 +202,38 @@ class MemoryLedger {
   uint64_t budget() const { return budget_; }
   const std::string& dir() const { return dir_; }
 
-  // One admission decision, made under the ledger's lock: `choose(held, what)` is called
-  // with what the host holds now (every live process's reservations, ours included) and
-  // returns the bytes to reserve, naming in `what` what for, or 0 to reserve nothing.
-  // Returns the reservation's id (0 when none was made). `choose` must not take this
-  // ledger again.
+  // One admission decision, made under the ledger's lock: `choose(Admission&)` is called
+  // with what the host holds now and who waits ahead of us, and returns the bytes to
+  // reserve (naming in `what` what for), or 0 to reserve nothing (saying in `waiting`
+  // what we wait for, if anything). Returns the reservation's id (0 when none was made).
+  // `choose` must not take this ledger again.
   template <class Choose>
   uint64_t admit(Choose&& choose) {
     std::lock_guard lk(mu_);
     FileLock flock_guard(lock_fd_.get());
-    std::string what;
-    const uint64_t bytes = choose(others_locked() + mine_locked(), what);
-    if (bytes == 0) return 0;
+    const int64_t now = steady_ns();
+    Admission a;
+    const Holder* longest = nullptr;
+    const auto others = read_others_locked();
+    for (const auto& h : others) {
+      a.held += h.reserved;
+      if (h.waiting > 0 && now - h.waiting_seen < std::chrono::nanoseconds(k_wait_claim_ttl).count() &&
+          (!longest || h.waiting_since < longest->waiting_since))
+        longest = &h;
+    }
+    a.held += mine_locked();
+    if (longest && (waiting_ == 0 || longest->waiting_since < waiting_since_)) a.ahead = longest->waiting;
+    const uint64_t bytes = choose(a);
+    if (a.waiting > 0 && waiting_ == 0) waiting_since_ = now;
+    const bool claim_changed = a.waiting != waiting_ || a.waiting > 0;  // a claim is refreshed at each look
+    waiting_ = a.waiting;
+    if (bytes == 0) {
+      if (claim_changed) write_record_locked(now);
+      return 0;
+    }
     const uint64_t id = ++next_id_;
-    mine_[id] = {std::move(what), bytes};
-    write_record_locked();
+    mine_[id] = {std::move(a.what), bytes};
+    write_record_locked(now);
     return id;
   }
 
@@ -207,7 +242,7 @@ class MemoryLedger {
     std::lock_guard lk(mu_);
     if (!mine_.erase(id)) return;
     FileLock flock_guard(lock_fd_.get());
-    write_record_locked();
+    write_record_locked(steady_ns());
   }
 
   // What this process holds now.
@@ -221,7 +256,7 @@ class MemoryLedger {
     std::lock_guard lk(mu_);
     FileLock flock_guard(lock_fd_.get());
     std::vector<Holder> out = read_others_locked();
-    if (!mine_.empty()) out.push_back(mine_as_holder());
+    if (!mine_.empty() || waiting_ > 0) out.push_back(mine_as_holder());
     return out;
   }
 
@@ -245,16 +280,13 @@ class MemoryLedger {
   }
 
   Holder mine_as_holder() const {
-    Holder h{::getpid(), program_, mine_locked(), {}};
+    Holder h{::getpid(), program_, mine_locked(), {}, waiting_, waiting_since_, 0};
     for (const auto& [id, r] : mine_) h.compiles.push_back(r);
     return h;
   }
 
-  uint64_t others_locked() {
-    uint64_t sum = 0;
-    for (const auto& h : read_others_locked()) sum += h.reserved;
-    return sum;
-  }
+  // CLOCK_MONOTONIC: one clock for every process of the host.
+  static int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 
   // Whether the process a record names still lives: same pid and start time. A process
   // whose /proc entry we may not read (hidepid) counts as alive while it exists.
@@ -301,6 +333,9 @@ class MemoryLedger {
       if (auto c = j.find("compiles"); c != j.end() && c->is_array())
         for (const auto& x : *c)
           if (x.is_object()) h.compiles.emplace_back(x.value("for", ""), x.value("bytes", uint64_t{0}));
+      h.waiting = j.value("waiting", uint64_t{0});
+      h.waiting_since = j.value("waiting_since", int64_t{0});
+      h.waiting_seen = j.value("waiting_seen", int64_t{0});
       out.push_back(std::move(h));
     }
     ::closedir(d);
@@ -308,8 +343,8 @@ class MemoryLedger {
   }
 
   // Replaces our record whole (a reader never sees half of one), or removes it when we
-  // hold nothing.
-  void write_record_locked() {
+  // hold nothing and wait for nothing.
+  void write_record_locked(int64_t now) {
     if (!dir_fd_) return;
     // Named when first written, by the process that writes it (a daemon forks into the
     // background after opening its ledger).
@@ -317,16 +352,20 @@ class MemoryLedger {
       const auto me = detail::current_process();
       record_ = fmt::format("{}-{}-{}", me.pid, me.start_time, instance_);
     }
-    if (mine_.empty()) {
+    if (mine_.empty() && waiting_ == 0) {
       ::unlinkat(dir_fd_.get(), record_.c_str(), 0);
       return;
     }
     Holder h = mine_as_holder();
     nlohmann::json compiles = nlohmann::json::array();
     for (const auto& [what, bytes] : h.compiles) compiles.push_back({{"for", what}, {"bytes", bytes}});
-    const std::string body =
-        nlohmann::json{{"program", program_}, {"budget", budget_}, {"reserved", h.reserved}, {"compiles", compiles}}
-            .dump();
+    nlohmann::json record{{"program", program_}, {"budget", budget_}, {"reserved", h.reserved}, {"compiles", compiles}};
+    if (waiting_ > 0) {
+      record["waiting"] = waiting_;
+      record["waiting_since"] = waiting_since_;
+      record["waiting_seen"] = now;
+    }
+    const std::string body = record.dump();
     const std::string tmp = "." + record_;
     ::unlinkat(dir_fd_.get(), tmp.c_str(), 0);
     int fd = ::openat(dir_fd_.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -347,6 +386,8 @@ class MemoryLedger {
   mutable std::mutex mu_;  // this process's side; the flock orders processes
   uint64_t next_id_ = 0;
   std::map<uint64_t, std::pair<std::string, uint64_t>> mine_;
+  uint64_t waiting_ = 0;  // what our best compile waits for, as our record says
+  int64_t waiting_since_ = 0;
 };
 
 // The ledger that --mem-budget and --mem-ledger ask for (empty: NEFFCACHE_MEM_BUDGET and

@@ -11,8 +11,10 @@
 //   - the same graph seen before: the largest peak it had;
 //   - else, graphs of the same compiler and flags: by instruction count (the HLO's size
 //     when counts are unknown), interpolated between the nearest smaller and larger
-//     graph; a graph larger than any seen in proportion to the largest, one smaller than
-//     any seen as the smallest (a compiler's peak has a part that does not shrink);
+//     graph; a graph larger than any seen along the line through the smallest and the
+//     largest seen (in proportion when only one size is known, up to `unseen`), one
+//     smaller than any seen as the smallest (a compiler's peak has a part that does not
+//     shrink with the graph, nor grow);
 //   - else the default for a graph never seen (`unseen`, by default 64 GiB: the Neuron
 //     tool's figure, so unseen graphs never run more at once than its pool would);
 // then with k_peak_headroom on top.
@@ -136,8 +138,21 @@ class PeakHistory {
             t * (static_cast<double>(above->peak_kib) - static_cast<double>(below->peak_kib));
       kib = std::max(kib, static_cast<double>(std::min(below->peak_kib, above->peak_kib)));
     } else if (below) {
-      // Larger than every graph seen: in proportion.
-      kib = static_cast<double>(below->peak_kib) * (x / size_of(*below));
+      // Larger than every graph seen: along the line through the smallest and the largest
+      // graph seen (a compiler's peak has a part that does not grow with the graph, which
+      // a proportion would multiply too), never below the largest's peak. With one size
+      // seen, in proportion, but never past the default for a graph never seen: one point
+      // says no more than none.
+      const PeakSample* smallest = below;
+      for (const auto& s : samples)
+        if (double sx = size_of(s); sx > 0 && sx < size_of(*smallest)) smallest = &s;
+      const double top = static_cast<double>(below->peak_kib);
+      if (smallest != below) {
+        const double slope = (top - static_cast<double>(smallest->peak_kib)) / (size_of(*below) - size_of(*smallest));
+        kib = top + std::max(0.0, slope) * (x - size_of(*below));
+      } else {
+        kib = std::max(top, std::min(top * (x / size_of(*below)), static_cast<double>(unseen_) / 1024.0));
+      }
     } else {
       // Smaller than every graph seen: as the nearest. Never scaled down, since a
       // compiler's peak has a part that does not shrink with the graph.

@@ -15,7 +15,8 @@
 // compiles, alone). When it does not fit, a smaller job may pass it if it fits now and
 // would fit beside it too (so it never is what keeps the waiting job from starting once
 // the others end), at most Options::max_bypass times; then nothing more starts here until
-// it fits. A compile killed
+// it fits. Between processes, through the ledger: while another process's best job has
+// waited longer than ours, only what leaves room for it starts here. A compile killed
 // for lack of memory is queued again with a larger reservation (oom_reservation), up to
 // Options::max_oom_retries times, and never recorded as a failure.
 //
@@ -448,11 +449,15 @@ class Scheduler {
     Job* chosen = nullptr;
     uint64_t bytes = 0;
     const uint64_t budget = opts_.memory->budget();
-    const uint64_t id = opts_.memory->admit([&](uint64_t held, std::string& what) -> uint64_t {
-      auto fits = [&](uint64_t n) { return held == 0 || held + n <= budget; };
-      auto take = [&](Job* j, uint64_t n) { return chosen = j, bytes = n, what = j->targets.front()->entry, n; };
+    const uint64_t id = opts_.memory->admit([&](MemoryLedger::Admission& a) -> uint64_t {
+      // Fits now, and leaves room for whatever another process has waited for longer.
+      auto fits = [&](uint64_t n) {
+        return (a.held == 0 || a.held + n <= budget) && (a.ahead == 0 || a.held + n + a.ahead <= budget);
+      };
+      auto take = [&](Job* j, uint64_t n) { return chosen = j, bytes = n, a.what = j->targets.front()->entry, n; };
       const uint64_t head_needs = need(*head);
       if (fits(head_needs)) return take(head, head_needs);
+      a.waiting = head_needs;
       if (head->bypassed >= opts_.max_bypass) return 0;
       // A job that would not fit beside the head would hold the head's room when the
       // others end: passing it would delay the head by a whole compile, again and again.
