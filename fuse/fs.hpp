@@ -149,6 +149,9 @@ class Filesystem {
   Answer<fuse_entry_param> lookup_entry(Inode& parent, const char* name);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
+  // Before the folder `name` of `from_dir` is renamed to the LNL key `newname` in the
+  // root (`to_dir`) of a tier: publishes it through the store; 0, or the rename's errno.
+  int promote(int from_dir, const char* name, int to_dir, const char* newname, unsigned flags);
 
   Options opts_;
   const bool as_root_ = ::geteuid() == 0;

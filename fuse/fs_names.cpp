@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include <neffcache/layout.hpp>
 
 #include "caller.hpp"
@@ -61,6 +63,8 @@ int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent
   int err = 0;
   PathRef pfd = inodes_.path_fd(p, err), npfd = pfd ? inodes_.path_fd(np, err) : nullptr;
   if (!pfd || !npfd) return p.special != Inode::Special::none || np.special != Inode::Special::none ? EACCES : err;
+  if (&np == &inodes_.root() && is_lnl_key(newname) && !(flags & RENAME_EXCHANGE) && opts_.store->has_remote())
+    if (int e = promote(pfd->get(), name, npfd->get(), newname, flags); e != 0) return e;
   if (::syscall(SYS_renameat2, pfd->get(), name, npfd->get(), newname, flags) != 0) return errno;
   // The kernel keeps the moved inodes under their new names: so does this process.
   inodes_.moved(np, npfd->get(), newname);
@@ -69,6 +73,43 @@ int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent
   if (InputAction action = inputs_.after_rename(newname); action != InputAction::none)
     act(action, inodes_.path_of(np));
   return 0;
+}
+
+// Whether the folder `name` in `dir` holds no names.
+static bool is_empty_dir(int dir, const char* name) {
+  int fd = ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool empty = true;
+  (void)detail::list_dir(fd, name, [&](std::string_view, bool) { empty = false; });  // (takes fd)
+  return empty;
+}
+
+// A folder renamed to an LNL key in the root of a tier: LNL's save_cache() publishing an
+// entry to its remote cache. The store publishes it first (to S3, only if no host has the
+// entry yet); a taken key fails as a rename onto a non-empty folder does on a local disk,
+// and nothing is renamed. Only what the local rename would allow is tried: a folder (not
+// an entry already), onto a name that is free or an empty folder.
+int Filesystem::promote(int from_dir, const char* name, int to_dir, const char* newname, unsigned flags) {
+  struct stat src {}, dst {};
+  if (::fstatat(from_dir, name, &src, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  if (!S_ISDIR(src.st_mode)) return 0;
+  if (::fstatat(to_dir, newname, &dst, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (flags & RENAME_NOREPLACE) return EEXIST;
+    if (!S_ISDIR(dst.st_mode)) return ENOTDIR;
+    if (dst.st_nlink > 2 || !is_empty_dir(to_dir, newname)) return ENOTEMPTY;
+  }
+  const std::string folder = fmt::format("{}/{}", path_of_fd(from_dir), name);
+  auto to = opts_.store->of_folder(fmt::format("{}/{}", path_of_fd(to_dir), newname));
+  if (!to) return 0;
+  auto published = opts_.store->promote(folder, *to);
+  if (published) return 0;
+  if (published.error().code == Errc::exists) {
+    fmt::print(stderr, "neffcachefs: {} not published as {}: {}\n", folder, newname, published.error().message);
+    return ENOTEMPTY;
+  }
+  stats_.eio(EioSite::promote_failed, fmt::format("{} not published as {}: {}", folder, newname,
+                                                  published.error().message));
+  return EIO;
 }
 
 Answer<fuse_entry_param> Filesystem::link(fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {

@@ -51,12 +51,13 @@ InputAction InputPolicy::after_close(const std::string& path) const {
   std::filesystem::path p(path);
   const std::string name = p.filename().string();
   const std::string folder = p.parent_path().filename().string();
-  // An LNL entry compiles once both graph.hlo and command.txt are written (either may
-  // come last), not on the first of them. (Its inputs are not uploaded to S3.)
+  // An LNL entry compiles (or, over S3 without eager compiles, goes up) once both
+  // graph.hlo and command.txt are written (either may come last), not on the first.
   if (is_lnl_key(folder)) {
-    if (!eager_ || !is_lnl_input_name(name)) return InputAction::none;
+    if (!(eager_ || s3_) || !is_lnl_input_name(name)) return InputAction::none;
     auto files = read_entry_files(p.parent_path().string());
-    return files && files->has_job() && !files->done() ? InputAction::compile : InputAction::none;
+    if (!files || !files->has_job() || files->done()) return InputAction::none;
+    return eager_ ? InputAction::compile : InputAction::upload;
   }
   if (!folder.starts_with(k_module_dir_prefix)) return InputAction::none;
   // With an S3 cache the compile uploads the inputs first; without a compile they go up alone.

@@ -22,6 +22,7 @@ enum class EioSite : int {
   failed_cached,        // a failure is recorded; open fails at once until retried
   publish_vanished,     // the NEFF was published but could not be opened
   wait_deadline,        // the wait outlasted --wait-timeout; the compile goes on
+  promote_failed,       // a folder renamed to an LNL key could not be published to S3
   count
 };
 

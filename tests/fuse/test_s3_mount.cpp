@@ -21,6 +21,7 @@
 #include <neffcache/s3_cache.hpp>
 #include <neffcache/s3_tier.hpp>
 
+#include "s3_mount.hpp"
 #include "s3_support.hpp"
 #include "support.hpp"
 
@@ -30,6 +31,8 @@ using Catch::Matchers::ContainsSubstring;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test::S3Mount;
 
 const std::string k_daemon = NEFFCACHE_DAEMON;
 const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
@@ -51,40 +54,6 @@ std::string random_bytes(std::size_t n, unsigned seed) {
 
 bool has_object(S3Client& s3, const std::string& key) { return s3.head(key).has_value(); }
 
-
-// A daemon serving the bucket at `url` through its own local tier, for the scope of a
-// test; always unmounted at the end.
-class S3Mount {
- public:
-  S3Mount(const std::string& url, const fs::path& compile_log, std::vector<std::string> extra = {},
-          std::vector<std::string> env = {}) {
-    fs::create_directories(dir_ / "work");
-    env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
-                           "NEFFCACHE_FAKE_RATE=0"});
-    test::DaemonSpec spec;
-    spec.backing = url;
-    spec.mnt = mnt();
-    spec.env = test::s3_env_words(env);
-    spec.options = {"--compiler", k_fake_template, "-j", "2", "--local-cache", local().string()};
-    spec.options.insert(spec.options.end(), extra.begin(), extra.end());
-    daemon_.emplace(spec);
-  }
-  ~S3Mount() {
-    if (auto rc = daemon_->unmount_and_stop()) CHECK(test::MountedDaemon::clean(*rc));
-  }
-  // Kills the daemon with SIGKILL and takes its dead mount away.
-  void kill9() {
-    daemon_->stop(SIGKILL);
-    test::lazy_unmount(mnt());
-  }
-  fs::path mnt() const { return dir_ / "mnt"; }
-  fs::path local() const { return dir_ / "local"; }
-  nlohmann::json stats() const { return daemon_->stats(); }
-
- private:
-  test::TempDir dir_;
-  std::optional<test::MountedDaemon> daemon_;
-};
 
 }  // namespace
 

@@ -86,10 +86,26 @@ TEST_CASE("an S3 store names an entry by its path in the cache or its URL", "[s3
   // A file of the entry names it only where a file may be given (graph extraction lines).
   auto file = s->named(url + "/" + rel + "/model.hlo_module.pb");
   REQUIRE_FALSE(file.has_value());
-  CHECK_THAT(file.error().message, ContainsSubstring("not an entry of " + url + " (give neuronxcc-*/MODULE_*)"));
+  CHECK_THAT(file.error().message,
+             ContainsSubstring("not an entry of " + url + " (give neuronxcc-*/MODULE_*, or an LNL key)"));
   auto by_file = s->named_by_file(url + "/" + rel + "/model.hlo_module.pb");
   REQUIRE(by_file.has_value());
   CHECK(by_file->path() == rel);
+  // An LNL entry: its key, as a path or in its URL, or a file of it.
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  for (const std::string& arg : {key, url + "/" + key, url + "/" + key + "/"}) {
+    INFO(arg);
+    auto e = s->named(arg);
+    REQUIRE(e.has_value());
+    CHECK(e->path() == key);
+    CHECK(e->dialect() == Dialect::lnl);
+    auto f = s->named_by_file(arg);
+    REQUIRE(f.has_value());
+    CHECK(f->path() == key);
+  }
+  auto lnl_file = s->named_by_file(url + "/" + key + "/graph.hlo");
+  REQUIRE(lnl_file.has_value());
+  CHECK(lnl_file->path() == key);
   auto bare = s->named("MODULE_1+4f2d9c1a");
   REQUIRE_FALSE(bare.has_value());
   CHECK(bare.error().code == Errc::invalid_argument);

@@ -119,7 +119,7 @@ namespace {
 
 // A vLLM Neuron client (--dialect lnl) whose cache is under `vllm_root`, plus `env`.
 std::vector<std::string> lnl_sim(const fs::path& vllm_root, const fs::path& log, std::vector<std::string> env = {},
-                                 std::vector<std::string> graphs = k_graphs) {
+                                 std::vector<std::string> graphs = k_graphs, std::vector<std::string> options = {}) {
   std::vector<std::string> argv{"env", "-u", "NEURON_LIBTORCH_REMOTE_CACHE", "-u", "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
                                 "VLLM_CACHE_ROOT=" + vllm_root.string(), "NEFFCACHE_FAKE_RATE=0",
                                 "NEFFCACHE_FAKE_LOG=" + log.string()};
@@ -128,6 +128,7 @@ std::vector<std::string> lnl_sim(const fs::path& vllm_root, const fs::path& log,
                         std::string("--compiler"), k_template, std::string("--flag=-O1"), std::string("--poll"),
                         std::string("0.05")})
     argv.push_back(a);
+  argv.insert(argv.end(), options.begin(), options.end());
   for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
   return argv;
 }
@@ -172,15 +173,19 @@ TEST_CASE("neuron-client-sim --dialect lnl: four ranks on a cold cache compile e
 TEST_CASE("neuron-client-sim --dialect lnl: a remote cache's promoted entry is fetched, consumer mode refuses a miss", "[cli][lnl]") {
   test::TempDir dir;
   const auto log = dir / "compiles.log";
-  // Node 1 compiles; its entries are promoted to the remote (save_cache: a copy, then a rename).
-  auto first = test::run(lnl_sim(dir / "node1", log, {}, {k_graphs[0]}));
-  REQUIRE(first.exit_code == 0);
+  // Node 1 compiles and promotes its entry to the remote (save_cache: a copy, then a rename).
   fs::create_directories(dir / "remote");
-  for (const auto& e : fs::directory_iterator(dir / "node1" / "neuron" / "compile_cache"))
-    if (e.is_directory()) {
-      fs::copy(e.path(), dir / "remote" / ".staging");
-      fs::rename(dir / "remote" / ".staging", dir / "remote" / e.path().filename());
-    }
+  auto first = test::run(lnl_sim(dir / "node1", log, {"NEURON_LIBTORCH_REMOTE_CACHE=" + (dir / "remote").string()},
+                                 {k_graphs[0]}, {"--save-cache"}));
+  REQUIRE(first.exit_code == 0);
+  CHECK(summary_of(first.output)["promoted"] == 1);
+  int promoted = 0;
+  for (const auto& e : fs::directory_iterator(dir / "remote")) {
+    CHECK(neffcache::is_lnl_key(e.path().filename().string()));  // no staging folder left
+    CHECK(fs::exists(e.path() / ".compilation_complete"));
+    ++promoted;
+  }
+  CHECK(promoted == 1);
   // Node 2 fetches the promoted graph and compiles only the one the remote lacks.
   auto second = test::run(lnl_sim(dir / "node2", log, {"NEURON_LIBTORCH_REMOTE_CACHE=" + (dir / "remote").string()},
                                   {k_graphs[0], k_graphs[1]}));
@@ -194,4 +199,32 @@ TEST_CASE("neuron-client-sim --dialect lnl: a remote cache's promoted entry is f
   CHECK(third.exit_code == 1);
   CHECK(third.output.find("VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids compiling") != std::string::npos);
   CHECK(test::count_lines(log) == 2);
+}
+
+TEST_CASE("neuron-client-sim --dialect lnl --save-cache: two nodes that compiled one graph promote it once", "[cli][lnl]") {
+  test::TempDir dir;
+  const auto log = dir / "compiles.log";
+  fs::create_directories(dir / "remote");
+  // Both miss the remote, both compile; the first rename wins, the second finds the key taken.
+  std::vector<std::unique_ptr<test::Child>> nodes;
+  for (const char* node : {"node1", "node2"})
+    nodes.push_back(std::make_unique<test::Child>(
+        lnl_sim(dir / node, log,
+                {"NEURON_LIBTORCH_REMOTE_CACHE=" + (dir / "remote").string(), "NEFFCACHE_FAKE_SECONDS=0.5"},
+                {k_graphs[0]}, {"--save-cache"}),
+        true));
+  int promoted = 0, refused = 0;
+  for (auto& n : nodes) {
+    auto s = summary_of(n->rest());
+    CHECK(n->wait() == 0);
+    promoted += s["promoted"].get<int>();
+    refused += s["promotion_refused"].get<int>();
+  }
+  CHECK(test::count_lines(log) == 2);
+  CHECK(promoted == 1);
+  CHECK(refused == 1);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir / "remote")) names.push_back(e.path().filename().string());
+  REQUIRE(names.size() == 1);  // the key, and no staging folder left behind
+  CHECK(neffcache::is_lnl_key(names[0]));
 }

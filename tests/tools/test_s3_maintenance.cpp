@@ -12,12 +12,16 @@
 #include <neffcache/s3_cache.hpp>
 #include <neffcache/s3_lease.hpp>
 
+#include <neffcache/cache/lnl.hpp>
+
+#include "lnl.hpp"
 #include "s3_support.hpp"
 #include "support.hpp"
 
 using namespace neffcache;
 using namespace std::chrono_literals;
 using Catch::Matchers::ContainsSubstring;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -145,4 +149,73 @@ TEST_CASE("neffcache analyze reads the graphs of an s3:// cache", "[s3][maintena
   CHECK(nlohmann::json::parse(test::slurp(dir / "one" / "result.json"))["total"]["graphs"] == 1);
   test::check_one_line_error(tool({"analyze", "--cache", url, "--output", (dir / "x").string(), "MODULE_nope"}),
                              "not an entry of");
+}
+
+TEST_CASE("neffcache commands on LNL entries of an s3:// cache: ls, compile under the lease, verify, retry, sync",
+          "[s3][maintenance][lnl]") {
+  auto s3 = test::fresh_bucket("lnlcmds");
+  const std::string url = fmt::format("s3://{}/v", s3->bucket());
+  const std::string pending = test::lnl_key("s3 pending"), failed = test::lnl_key("s3 failed");
+  test::TempDir dir;
+  for (const auto& [key, corpus] : {std::pair{pending, "spu_tf_jit_comp.hlo.pb"}, {failed, "gopjrt_tuple.hlo.pb"}}) {
+    auto folder = test::make_lnl_entry(dir / "src", corpus, key, {"-O2"});
+    for (const char* f : {"command.txt", ".artifact_metadata_v0.json", "graph.hlo"})
+      REQUIRE(s3->upload("v/" + key + "/" + f, (folder / f).string()).has_value());
+  }
+  REQUIRE(s3->put("v/" + failed + "/.neffcache-failed.log", "error: boom\n").has_value());
+
+  auto ls = tool({"ls", "--cache", url, "--json"});
+  INFO(ls.output);
+  REQUIRE(ls.exit_code == 0);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& row : nlohmann::json::parse(ls.output)) rows[row["path"].get<std::string>()] = row;
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[pending]["dialect"] == "lnl");
+  CHECK(rows[pending]["state"] == "pending");
+  CHECK(rows[failed]["state"] == "failed");
+
+  // compile: the pending entry, under its lease, with its own arguments; LNL's marker last.
+  auto compiled = tool({"compile", "--cache", url, "--compiler", k_fake_template});
+  INFO(compiled.output);
+  REQUIRE(compiled.exit_code == 0);
+  const std::string base = "v/" + pending;
+  CHECK(names_in(*s3, base) == std::set<std::string>{"command.txt", ".artifact_metadata_v0.json", "graph.hlo",
+                                                      lnl_neff_name(pending), "log-neuron-cc.txt",
+                                                      ".compilation_complete"});
+  const std::string neff = s3->get(base + "/" + lnl_neff_name(pending)).value();
+  CHECK(lnl_marker_neff_size(s3->get(base + "/.compilation_complete").value()) == neff.size());
+  CHECK_THAT(tool({"verify", "--cache", url}).output, ContainsSubstring("1 checked, 0 broken"));
+  // A NEFF of another size than its marker says is broken.
+  REQUIRE(s3->put(base + "/" + lnl_neff_name(pending), neff + "junk").has_value());
+  auto broken = tool({"verify", "--cache", url});
+  CHECK(broken.exit_code == 1);
+  CHECK_THAT(broken.output, ContainsSubstring("its marker says " + std::to_string(neff.size())));
+  REQUIRE(s3->put(base + "/" + lnl_neff_name(pending), neff).has_value());
+
+  // retry forgets our failure record; the entry is pending again and compiles.
+  auto retried = tool({"retry", "--cache", url, url + "/" + failed});
+  INFO(retried.output);
+  CHECK(retried.exit_code == 0);
+  CHECK_FALSE(names_in(*s3, "v/" + failed).contains(".neffcache-failed.log"));
+  REQUIRE(tool({"compile", "--cache", url, "--compiler", k_fake_template}).exit_code == 0);
+  CHECK(names_in(*s3, "v/" + failed).contains(".compilation_complete"));
+
+  // sync pull brings both entries whole (marker after the NEFF); push takes a local one up.
+  auto pulled = tool({"sync", "pull", (dir / "pulled").string(), url});
+  INFO(pulled.output);
+  REQUIRE(pulled.exit_code == 0);
+  CHECK(test::slurp(dir / "pulled" / pending / lnl_neff_name(pending)) == neff);
+  CHECK(fs::exists(dir / "pulled" / pending / ".compilation_complete"));
+  CHECK(fs::exists(dir / "pulled" / failed / ".compilation_complete"));
+  const std::string other = test::lnl_key("pushed");
+  test::make_lnl_entry(dir / "local", "gopjrt_jax_xp1.hlo.pb", other);
+  test::spit(dir / "local" / other / lnl_neff_name(other), "a NEFF");
+  test::spit(dir / "local" / other / ".compilation_complete", lnl_marker(1, 6));
+  REQUIRE(tool({"sync", "push", (dir / "local").string(), url}).exit_code == 0);
+  CHECK(s3->get("v/" + other + "/" + lnl_neff_name(other)).value() == "a NEFF");
+  CHECK(s3->head("v/" + other + "/.compilation_complete").has_value());
+
+  // clear-neffs keeps the inputs: the entries are pending again.
+  REQUIRE(tool({"clear-neffs", "--cache", url}).exit_code == 0);
+  CHECK(names_in(*s3, base) == std::set<std::string>{"command.txt", ".artifact_metadata_v0.json", "graph.hlo"});
 }

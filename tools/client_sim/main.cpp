@@ -70,6 +70,7 @@ struct Options {
   bool json = false;
   std::string dialect = "neuron";
   std::string target = "trn1";
+  bool save_cache = false;
 };
 
 enum class Outcome { extracted, hit, waited, fetched, compiled, failed };
@@ -248,6 +249,32 @@ Result<void> fetch_lnl(const std::string& remote, const std::string& dir) {
   return {};
 }
 
+// Publishes the compiled entry `dir` to the remote cache as LNL's save_cache() does: a
+// copy in a staging folder on the remote, renamed to the key. True when this call
+// published it; false when the remote has the key already (the rename finds the name
+// taken; the staging copy is removed, nothing else changes). An entry without its
+// marker is refused.
+Result<bool> save_cache(const std::string& dir, const std::string& remote, const std::string& key) {
+  if (!exists(dir + "/" + std::string(k_lnl_marker_file)))
+    return Error{Errc::invalid_argument, fmt::format("{}: not compiled (no marker), not saved", dir)};
+  const std::string staging = fmt::format("{}/{}.tmp.{}", remote, key, ::getpid());
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) return sys_error("create", staging, ec.value());
+  auto cleanup = [&] { fs::remove_all(staging, ec); };
+  for (const auto& f : fs::directory_iterator(dir, ec))
+    if (f.is_regular_file())
+      if (auto c = detail::copy_file_hashed(f.path().string(), staging + "/" + f.path().filename().string(), 0644); !c)
+        return cleanup(), c.error();
+  if (ec) return cleanup(), sys_error("list", dir, ec.value());
+  if (::rename(staging.c_str(), (remote + "/" + key).c_str()) == 0) return true;
+  const int err = errno;
+  cleanup();
+  if (err == EEXIST || err == ENOTEMPTY) return false;
+  return sys_error("rename", staging, err);
+}
+
 // The first use of a graph, as libtorch_neuronx_lite does it: a look for the marker
 // without the lock; the key's flock (<root>/<key>.lock, waited for up to
 // NEURON_LIBTORCH_COMPILATION_TIMEOUT, 600 s); a second look; a fetch from
@@ -255,8 +282,12 @@ Result<void> fetch_lnl(const std::string& remote, const std::string& dir) {
 // VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids it, a compile in the entry folder
 // (graph.hlo, command.txt, LNL's metadata, then neuronx-cc with --output and --logfile
 // there), the marker written last. A failure is not cached.
+//
+// With --save-cache, a compile is then saved to the remote cache (save_cache): `saved`
+// becomes "promoted" (this process published it) or "taken" (the remote had the key).
 GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate& tmpl,
-                     const std::vector<std::string>& flags, const std::string& root, const std::string& key) {
+                     const std::vector<std::string>& flags, const std::string& root, const std::string& key,
+                     std::string& saved) {
   const auto t0 = SteadyClock::now();
   const std::string dir = root + "/" + key;
   const std::string neff = dir + "/" + lnl_neff_name(key), marker = dir + "/" + std::string(k_lnl_marker_file);
@@ -323,6 +354,13 @@ GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate
   const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
   if (auto w = write_file_atomic(marker, lnl_marker(now.count(), size)); !w)
     return result({Outcome::failed, 0, 0, w.error().message});
+  if (auto remote = process_env("NEURON_LIBTORCH_REMOTE_CACHE"); opts.save_cache && remote && !remote->empty()) {
+    auto published = save_cache(dir, *remote, key);
+    if (!published) return result({Outcome::failed, 0, size, fmt::format("save_cache: {}", published.error().message)});
+    saved = *published ? "promoted" : "taken";
+    fmt::print(stderr, "INFO: {} {}\n", *published ? "promoted to the remote cache:" : "the remote cache has it already:",
+               key);
+  }
   return result({Outcome::compiled, 0, size, {}});
 }
 
@@ -383,6 +421,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"neuron", "lnl"}))
       ->capture_default_str();
   app.add_option("--target", opts.target, "lnl: the platform target its compiles name")->capture_default_str();
+  app.add_flag("--save-cache", opts.save_cache,
+               "lnl: after a compile, save_cache() it to NEURON_LIBTORCH_REMOTE_CACHE (a staging copy there, renamed "
+               "to the key; a key taken already is left alone)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -438,6 +479,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<GraphResult> results(graphs.size());
+  std::vector<std::string> saved(graphs.size());  // LNL with --save-cache: see load_lnl
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   const auto start = SteadyClock::now();
   if (extract) {
@@ -460,7 +502,7 @@ int main(int argc, char** argv) {
       double on_cache = 0;
       for (std::size_t i = 0; i < graphs.size() && step == 1; ++i) {
         results[i] = lnl ? load_lnl(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(),
-                                    fs::path(graphs[i].entry).filename().string())
+                                    fs::path(graphs[i].entry).filename().string(), saved[i])
                          : load(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(), keys[i]);
         on_cache += results[i].seconds;
         if (results[i].outcome == Outcome::failed)
@@ -483,6 +525,7 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json j{{"hlo", graphs[i].input}, {"entry", graphs[i].entry}, {"outcome", to_string(r.outcome)},
                              {"seconds", r.seconds}, {"neff_bytes", r.neff_bytes}};
     if (!r.error.empty()) j["error"] = r.error;
+    if (!saved[i].empty()) ++counts[saved[i]], j["saved"] = saved[i];
     per_graph.push_back(std::move(j));
   }
   const int failed = counts["failed"];
@@ -495,6 +538,8 @@ int main(int argc, char** argv) {
                                    {"waited", counts["waited"]},
                                    {"fetched", counts["fetched"]},
                                    {"compiled", counts["compiled"]},
+                                   {"promoted", counts["promoted"]},
+                                   {"promotion_refused", counts["taken"]},
                                    {"failed", failed},
                                    {"cache_seconds", cache_seconds},
                                    {"worst_graph_seconds", worst},

@@ -55,7 +55,13 @@ inline constexpr std::string_view k_lnl_command_file = "command.txt";
 inline constexpr std::string_view k_lnl_metadata_file = ".artifact_metadata_v0.json";
 inline constexpr std::string_view k_lnl_marker_file = ".compilation_complete";
 inline constexpr std::string_view k_lnl_log_file = "log-neuron-cc.txt";
+// LNL's text forms of the FX graph and its example inputs, for people: not inputs of ours.
+inline constexpr std::string_view k_lnl_fxgraph_file = "fxgraph.txt";
+inline constexpr std::string_view k_lnl_example_inputs_file = "example_inputs.txt";
 inline constexpr std::string_view k_lnl_failure_file = ".neffcache-failed.log";
+// Ours: on S3, where LNL has no lock of its own, an LNL entry's lease (s3/lease.hpp) is
+// this object in the entry. It is never a file of a local entry.
+inline constexpr std::string_view k_lnl_lease_file = ".neffcache-lease";
 inline constexpr std::size_t k_lnl_key_digits = 32;
 
 enum class Dialect { neuron, lnl };
@@ -121,7 +127,7 @@ enum class EntryFile : uint16_t {
   neff = 1 << 3,         // model.neff; LNL: graph_<key>.neff
   done = 1 << 4,         // model.done; LNL: .compilation_complete
   log = 1 << 5,          // model.log; LNL: .neffcache-failed.log (ours)
-  lock_module = 1 << 6,  // model.hlo_module.pb.lock
+  lock_module = 1 << 6,  // model.hlo_module.pb.lock; LNL on S3: .neffcache-lease (ours)
   lock_legacy = 1 << 7,  // model.hlo.pb.lock
   metadata = 1 << 8,     // LNL: .artifact_metadata_v0.json
   compiler_log = 1 << 9, // LNL: log-neuron-cc.txt
@@ -138,6 +144,8 @@ struct EntryFiles {
   static EntryFiles of_folder(std::string_view folder_name) {
     return is_lnl_key(folder_name) ? lnl(folder_name) : EntryFiles{};
   }
+  // Of the entry at `path` in a cache (is_entry_path), by its last component.
+  static EntryFiles of_entry_path(std::string_view path) { return of_folder(path.substr(path.rfind('/') + 1)); }
 
   bool has(EntryFile f) const { return bits & static_cast<uint16_t>(f); }
   void add(EntryFile f) { bits |= static_cast<uint16_t>(f); }
@@ -180,6 +188,11 @@ struct EntryFiles {
     return fmt::format("{}{}", legacy ? k_hlo_legacy_file : k_hlo_module_file, k_lock_suffix);
   }
 
+  // The name of the entry's lock object in an S3 cache, inside the entry: its lock
+  // file's name; LNL's lock is a flock beside the folder, which S3 has no use for, so
+  // our lease object.
+  std::string s3_lock_name() const { return is_lnl() ? std::string(k_lnl_lease_file) : lock_name(); }
+
   // Records `name` if it is one of the files above; other names are ignored.
   void note(std::string_view name) {
     using F = EntryFile;
@@ -190,6 +203,7 @@ struct EntryFiles {
       else if (name == k_lnl_marker_file) add(F::done);
       else if (name == k_lnl_log_file) add(F::compiler_log);
       else if (name == k_lnl_failure_file) add(F::log);
+      else if (name == k_lnl_lease_file) add(F::lock_module);
       else if (name.starts_with("graph_") && name == lnl_neff_name(key)) add(F::neff);
       return;
     }

@@ -24,6 +24,7 @@ enum class Errc {
   timed_out,         // a deadline passed before the operation could finish
   denied,            // a store refused our credentials, or we have none
   precondition_failed,  // a conditional write lost: the object exists or changed
+  exists,            // a name that must be new is taken (a publish onto an entry that exists)
 };
 
 inline const char* to_string(Errc c) {
@@ -37,6 +38,7 @@ inline const char* to_string(Errc c) {
     case Errc::timed_out: return "timed out";
     case Errc::denied: return "denied";
     case Errc::precondition_failed: return "precondition failed";
+    case Errc::exists: return "exists";
   }
   return "error";
 }

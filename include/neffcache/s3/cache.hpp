@@ -1,5 +1,6 @@
 // A cache in an S3 bucket, laid out as the directory cache is: the objects of an entry
-// are <prefix>/neuronxcc-<version>/MODULE_<graph>+<flags>/<file>. This header reads
+// are <prefix>/neuronxcc-<version>/MODULE_<graph>+<flags>/<file>, or of an LNL entry
+// <prefix>/<key>/<file> (its lease is our .neffcache-lease in it). This header reads
 // entries and their states from listings and compiles an entry under its lease:
 //
 //   1. the entry's listing says done or failed: nothing to do;
@@ -27,6 +28,7 @@
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/inventory.hpp>
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/maintenance.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/lease.hpp>
 
@@ -55,8 +57,9 @@ inline std::map<std::string, S3EntryObjects> group_s3_entries(const std::vector<
   return out;
 }
 
-inline EntryFiles s3_entry_files(const S3EntryObjects& objects) {
-  EntryFiles f;
+// The files of the entry at `rel` (either dialect) from its objects.
+inline EntryFiles s3_entry_files(std::string_view rel, const S3EntryObjects& objects) {
+  EntryFiles f = EntryFiles::of_entry_path(rel);
   for (const auto& [name, o] : objects) f.note(name);
   return f;
 }
@@ -70,12 +73,13 @@ inline EntryState s3_entry_state(S3Client& s3, const std::string& prefix, const 
   constexpr auto lock_bits =
       static_cast<uint16_t>(static_cast<uint16_t>(EntryFile::lock_module) | static_cast<uint16_t>(EntryFile::lock_legacy));
   if (files.has_lock() && !files.done()) {
-    auto lease = read_lease(s3, fmt::format("{}/{}", s3_key(prefix, rel), files.lock_name()));
+    auto lease = read_lease(s3, fmt::format("{}/{}", s3_key(prefix, rel), files.s3_lock_name()));
     bool gone = lease ? lease->record && lease->record->released : lease.error().code == Errc::not_found;
     if (!gone) return lease && lease->expired ? EntryState::stale_lock : EntryState::compiling;
     files.bits &= static_cast<uint16_t>(~lock_bits);
   }
-  return classify(files, [] { return true; });
+  // (Any lock left is live; an LNL entry's lock is asked for whenever it is not done.)
+  return classify(files, [&] { return files.has_lock(); });
 }
 
 // Every entry under `prefix`, from one listing (plus one read per lock object).
@@ -86,12 +90,13 @@ inline Result<std::vector<EntryInfo>> list_s3_entries(S3Client& s3, const std::s
   for (const auto& [rel, objects] : group_s3_entries(listing->objects, prefix)) {
     EntryInfo info;
     info.path = rel;
-    info.files = s3_entry_files(objects);
+    info.files = s3_entry_files(rel, objects);
     info.state = s3_entry_state(s3, prefix, rel, info.files);
+    const std::string neff = info.files.neff_name();
     for (const auto& [name, o] : objects) {
       info.bytes += o.size;
       info.last_use = std::max(info.last_use, o.modified);
-      if (name == k_neff_file) info.neff_bytes = o.size;
+      if (name == neff) info.neff_bytes = o.size;
     }
     out.push_back(std::move(info));
   }
@@ -109,10 +114,22 @@ inline Result<std::vector<std::string>> s3_entry_names(S3Client& s3, const std::
   return out;
 }
 
-inline EntryFiles files_named(const std::vector<std::string>& names) {
-  EntryFiles f;
+// The files of the entry at `rel` (either dialect) from the names of its objects.
+inline EntryFiles files_named(std::string_view rel, const std::vector<std::string>& names) {
+  EntryFiles f = EntryFiles::of_entry_path(rel);
   for (const auto& n : names) f.note(n);
   return f;
+}
+
+// The inputs of an entry of `files` to bring with it, in the order they are written (the
+// HLO last: an entry with its HLO is taken as whole): its flags (LNL: command.txt and
+// LNL's metadata), then its HLO. Only those `files` has.
+inline std::vector<std::string> input_names(const EntryFiles& files) {
+  std::vector<std::string> out;
+  if (files.has(EntryFile::flags)) out.emplace_back(files.flags_name());
+  if (files.is_lnl() && files.has(EntryFile::metadata)) out.emplace_back(k_lnl_metadata_file);
+  if (auto hlo = files.hlo_name()) out.emplace_back(*hlo);
+  return out;
 }
 
 }  // namespace detail
@@ -139,14 +156,14 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
   auto files_now = [&]() -> Result<EntryFiles> {
     auto names = detail::s3_entry_names(s3, base);
     if (!names) return names.error();
-    return detail::files_named(*names);
+    return detail::files_named(rel, *names);
   };
   auto files = files_now();
   if (!files) return transient(files.error().message);
   if (auto settled = settled_outcome(*files, s.retry_failed)) return r.outcome = *settled, r;
   if (!files->has_hlo()) return transient(fmt::format("{}: no HLO to compile", s3.describe(base)));
 
-  auto lease = S3Lease::acquire(s3, fmt::format("{}/{}", base, files->lock_name()), o.lease_ttl, o.host);
+  auto lease = S3Lease::acquire(s3, fmt::format("{}/{}", base, files->s3_lock_name()), o.lease_ttl, o.host);
   if (!lease) {
     r.outcome = lease.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient;
     r.message = lease.error().message;
@@ -175,8 +192,7 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
   std::error_code ec;
   std::filesystem::create_directories(entry_dir, ec);
   if (ec) return finish(transient(fmt::format("create {}: {}", entry_dir, ec.message())));
-  for (std::string_view name : {*files->hlo_name(), k_compile_flags_file}) {
-    if (name == k_compile_flags_file && !files->has(EntryFile::flags)) continue;
+  for (const auto& name : detail::input_names(*files)) {
     auto got = s3.download(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
     if (!got) return finish(transient(got.error().message));
   }
@@ -208,16 +224,22 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
     return finish(local_result);
   // Publish only while the lease is still ours.
   if (auto renewed = lease->renew(); !renewed) return finish(transient(renewed.error().message));
+  auto up = [&](std::string_view name, const PutCondition& cond = {}) {
+    return s3.upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name), cond);
+  };
+  const std::string failure(files->failure_name());
   if (local_result.outcome == CompileOutcome::failed) {
-    auto up = s3.upload(fmt::format("{}/{}", base, k_log_file), fmt::format("{}/{}", entry_dir, k_log_file));
-    if (!up) return finish(transient(up.error().message));
+    if (auto f = up(failure); !f) return finish(transient(f.error().message));
     return finish(local_result);
   }
-  auto neff = s3.upload(fmt::format("{}/{}", base, k_neff_file), fmt::format("{}/{}", entry_dir, k_neff_file));
-  if (!neff) return finish(transient(neff.error().message));
-  auto done = s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
+  if (auto neff = up(files->neff_name()); !neff) return finish(transient(neff.error().message));
+  // LNL keeps the compiler's log beside the NEFF, and its marker says how large the NEFF is.
+  if (files->is_lnl())
+    if (auto log = up(k_lnl_log_file); !log) return finish(transient(log.error().message));
+  auto done = files->is_lnl() ? up(files->done_name(), {.if_absent = true})
+                              : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
   if (!done && done.error().code != Errc::precondition_failed) return finish(transient(done.error().message));
-  if (files->has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, k_log_file));  // a retried failure
+  if (files->has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, failure));  // a retried failure
   if (o.published) o.published(entry_dir);
   return finish(local_result);
 }
@@ -250,8 +272,8 @@ Result<void> with_s3_lease(S3Client& s3, const std::string& prefix, const std::s
   const std::string base = s3_key(prefix, rel);
   auto names = s3_entry_names(s3, base);
   if (!names) return names.error();
-  EntryFiles files = files_named(*names);
-  const std::string lock_key = fmt::format("{}/{}", base, files.lock_name());
+  EntryFiles files = files_named(rel, *names);
+  const std::string lock_key = fmt::format("{}/{}", base, files.s3_lock_name());
   auto lease = S3Lease::acquire(s3, lock_key, k_default_lease_ttl);
   if (!lease) return lease.error();
   // Look again under the lease: the names may have changed before we got it.
@@ -270,24 +292,25 @@ inline Result<void> remove_s3_objects(S3Client& s3, const std::string& base, con
 
 }  // namespace detail
 
-// Forgets a recorded failure (model.log without model.neff). False when there was none.
+// Forgets a recorded failure (model.log without model.neff; LNL: our failure record).
+// False when there was none.
 inline Result<bool> clear_s3_failure(S3Client& s3, const std::string& prefix, const std::string& rel) {
   bool cleared = false;
   auto r = detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>& names) -> Result<void> {
-    if (!detail::files_named(names).failed()) return {};
+    const EntryFiles files = detail::files_named(rel, names);
+    if (!files.failed()) return {};
     cleared = true;
-    return detail::remove_s3_objects(s3, s3_key(prefix, rel), {std::string(k_log_file)});
+    return detail::remove_s3_objects(s3, s3_key(prefix, rel), {std::string(files.failure_name())});
   });
   if (!r) return r.error();
   return cleared;
 }
 
-// Removes the results (model.done first, so the entry stops being done at once, then
-// model.neff and model.log): the entry is pending again.
+// Removes the results (the done marker first, so the entry stops being done at once,
+// then the rest, as detail::result_names lists them): the entry is pending again.
 inline Result<void> clear_s3_results(S3Client& s3, const std::string& prefix, const std::string& rel) {
-  return detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>&) {
-    return detail::remove_s3_objects(
-        s3, s3_key(prefix, rel), {std::string(k_done_file), std::string(k_neff_file), std::string(k_log_file)});
+  return detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>& names) {
+    return detail::remove_s3_objects(s3, s3_key(prefix, rel), detail::result_names(detail::files_named(rel, names)));
   });
 }
 
@@ -295,10 +318,12 @@ inline Result<void> clear_s3_results(S3Client& s3, const std::string& prefix, co
 inline Result<void> remove_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel) {
   return detail::with_s3_lease(s3, prefix, rel, [&](const std::vector<std::string>& names) -> Result<void> {
     const std::string base = s3_key(prefix, rel);
-    if (auto r = detail::remove_s3_objects(s3, base, {std::string(k_done_file), std::string(k_neff_file)}); !r) return r;
+    const EntryFiles files = detail::files_named(rel, names);
+    const std::string done(files.done_name()), neff = files.neff_name(), lock = files.s3_lock_name();
+    if (auto r = detail::remove_s3_objects(s3, base, {done, neff}); !r) return r;
     std::vector<std::string> rest;
     for (const auto& n : names)
-      if (n != k_done_file && n != k_neff_file && !n.ends_with(k_lock_suffix)) rest.push_back(n);
+      if (n != done && n != neff && n != lock) rest.push_back(n);
     return detail::remove_s3_objects(s3, base, rest);
   });
 }
@@ -308,7 +333,7 @@ inline Result<void> remove_s3_entry(S3Client& s3, const std::string& prefix, con
 // released lease is removed too. Returns what the lease was.
 inline Result<LeaseInfo> clear_s3_stale_lock(S3Client& s3, const std::string& prefix, const std::string& rel,
                                              const EntryFiles& files) {
-  const std::string key = fmt::format("{}/{}", s3_key(prefix, rel), files.lock_name());
+  const std::string key = fmt::format("{}/{}", s3_key(prefix, rel), files.s3_lock_name());
   auto before = read_lease(s3, key);
   if (!before) return before.error();
   auto r = detail::with_s3_lease(s3, prefix, rel, [](const std::vector<std::string>&) -> Result<void> { return {}; });

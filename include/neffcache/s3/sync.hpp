@@ -2,8 +2,8 @@
 // push uploads a directory's entries, pull downloads a bucket's entries into a
 // directory, so an ephemeral machine warms up in one command.
 //
-// Both keep the cache's one invariant on the receiving side: an entry's model.done is
-// written only after its model.neff is whole there. Files the other side already has
+// Both keep the cache's one invariant on the receiving side: an entry's model.done (LNL:
+// its .compilation_complete) is written only after its NEFF is whole there. Files the other side already has
 // with the same size are skipped, so a repeated or interrupted sync resumes where it
 // stopped. Locks, leases and our private files are not copied.
 #pragma once
@@ -36,10 +36,17 @@ struct SyncStats {
 
 namespace detail {
 
-// The files an entry is made of, in the order a copy must write them: inputs, then
-// the log, then the NEFF, and model.done last.
-inline constexpr std::string_view k_sync_order[] = {k_compile_flags_file, k_hlo_module_file, k_hlo_legacy_file,
-                                                     k_log_file, k_neff_file, k_done_file};
+// The files an entry of `files`' dialect is made of, in the order a copy must write
+// them: inputs, then the logs, then the NEFF, and the done marker last.
+inline std::vector<std::string> sync_order(const EntryFiles& files) {
+  if (files.is_lnl())
+    return {std::string(k_lnl_command_file), std::string(k_lnl_metadata_file), std::string(k_lnl_fxgraph_file),
+            std::string(k_lnl_example_inputs_file),
+            std::string(k_lnl_hlo_file), std::string(k_lnl_log_file), std::string(k_lnl_failure_file),
+            files.neff_name(), std::string(k_lnl_marker_file)};
+  return {std::string(k_compile_flags_file), std::string(k_hlo_module_file), std::string(k_hlo_legacy_file),
+          std::string(k_log_file), std::string(k_neff_file), std::string(k_done_file)};
+}
 
 // Runs work(i) for i in [0, n) on `jobs` threads.
 template <class F>
@@ -56,16 +63,18 @@ void run_parallel(std::size_t n, int jobs, F&& work) {
 // One entry's files present on a side: name -> size.
 using EntryListing = std::map<std::string, uint64_t, std::less<>>;
 
-// Copies one entry's files in k_sync_order; `have` is what the target has already.
-// model.done goes only when the NEFF is there (copied now or before).
+// Copies one entry's files in sync_order; `have` is what the target has already. The
+// done marker goes only when the NEFF is there (copied now or before).
 template <class Copy>
 void sync_entry(const std::string& rel, const EntryListing& source, const EntryListing& have, Copy&& copy,
                 SyncStats& stats, std::mutex& mu) {
+  const EntryFiles files = EntryFiles::of_entry_path(rel);
+  const std::string neff = files.neff_name();
   bool neff_ok = true;
-  for (std::string_view name : k_sync_order) {
+  for (const std::string& name : sync_order(files)) {
     auto it = source.find(name);
     if (it == source.end()) continue;
-    if (name == k_done_file && (!neff_ok || !source.contains(k_neff_file))) continue;
+    if (name == files.done_name() && (!neff_ok || !source.contains(neff))) continue;
     auto there = have.find(name);
     if (there != have.end() && there->second == it->second) {
       std::lock_guard lock(mu);
@@ -76,7 +85,7 @@ void sync_entry(const std::string& rel, const EntryListing& source, const EntryL
     std::lock_guard lock(mu);
     if (!r) {
       stats.failures.push_back(r.error().message);
-      if (name == k_neff_file) neff_ok = false;
+      if (name == neff) neff_ok = false;
       continue;
     }
     ++stats.copied;
@@ -91,12 +100,13 @@ inline EntryListing sizes_of(const S3EntryObjects& objects) {
   return out;
 }
 
-inline EntryListing local_entry_files(int dir_fd) {
+// The files of the local entry at `rel` that a sync copies, opened as `dir_fd`.
+inline EntryListing local_entry_files(std::string_view rel, int dir_fd) {
   EntryListing out;
-  for (std::string_view name : k_sync_order) {
+  for (const std::string& name : sync_order(EntryFiles::of_entry_path(rel))) {
     struct stat st {};
-    if (::fstatat(dir_fd, std::string(name).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-      out.emplace(std::string(name), static_cast<uint64_t>(st.st_size));
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      out.emplace(name, static_cast<uint64_t>(st.st_size));
   }
   return out;
 }
@@ -111,7 +121,7 @@ inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const 
   for (const auto& [rel, objects] : group_s3_entries(remote->objects, prefix)) have[rel] = detail::sizes_of(objects);
   std::vector<std::pair<std::string, detail::EntryListing>> local;
   auto walked = for_each_entry(root, [&](const EntryRef& e) {
-    local.emplace_back(e.relative_path(), detail::local_entry_files(e.dir_fd));
+    local.emplace_back(e.relative_path(), detail::local_entry_files(e.relative_path(), e.dir_fd));
   });
   if (!walked) return walked.error();
   SyncStats stats;
@@ -155,7 +165,7 @@ inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const 
       return;
     }
     detail::EntryListing have;
-    if (detail::UniqueFd fd(detail::open_dir_at(AT_FDCWD, dir.c_str())); fd) have = detail::local_entry_files(fd.get());
+    if (detail::UniqueFd fd(detail::open_dir_at(AT_FDCWD, dir.c_str())); fd) have = detail::local_entry_files(rel, fd.get());
     detail::sync_entry(rel, files, have,
                        [&](const std::string& file) -> Result<void> {
                          auto r = s3.download(s3_key(prefix, file), fmt::format("{}/{}", root, file));

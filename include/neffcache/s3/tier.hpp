@@ -3,9 +3,10 @@
 // S3 cache and is filled from S3 as names are asked for:
 //
 // - A name missing here is looked up on S3 (fill): a compiler folder is made as a
-//   folder; an entry as its folder with its HLO and compile_flags.json. A NEFF is not
-//   fetched then: here the entry is pending, so the mount shows a placeholder
-//   model.neff, and opening it runs settle().
+//   folder; an entry as its folder with its HLO and compile_flags.json (an LNL entry, a
+//   key in the root: graph.hlo, command.txt, LNL's metadata and its text files). A NEFF
+//   is not fetched then: here the entry is pending, so the mount shows a placeholder
+//   NEFF (and LNL's marker), and opening it runs settle().
 // - settle() is the scheduler's compile function. Inputs written here and missing on S3
 //   are uploaded (compile_flags.json, then the HLO, created only if absent). An entry
 //   done on S3 has its NEFF fetched here. Else it is compiled under the entry's S3 lease
@@ -19,6 +20,9 @@
 //   fetches it again.
 // - Compiles take `compile_slots` at a time; fetches, uploads and waits for another
 //   host's lease take none, so a done entry is served while compiles run.
+// - A folder renamed to an LNL key in the root is LNL's save_cache() publishing an entry
+//   to a shared disk (promote): it goes to S3 first, under the entry's lease, and only
+//   if S3 has no such entry.
 #pragma once
 
 #include <sys/stat.h>
@@ -43,6 +47,7 @@
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/lease.hpp>
 
 namespace neffcache {
 
@@ -80,6 +85,9 @@ class S3Tier {
   bool fill(const std::string& dir, std::string_view name) {
     auto rel = relative(dir);
     if (!rel) return false;
+    // A name in an entry: the entry's inputs. An LNL entry in the root.
+    if (is_entry_path(*rel)) return fill_entry(*rel);
+    if (rel->empty() && is_lnl_key(name)) return fill_entry(std::string(name));
     const int depth = depth_of(*rel);
     if (depth == 0 && name.starts_with(k_compiler_dir_prefix))
       return single_flight(std::string(name), [&] {
@@ -89,28 +97,28 @@ class S3Tier {
         return l && !(l->objects.empty() && l->prefixes.empty()) && make_dir(fmt::format("{}/{}", dir, name));
       });
     if (depth == 1 && name.starts_with(k_module_dir_prefix)) return fill_entry(fmt::format("{}/{}", *rel, name));
-    if (depth == 2) return fill_entry(*rel);
     return false;
   }
 
-  // Before a listing of the local folder `dir`: the compiler folders of the root, or the
-  // entries of a compiler folder (as empty folders, filled when looked into), or the
-  // inputs of an entry that has none here.
+  // Before a listing of the local folder `dir`: the compiler folders and LNL entries of
+  // the root, or the entries of a compiler folder (as empty folders, filled when looked
+  // into), or the inputs of an entry that has none here.
   void fill_listing(const std::string& dir) {
     auto rel = relative(dir);
     if (!rel) return;
+    if (is_entry_path(*rel)) return (void)fill_entry(*rel);
     const int depth = depth_of(*rel);
-    if (depth == 2) return (void)fill_entry(*rel);
     if (depth > 1 || !looked_again(*rel + "/")) return;
     std::string base = rel->empty() ? o_.prefix : s3_key(o_.prefix, *rel);
     auto l = s3_->list(base.empty() ? "" : base + "/", "/");
     ++counters_.lookups;
     if (!l) return;
-    std::string_view want = depth == 0 ? k_compiler_dir_prefix : k_module_dir_prefix;
     for (const auto& p : l->prefixes) {
       std::string_view name = std::string_view(p).substr(base.empty() ? 0 : base.size() + 1);
       if (name.ends_with('/')) name.remove_suffix(1);
-      if (name.starts_with(want) && name.find('/') == std::string_view::npos) make_dir(fmt::format("{}/{}", dir, name));
+      const bool wanted = depth == 0 ? name.starts_with(k_compiler_dir_prefix) || is_lnl_key(name)
+                                     : name.starts_with(k_module_dir_prefix);
+      if (wanted && name.find('/') == std::string_view::npos) make_dir(fmt::format("{}/{}", dir, name));
     }
   }
 
@@ -120,7 +128,7 @@ class S3Tier {
     if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
     auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
     if (!names) return names.error();
-    if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*names)); !up) return up.error();
+    if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) return up.error();
     return {};
   }
 
@@ -132,14 +140,14 @@ class S3Tier {
     const std::string base = s3_key(o_.prefix, *rel);
     auto names = detail::s3_entry_names(*s3_, base);
     if (!names) return transient(names.error().message);
-    EntryFiles remote = detail::files_named(*names);
+    EntryFiles remote = detail::files_named(*rel, *names);
     auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
     if (!uploaded) return transient(uploaded.error().message);
     if (*uploaded) remote.add(EntryFile::hlo_module);
-    if (remote.done()) return fetch(entry_dir, base);
+    if (remote.done()) return fetch(entry_dir, base, remote);
     if (remote.failed() && !s.retry_failed)
-      return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded (model.log)",
-                                                                      s3_->describe(base)));
+      return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
+                                                                      s3_->describe(base), remote.failure_name()));
     if (!take_slot(s)) return transient("cancelled");
     CompileSettings local = s;
     local.workdir_root = staging();
@@ -149,8 +157,66 @@ class S3Tier {
     give_slot();
     // Another host finished it while we waited for the lease: fetch its NEFF.
     if (is_success(r.outcome) && !local_done(entry_dir)) {
-      CompileResult f = fetch(entry_dir, base);
+      CompileResult f = fetch(entry_dir, base, remote);
       if (!is_success(f.outcome)) return f;
+    }
+    return r;
+  }
+
+  // A client renames the local folder `folder` (no entry) to the LNL entry `key` in the
+  // root: LNL's save_cache() publishing an entry to a shared disk. The entry goes to S3
+  // first, under its lease: every regular file of the folder but ours, graph.hlo after
+  // the rest and the marker last, created only if absent. Errors: Errc::exists when S3
+  // has the entry (its HLO or its marker) or another host holds its lease (publishing
+  // or compiling it), so that a rename onto a taken name fails and overwrites nothing,
+  // whichever host came first; others when S3 cannot be reached, and then what was
+  // uploaded is removed again.
+  Result<void> promote(const std::string& folder, const std::string& key) {
+    if (!is_lnl_key(key)) return Error{Errc::invalid_argument, fmt::format("{}: not an LNL key", key)};
+    auto names = publishable_files(folder);
+    if (!names) return names.error();
+    const std::string base = s3_key(o_.prefix, key);
+    auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, k_lnl_lease_file), o_.compile.lease_ttl,
+                                  o_.compile.host);
+    if (!lease && lease.error().code == Errc::busy) return forget_look(key), Error{Errc::exists, lease.error().message};
+    if (!lease) return lease.error();
+    bool lost = false;  // taken over: the lease object is someone else's now
+    auto hand_back = [&] {
+      if (!lost && !s3_->remove(lease->key())) (void)lease->release();
+    };
+    auto there = detail::s3_entry_names(*s3_, base);
+    if (!there) return hand_back(), there.error();
+    if (const EntryFiles remote = detail::files_named(key, *there); remote.has_hlo() || remote.has(EntryFile::done)) {
+      hand_back();
+      forget_look(key);
+      return Error{Errc::exists, fmt::format("{}: the entry exists already", s3_->describe(base))};
+    }
+    Result<void> r;
+    std::vector<std::string> uploaded;
+    for (const auto& name : *names) {
+      if (auto renewed = lease->renew(); !renewed) {
+        lost = renewed.error().code == Errc::precondition_failed;
+        r = renewed.error();
+        break;
+      }
+      auto up = s3_->upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", folder, name),
+                            {.if_absent = name == k_lnl_marker_file});
+      if (!up) {
+        r = up.error().code == Errc::precondition_failed ? Error{Errc::exists, up.error().message} : up.error();
+        break;
+      }
+      uploaded.push_back(name);
+      ++counters_.uploads;
+    }
+    if (!r)
+      for (const auto& name : uploaded) (void)s3_->remove(fmt::format("{}/{}", base, name));
+    hand_back();
+    // Taken: the next look at the key asks S3 again, and finds the entry there.
+    if (!r && r.error().code == Errc::exists) forget_look(key);
+    if (r) {
+      struct stat st {};
+      if (::stat(fmt::format("{}/{}", folder, lnl_neff_name(key)).c_str(), &st) == 0)
+        keep(fmt::format("{}/{}", o_.root, key), static_cast<uint64_t>(st.st_size));
     }
     return r;
   }
@@ -214,6 +280,12 @@ class S3Tier {
     return true;
   }
 
+  // The next look at `what` goes to S3, however recent the last one.
+  void forget_look(const std::string& what) {
+    std::lock_guard lk(mu_);
+    looked_.erase(what);
+  }
+
   static bool make_dir(const std::string& path) {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
@@ -260,13 +332,16 @@ class S3Tier {
     auto names = detail::s3_entry_names(*s3_, base);
     ++counters_.lookups;
     if (!names) return false;
-    EntryFiles remote = detail::files_named(*names);
+    EntryFiles remote = detail::files_named(rel, *names);
     if (!remote.has_hlo() || !make_dir(dir)) return false;
-    // The flags first: an entry with its HLO here is taken as whole.
-    std::vector<std::string_view> inputs;
-    if (remote.has(EntryFile::flags)) inputs.push_back(k_compile_flags_file);
-    inputs.push_back(*remote.hlo_name());
-    for (std::string_view name : inputs) {
+    // The flags first: an entry with its HLO here is taken as whole. (LNL's text files
+    // come too, as a copy of the entry would have them.)
+    std::vector<std::string> inputs;
+    if (remote.is_lnl())
+      for (std::string_view text : {k_lnl_fxgraph_file, k_lnl_example_inputs_file})
+        if (std::find(names->begin(), names->end(), text) != names->end()) inputs.emplace_back(text);
+    for (auto& name : detail::input_names(remote)) inputs.push_back(std::move(name));
+    for (const std::string& name : inputs) {
       const std::string path = fmt::format("{}/{}", dir, name);
       if (::access(path.c_str(), F_OK) == 0) continue;
       if (!s3_->download(fmt::format("{}/{}", base, name), path)) return false;
@@ -282,12 +357,12 @@ class S3Tier {
     if (!here) return here.error();
     if (!here->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO here or on S3", entry_dir)};
     const std::string base = s3_key(o_.prefix, rel);
-    if (here->has(EntryFile::flags)) {
-      auto f = s3_->upload(fmt::format("{}/{}", base, k_compile_flags_file),
-                           fmt::format("{}/{}", entry_dir, k_compile_flags_file));
+    const std::string_view hlo = *here->hlo_name();
+    for (const auto& name : detail::input_names(*here)) {
+      if (name == hlo) continue;
+      auto f = s3_->upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
       if (!f) return f.error();
     }
-    std::string_view hlo = *here->hlo_name();
     auto h = s3_->upload(fmt::format("{}/{}", base, hlo), fmt::format("{}/{}", entry_dir, hlo), {.if_absent = true});
     if (!h && h.error().code == Errc::precondition_failed) return false;  // another host's, just now
     if (!h) return h.error();
@@ -295,38 +370,79 @@ class S3Tier {
     return true;
   }
 
-  // Fetches the NEFF of an entry done on S3 into the local entry (downloaded into the
-  // staging folder, out of the mount's view, and renamed into place), then model.done.
-  CompileResult fetch(const std::string& entry_dir, const std::string& base) {
-    const std::string neff = fmt::format("{}/{}", entry_dir, k_neff_file);
-    const std::string part = fmt::format("{}/fetch-{}", staging(), detail::random_hex64());
-    auto got = s3_->download(fmt::format("{}/{}", base, k_neff_file), part);
+  // Fetches the NEFF of an entry done on S3 (`remote`: its files there) into the local
+  // entry: downloaded into the staging folder, out of the mount's view, and renamed into
+  // place (LNL: with its compiler's log), then the done marker (LNL's, as S3 has it).
+  CompileResult fetch(const std::string& entry_dir, const std::string& base, const EntryFiles& remote) {
+    auto place = [&](std::string_view name) -> Result<uint64_t> {
+      const std::string to = fmt::format("{}/{}", entry_dir, name);
+      const std::string part = fmt::format("{}/fetch-{}", staging(), detail::random_hex64());
+      auto got = s3_->download(fmt::format("{}/{}", base, name), part);
+      if (!got) return got.error();
+      if (sys::rename(part.c_str(), to.c_str()) != 0) {
+        Error e = sys_error("publish", to);
+        sys::unlink(part.c_str());
+        return e;
+      }
+      return got->size;
+    };
+    const std::string neff = remote.neff_name();
+    auto got = place(neff);
     if (!got) return transient(got.error().message);
-    if (sys::rename(part.c_str(), neff.c_str()) != 0) {
-      Error e = sys_error("publish", neff);
-      sys::unlink(part.c_str());
-      return transient(e.message);
-    }
-    if (auto d = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), ""); !d) {
-      sys::unlink(neff.c_str());
-      return transient(d.error().message);
+    if (remote.is_lnl() && remote.has(EntryFile::compiler_log)) (void)place(k_lnl_log_file);
+    Result<void> done;
+    if (!remote.is_lnl()) done = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "");
+    else if (auto marker = place(remote.done_name()); !marker) done = marker.error();
+    if (!done) {
+      sys::unlink(fmt::format("{}/{}", entry_dir, neff).c_str());
+      return transient(done.error().message);
     }
     ++counters_.fetches;
-    counters_.fetched_bytes += got->size;
-    keep(entry_dir, got->size);
+    counters_.fetched_bytes += *got;
+    keep(entry_dir, *got);
     return CompileResult::of(CompileOutcome::already_done, "");
   }
 
-  // The compile's NEFF, now on S3, moves into the local entry.
+  // The compile's NEFF, now on S3, moves into the local entry from the staging entry
+  // (LNL: with its compiler's log), then its done marker.
   void take_staged(const std::string& entry_dir, const std::string& staged) {
-    const std::string from = fmt::format("{}/{}", staged, k_neff_file), to = fmt::format("{}/{}", entry_dir, k_neff_file);
+    const EntryFiles files = EntryFiles::of_entry_path(entry_dir);
+    auto move = [&](std::string_view name) {
+      return sys::rename(fmt::format("{}/{}", staged, name).c_str(), fmt::format("{}/{}", entry_dir, name).c_str()) == 0;
+    };
+    const std::string neff = files.neff_name();
     struct stat st {};
-    if (::stat(from.c_str(), &st) != 0 || sys::rename(from.c_str(), to.c_str()) != 0) return;  // fetched instead
-    if (!detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "")) {
-      sys::unlink(to.c_str());
+    if (::stat(fmt::format("{}/{}", staged, neff).c_str(), &st) != 0 || !move(neff)) return;  // fetched instead
+    if (files.is_lnl()) (void)move(k_lnl_log_file);
+    if (!move(files.done_name())) {
+      sys::unlink(fmt::format("{}/{}", entry_dir, neff).c_str());
       return;
     }
     keep(entry_dir, static_cast<uint64_t>(st.st_size));
+  }
+
+  // The regular files of `folder` that a promotion publishes, in the order it writes
+  // them: all but ours (.neffcache*), sorted, then graph.hlo, then the marker.
+  static Result<std::vector<std::string>> publishable_files(const std::string& folder) {
+    int fd = detail::open_dir_at(AT_FDCWD, folder.c_str());
+    if (fd < 0) return sys_error("open", folder);
+    detail::UniqueFd dir(::dup(fd));
+    std::vector<std::string> rest;
+    bool hlo = false, marker = false;
+    auto listed = detail::list_dir(fd, folder, [&](std::string_view name, bool is_dir) {
+      struct stat st {};
+      if (is_dir || name.starts_with(k_private_prefix) ||
+          ::fstatat(dir.get(), std::string(name).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        return;
+      if (name == k_lnl_hlo_file) hlo = true;
+      else if (name == k_lnl_marker_file) marker = true;
+      else rest.emplace_back(name);
+    });
+    if (!listed) return listed.error();
+    std::sort(rest.begin(), rest.end());
+    if (hlo) rest.emplace_back(k_lnl_hlo_file);
+    if (marker) rest.emplace_back(k_lnl_marker_file);
+    return rest;
   }
 
   // Counts a NEFF now here, then makes room for it.
@@ -363,30 +479,28 @@ class S3Tier {
   void evict(const std::string& entry_dir) {
     auto rel = relative(entry_dir);
     if (!rel) return;
+    const EntryFiles files = EntryFiles::of_entry_path(*rel);
     // Kept when S3 cannot be asked: it may not have it.
-    if (!s3_->head(fmt::format("{}/{}", s3_key(o_.prefix, *rel), k_done_file))) return;
-    sys::unlink(fmt::format("{}/{}", entry_dir, k_done_file).c_str());
-    sys::unlink(fmt::format("{}/{}", entry_dir, k_neff_file).c_str());
+    if (!s3_->head(fmt::format("{}/{}", s3_key(o_.prefix, *rel), files.done_name()))) return;
+    sys::unlink(fmt::format("{}/{}", entry_dir, files.done_name()).c_str());
+    sys::unlink(fmt::format("{}/{}", entry_dir, files.neff_name()).c_str());
     ++counters_.evictions;
   }
 
-  // The NEFFs already here from an earlier run, by their last access.
+  // The NEFFs already here from an earlier run, by their last change.
   void scan_local() {
-    std::error_code ec;
-    auto now_sys = std::filesystem::file_time_type::clock::now();
-    auto now = std::chrono::steady_clock::now();
-    for (const auto& compiler : std::filesystem::directory_iterator(o_.root, ec)) {
-      if (!compiler.path().filename().string().starts_with(k_compiler_dir_prefix)) continue;
-      for (const auto& entry : std::filesystem::directory_iterator(compiler.path(), ec)) {
-        const std::string dir = entry.path().string();
-        if (!local_done(dir)) continue;
-        struct stat st {};
-        if (::stat(fmt::format("{}/{}", dir, k_neff_file).c_str(), &st) != 0) continue;
-        auto age = now_sys - std::filesystem::last_write_time(fmt::format("{}/{}", dir, k_neff_file), ec);
-        kept_[dir] = {static_cast<uint64_t>(st.st_size),
-                      now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(age)};
-      }
-    }
+    const auto now_sys = std::chrono::system_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    (void)for_each_entry(o_.root, [&](const EntryRef& e) {
+      if (!e.files.done()) return;
+      struct stat st {};
+      if (::fstatat(e.dir_fd, e.files.neff_name().c_str(), &st, 0) != 0) return;
+      const auto changed = std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(st.st_mtim.tv_sec)));
+      kept_[fmt::format("{}/{}", o_.root, e.relative_path())] = {
+          static_cast<uint64_t>(st.st_size),
+          now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(now_sys - changed)};
+    });
   }
 
   bool take_slot(const CompileSettings& s) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/core/detail/digest.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/store/store.hpp>
@@ -45,7 +46,7 @@ class S3Store final : public Store {
     if (const std::string root = url_root(); arg.starts_with(root)) arg.erase(0, root.size());
     if (!is_entry_path(arg))
       return Error{Errc::invalid_argument,
-                   fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*)", arg, url_.text)};
+                   fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*, or an LNL key)", arg, url_.text)};
     return make_entry(std::move(arg));
   }
 
@@ -53,9 +54,10 @@ class S3Store final : public Store {
   Result<Entry> named_by_file(std::string_view given) const override {
     std::string path(given);
     while (!path.empty() && path.back() == '/') path.pop_back();
-    if (auto slash = path.rfind('/');
-        slash != std::string::npos && !std::string_view(path).substr(slash + 1).starts_with(k_module_dir_prefix))
-      path.erase(slash);
+    if (auto slash = path.rfind('/'); slash != std::string::npos) {
+      std::string_view last = std::string_view(path).substr(slash + 1);
+      if (!last.starts_with(k_module_dir_prefix) && !is_lnl_key(last)) path.erase(slash);
+    }
     return named(path);
   }
 
@@ -64,7 +66,7 @@ class S3Store final : public Store {
   Result<EntryFiles> files(const Entry& e) const override {
     auto names = detail::s3_entry_names(*s3_, key(e));
     if (!names) return names.error();
-    return detail::files_named(*names);
+    return detail::files_named(e.path(), *names);
   }
 
   // A copy downloaded into $TMPDIR, removed when the LocalFile goes.
@@ -93,10 +95,17 @@ class S3Store final : public Store {
                        lease->age.count());
   }
 
-  // S3 keeps no publication record: a done entry's NEFF must exist and not be empty.
+  // S3 keeps no publication record: a done entry's NEFF must exist and not be empty, and
+  // an LNL NEFF must have the size its marker records, when it records one.
   NeffVerdict verify(const EntryInfo& e) const override {
-    if (!e.files.has(EntryFile::neff)) return {NeffCheck::broken, "model.done without model.neff"};
-    if (e.neff_bytes == 0) return {NeffCheck::broken, "model.neff is empty"};
+    if (!e.files.has(EntryFile::neff))
+      return {NeffCheck::broken, fmt::format("{} without {}", e.files.done_name(), e.files.neff_name())};
+    if (e.neff_bytes == 0) return {NeffCheck::broken, fmt::format("{} is empty", e.files.neff_name())};
+    if (e.files.is_lnl())
+      if (auto marker = s3_->get(fmt::format("{}/{}", s3_key(url_.prefix, e.path), k_lnl_marker_file)))
+        if (auto size = lnl_marker_neff_size(*marker); size && *size != e.neff_bytes)
+          return {NeffCheck::broken, fmt::format("{} has {} bytes, its marker says {}", e.files.neff_name(),
+                                                 e.neff_bytes, *size)};
     return {NeffCheck::unrecorded, ""};
   }
 

@@ -211,6 +211,12 @@ class Store {
   // A client finished writing inputs into the local entry: they go where other hosts
   // see them (the HLO and flags up to S3, unless S3 has them).
   virtual Result<void> publish_inputs(const Entry&) const { return {}; }
+  // A client renames the local folder `folder`, which is no entry, to the entry `to`
+  // (LNL's save_cache() publishing an entry to a shared disk): the store publishes it
+  // where other hosts see it first, or says why not. Errc::exists when the entry is
+  // there already: the rename must fail as a rename onto a taken name does, and
+  // overwrite nothing.
+  virtual Result<void> promote(const std::string& /*folder*/, const Entry& /*to*/) const { return {}; }
   // A reader opened the entry's local NEFF (it is kept longest).
   virtual void neff_opened(const Entry&) const {}
   // The store's own counters for the daemon's stats.json (fetches, uploads...), if any.

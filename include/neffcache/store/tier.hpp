@@ -110,6 +110,11 @@ class TierStore final : public Store {
   bool publishes_inputs() const override { return true; }
   Result<void> publish_inputs(const Entry& e) const override { return tier_->upload_inputs(view(e)); }
   void neff_opened(const Entry& e) const override { tier_->opened(view(e)); }
+  // An LNL entry goes to S3 (S3Tier::promote); a Neuron entry has no such protocol.
+  Result<void> promote(const std::string& folder, const Entry& to) const override {
+    if (to.dialect() != Dialect::lnl) return {};
+    return tier_->promote(folder, to.path());
+  }
   std::optional<nlohmann::ordered_json> counters() const override { return tier_->stats(); }
 
  private:
@@ -125,12 +130,14 @@ class TierStore final : public Store {
     std::error_code ec;
     fs::path p = fs::absolute(fs::path(arg), ec).lexically_normal();
     if (!p.has_filename()) p = p.parent_path();
-    if (!p.filename().string().starts_with(k_module_dir_prefix)) p = p.parent_path();
+    if (const std::string name = p.filename().string(); !name.starts_with(k_module_dir_prefix) && !is_lnl_key(name))
+      p = p.parent_path();
     return of_folder(p.string());
   }
 
   Result<void> drop_local_results(const Entry& e) const {
-    return neffcache::detail::unlink_all(view(e), {std::string(k_done_file), std::string(k_neff_file)});
+    const EntryFiles files = EntryFiles::of_entry_path(e.path());
+    return neffcache::detail::unlink_all(view(e), {std::string(files.done_name()), files.neff_name()});
   }
 
   std::unique_ptr<S3Store> remote_;

@@ -1,0 +1,57 @@
+// A daemon serving a bucket through a local tier of its own, for the scope of a test: one
+// host of a fleet that shares the bucket. Always unmounted at the end.
+#pragma once
+
+#include <csignal>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include "mount.hpp"
+#include "s3_support.hpp"
+#include "support.hpp"
+
+namespace test {
+
+class S3Mount {
+ public:
+  // `extra`: more daemon options; `env`: more environment for the daemon (and its compiles,
+  // whose fake compiler logs each compile to `compile_log`).
+  S3Mount(const std::string& url, const std::filesystem::path& compile_log, std::vector<std::string> extra = {},
+          std::vector<std::string> env = {}) {
+    std::filesystem::create_directories(dir_ / "work");
+    env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
+                           "NEFFCACHE_FAKE_RATE=0"});
+    DaemonSpec spec;
+    spec.backing = url;
+    spec.mnt = mnt();
+    spec.env = s3_env_words(env);
+    spec.options = {"--compiler", k_fake_template, "-j", "2", "--local-cache", local().string()};
+    spec.options.insert(spec.options.end(), extra.begin(), extra.end());
+    daemon_.emplace(spec);
+  }
+  ~S3Mount() {
+    if (auto rc = daemon_->unmount_and_stop()) CHECK(MountedDaemon::clean(*rc));
+  }
+  S3Mount(const S3Mount&) = delete;
+  S3Mount& operator=(const S3Mount&) = delete;
+
+  // Kills the daemon with SIGKILL and takes its dead mount away.
+  void kill9() {
+    daemon_->stop(SIGKILL);
+    lazy_unmount(mnt());
+  }
+  std::filesystem::path mnt() const { return dir_ / "mnt"; }
+  std::filesystem::path local() const { return dir_ / "local"; }
+  nlohmann::json stats() const { return daemon_->stats(); }
+
+ private:
+  TempDir dir_;
+  std::optional<MountedDaemon> daemon_;
+};
+
+}  // namespace test
