@@ -48,7 +48,7 @@ bool is_mounted(const std::string& dir) {
 int main(int argc, char** argv) {
   CLI::App app{"neffcachefs: mount a Neuron compile cache that compiles a missing model.neff when it is opened"};
   std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G",
-      compiler_user, local_cache, local_cache_size = "50G", mem_budget, mem_ledger;
+      compiler_user, local_cache, local_cache_size = "50G", mem_budget, mem_ledger, nki_kernels;
   double lease_ttl = static_cast<double>(neffcache::k_default_lease_ttl.count());
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ttl", lease_ttl, "with an s3:// cache: seconds an entry's S3 lease lives without renewal "
                                           "(a dead host's compile is taken over after this)")
       ->capture_default_str();
+  app.add_option("--nki-kernels", nki_kernels,
+                 fmt::format("with an s3:// cache: the folder of the NKI kernel binaries that graphs call by path, "
+                             "carried through the bucket (default: ${}, else {})",
+                             neffcache::k_nki_kernel_dir_env, neffcache::k_default_nki_kernel_dir));
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
   try {
     app.parse(argc, argv);
@@ -131,6 +135,8 @@ int main(int argc, char** argv) {
     backing = std::filesystem::weakly_canonical(local_cache, ec).string();
   } else if (!local_cache.empty()) {
     return fail("--local-cache is for an s3:// cache; a directory cache is mounted as it is");
+  } else if (!nki_kernels.empty()) {
+    return fail("--nki-kernels is for an s3:// cache: a directory cache carries no kernels between hosts");
   }
   opts.backing = std::filesystem::absolute(backing, ec).lexically_normal().string();
   if (!opts.backing.empty() && opts.backing.size() > 1 && opts.backing.back() == '/') opts.backing.pop_back();
@@ -190,6 +196,10 @@ int main(int argc, char** argv) {
     t.cap_bytes = *cap;
     t.compile_slots = opts.scheduler.jobs;
     t.compile.lease_ttl = std::chrono::seconds(static_cast<int64_t>(lease_ttl));
+    if (!nki_kernels.empty()) t.compile.nki_kernels = nki_kernels;
+    if (!t.compile.nki_kernels.starts_with('/'))
+      return fail(fmt::format("--nki-kernels {}: the kernel folder must be an absolute path, as graphs name kernels",
+                              t.compile.nki_kernels));
     auto tier = neffcache::store::TierStore::open(*s3_url, std::move(t));
     if (!tier) return fail(tier.error().message);
     opts.store = std::move(*tier);

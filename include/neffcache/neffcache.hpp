@@ -16,6 +16,7 @@
 #include <neffcache/cache/location.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/cache/maintenance.hpp>
+#include <neffcache/cache/nki.hpp>
 #include <neffcache/cache/url.hpp>
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/compile/compile.hpp>

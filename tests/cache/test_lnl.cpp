@@ -8,6 +8,7 @@
 
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/lock.hpp>
+#include <neffcache/cache/nki.hpp>
 
 #include "lnl.hpp"
 #include "support.hpp"
@@ -151,4 +152,18 @@ TEST_CASE("a bad command.txt is one clear error", "[lnl]") {
     CHECK(c.error().message.starts_with("command.txt: "));
     CHECK(c.error().message.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("an NKI kernel is carried by its path inside the kernel folder, and only a plain one", "[lnl][nki]") {
+  const std::string dir = "/var/tmp/nki-intermediate-cache";
+  CHECK(kernel_relative_path(dir, dir + "/ab/k.klir") == "ab/k.klir");
+  CHECK(kernel_relative_path(dir + "/", dir + "/k.klir") == "k.klir");
+  CHECK(kernel_relative_path("/", "/k.klir") == "k.klir");
+  for (const std::string& other : std::vector<std::string>{dir, dir + "/", "/var/tmp/nki-intermediate-cache2/k.klir", "/etc/passwd",
+                                  dir + "/../../../etc/passwd", dir + "/a//k", dir + "/./k", "k.klir", ""})
+    CHECK_FALSE(kernel_relative_path(dir, other).has_value());
+  CHECK_FALSE(kernel_relative_path("relative/dir", "relative/dir/k").has_value());
+  CHECK(is_plain_relative_path("a/b.json"));
+  for (std::string_view bad : std::vector<std::string_view>{"", "/a", "a/", "a/../b", "..", ".", "a//b", std::string_view("a\0b", 3)})
+    CHECK_FALSE(is_plain_relative_path(bad));
 }

@@ -11,10 +11,9 @@
 #include <neffcache/compile/prepare.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
-#include <openssl/evp.h>
-
 #include "hlo_variants.hpp"
 #include "lnl.hpp"
+#include "nki.hpp"
 #include "support.hpp"
 
 using namespace neffcache;
@@ -154,27 +153,8 @@ TEST_CASE("an LNL job is sized from its graph for the scheduler", "[lnl][compile
   CHECK(spec.hlo_bytes == test::fs::file_size(dir / "graph.hlo"));
 }
 
-namespace {
-
-std::string base64(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  int n = ::EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                            reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
-// A corpus graph whose first instruction calls the NKI kernel binary `kernel`, as
-// torch-neuronx writes such calls.
-std::string graph_calling(const std::string& kernel) {
-  auto g = test::Graph::load(test::slurp(test::k_corpus / "gopjrt_tuple.hlo.pb"));
-  auto* ins = g.module.mutable_computations(0)->mutable_instructions(0);
-  ins->set_custom_call_target("AwsNeuronCustomNativeKernel");
-  ins->set_backend_config(base64(nlohmann::json{{"klir_binary", {{"binary", kernel}}}, {"grid", {1}}}.dump()));
-  return g.serialize();
-}
-
-}  // namespace
+using test::base64;
+using test::graph_calling;
 
 TEST_CASE("NKI kernels are read from backend_config: base64 or plain JSON, anything else names none", "[lnl][nki]") {
   using neffcache::detail::nki_kernel_path;

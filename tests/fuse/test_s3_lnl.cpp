@@ -22,6 +22,7 @@
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "lnl.hpp"
+#include "nki.hpp"
 #include "process.hpp"
 #include "s3_mount.hpp"
 #include "s3_support.hpp"
@@ -224,4 +225,36 @@ TEST_CASE("the bucket mount as the LNL cache itself: a pending entry compiles on
   CHECK(lnl_marker_neff_size(*marker) == neff.size());
   CHECK(s3->head(key + "/log-neuron-cc.txt").has_value());
   CHECK_FALSE(s3->head(key + "/.neffcache-lease").has_value());
+}
+
+TEST_CASE("save_cache() of a graph calling an NKI kernel takes the kernel to the bucket first; a host without it "
+          "fetches it to compile",
+          "[s3][mount][lnl][nki]") {
+  auto s3 = test::fresh_bucket("lnlnki");
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  const fs::path kernels = dir / "nki-intermediate-cache", kernel = kernels / "ab" / "k.klir";
+  test::spit(kernel, "a kernel binary");
+  const std::string url = fmt::format("s3://{}/remote", s3->bucket());
+  const std::vector<std::string> options{"--nki-kernels", kernels.string()};
+  Host a(url, log, options), b(url, log, options);
+  const std::string key = test::lnl_key("calls a kernel");
+
+  // A pending entry, promoted by rename as save_cache() does: its kernel is in the bucket.
+  const fs::path staging = a.mnt() / (key + ".tmp");
+  fs::create_directories(staging);
+  test::spit(staging / "graph.hlo", test::graph_calling(kernel.string()));
+  test::spit(staging / "command.txt", test::lnl_command_text(key, {"-O1"}));
+  REQUIRE(::rename(staging.c_str(), (a.mnt() / key).c_str()) == 0);
+  CHECK(s3->get("remote/.neffcache/nki-kernels/ab/k.klir").value() == "a kernel binary");
+  CHECK(s3->head("remote/" + key + "/graph.hlo").has_value());
+
+  // Host b lacks the kernel: its open of the NEFF fetches the kernel, then compiles.
+  fs::remove_all(kernels);
+  auto [err, neff] = read_all(b.mnt() / key / lnl_neff_name(key));
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(neff).has_value());
+  CHECK(test::slurp(kernel) == "a kernel binary");
+  CHECK(lnl_compiles(log, key) == 1);
+  CHECK(s3->head("remote/" + key + "/.compilation_complete").has_value());
 }

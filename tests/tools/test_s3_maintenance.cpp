@@ -15,6 +15,7 @@
 #include <neffcache/cache/lnl.hpp>
 
 #include "lnl.hpp"
+#include "nki.hpp"
 #include "s3_support.hpp"
 #include "support.hpp"
 
@@ -218,4 +219,66 @@ TEST_CASE("neffcache commands on LNL entries of an s3:// cache: ls, compile unde
   // clear-neffs keeps the inputs: the entries are pending again.
   REQUIRE(tool({"clear-neffs", "--cache", url}).exit_code == 0);
   CHECK(names_in(*s3, base) == std::set<std::string>{"command.txt", ".artifact_metadata_v0.json", "graph.hlo"});
+}
+
+TEST_CASE("sync carries NKI kernels and LNL's nki/ results; a compile on S3 fetches a kernel this host lacks",
+          "[s3][maintenance][lnl][nki]") {
+  auto s3 = test::fresh_bucket("nkisync");
+  const std::string url = fmt::format("s3://{}/v", s3->bucket());
+  test::TempDir dir;
+  const fs::path kernels = dir / "nki-intermediate-cache";
+  const fs::path kernel = kernels / "ab" / "k1.klir", absent = kernels / "absent.klir";
+  test::spit(kernel, "kernel one");
+  const std::string calls = test::lnl_key("calls k1"), calls_absent = test::lnl_key("calls an absent kernel");
+  for (const auto& [key, k] : {std::pair{calls, kernel}, {calls_absent, absent}}) {
+    test::make_lnl_entry(dir / "local", "gopjrt_tuple.hlo.pb", key, {"-O1"});
+    test::spit(dir / "local" / key / "graph.hlo", test::graph_calling(k.string()));
+  }
+  test::spit(dir / "local" / "nki" / "0123.json", R"({"neff": "k1"})");
+
+  // push: the kernel and the nki/ result go up; a kernel not on this host is a warning,
+  // and the entry calling it still goes (it compiles only where the kernel is).
+  auto pushed = tool({"sync", "push", (dir / "local").string(), url, "--nki-kernels", kernels.string()});
+  INFO(pushed.output);
+  REQUIRE(pushed.exit_code == 0);
+  CHECK_THAT(pushed.output, ContainsSubstring("warning: the NKI kernel " + absent.string() + " is not on this host"));
+  CHECK(s3->get("v/.neffcache/nki-kernels/ab/k1.klir").value() == "kernel one");
+  CHECK(s3->get("v/nki/0123.json").value() == R"({"neff": "k1"})");
+  CHECK_FALSE(s3->head("v/.neffcache/nki-kernels/absent.klir").has_value());
+  for (const auto& key : {calls, calls_absent}) CHECK(s3->head("v/" + key + "/graph.hlo").has_value());
+  // nki/ is no entry of the bucket.
+  auto ls = tool({"ls", "--cache", url, "--json"});
+  REQUIRE(ls.exit_code == 0);
+  CHECK(nlohmann::json::parse(ls.output).size() == 2);
+  // Again: nothing new to copy.
+  auto again = tool({"sync", "push", (dir / "local").string(), url, "--nki-kernels", kernels.string()});
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.output, ContainsSubstring(" 0 files copied"));
+
+  // pull on a host without the kernel: the kernel comes back to its path, nki/ too.
+  fs::remove_all(kernels);
+  auto pulled = tool({"sync", "pull", (dir / "pulled").string(), url, "--nki-kernels", kernels.string()});
+  INFO(pulled.output);
+  REQUIRE(pulled.exit_code == 0);
+  CHECK(test::slurp(kernel) == "kernel one");
+  CHECK(test::slurp(dir / "pulled" / "nki" / "0123.json") == R"({"neff": "k1"})");
+  CHECK(fs::exists(dir / "pulled" / calls / "graph.hlo"));
+
+  // compile of the bucket on a host without the kernel: fetched, then compiled; the
+  // entry calling a kernel that no host has is refused by name, and not recorded.
+  fs::remove_all(kernels);
+  auto compiled = test::run(test::s3_tool_argv({"compile", "--cache", url, "--compiler", k_fake_template},
+                                               {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_NKI_KERNELS=" + kernels.string()}));
+  INFO(compiled.output);
+  CHECK(compiled.exit_code != 0);
+  CHECK_THAT(compiled.output, ContainsSubstring(absent.string()));
+  CHECK(test::slurp(kernel) == "kernel one");
+  CHECK(s3->head("v/" + calls + "/.compilation_complete").has_value());
+  CHECK_FALSE(s3->head("v/" + calls_absent + "/.compilation_complete").has_value());
+  CHECK_FALSE(s3->head("v/" + calls_absent + "/.neffcache-failed.log").has_value());
+
+  // A kernel folder must be absolute: graphs name kernels by absolute path.
+  auto bad = tool({"sync", "pull", (dir / "pulled").string(), url, "--nki-kernels", "relative/kernels"});
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.output, ContainsSubstring("--nki-kernels relative/kernels: the kernel folder must be an absolute path"));
 }

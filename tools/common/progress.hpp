@@ -79,6 +79,16 @@ inline void print_neuron_report(std::FILE* out, const nlohmann::ordered_json& re
   fmt::print(out, "INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: {}\n", failed);
 }
 
+// One line on stderr (at the warning level) for each graph of a run that did not
+// compile, saying why: a recorded failure's log is in its entry, but a transient one
+// (a kernel missing, a kill) is said nowhere else.
+inline void print_failures(const std::vector<Batch::Item>& items) {
+  if (!logs(LogLevel::warning)) return;
+  for (const auto& item : items)
+    if (item.result && !is_success(item.result->outcome) && !item.result->message.empty())
+      fmt::print(stderr, "WARNING ||NEURON_CACHE||: {}: not compiled: {}\n", item.entry_dir, item.result->message);
+}
+
 // Where NEURON_PARALLEL_COMPILE_DUMP_RESULTS asks the report to be kept as a JSON file of
 // ours: "1" or "true" name ./neuron_parallel_compile_report.json, any other value is the
 // path; unset, empty or "0": nowhere (and no dump at all).

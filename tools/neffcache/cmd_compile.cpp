@@ -209,6 +209,7 @@ static int finish_run(const CompileOptions& opts, const std::vector<Batch::Item>
                std::chrono::system_clock::time_point start, std::chrono::steady_clock::time_point t0) {
   if (g_stop) return report("stopped by a signal; running compiles were stopped and nothing was recorded for them");
   auto result = neuron_report(items, start, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  tools::print_failures(items);
   if (opts.json) fmt::print("{}\n", result.dump(4));
   else tools::print_neuron_report(stdout, result);
   tools::dump_report(result, opts.seconds_before + result["compilation_time"].get<double>());

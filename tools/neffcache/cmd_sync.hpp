@@ -11,6 +11,7 @@ struct SyncOptions {
   std::string dir;
   std::string url;
   int jobs = 8;
+  std::string nki_kernels;  // the NKI kernel folder; empty: NEFFCACHE_NKI_KERNELS, else the default
 };
 
 void setup_sync(CLI::App& app, int& exit_code);

@@ -80,7 +80,9 @@ Result<int> Session::finish(const std::chrono::steady_clock::time_point t0) {
     display.update(batch_->counts());
   display.finish(batch_->counts());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto report = neuron_report(batch_->items(), start_, seconds);
+  const auto items = batch_->items();
+  auto report = neuron_report(items, start_, seconds);
+  tools::print_failures(items);
   tools::print_neuron_report(stdout, report);
   tools::dump_report(report, seconds);
   return tools::failed_exit_status(report["compilation_summary"].value("false", std::size_t{0}));

@@ -96,8 +96,11 @@ class Batch {
 
  private:
   static std::string hlo_path_of(const std::string& entry_dir) {
+    // (An entry not in a folder here, an S3 one, is named by its dialect's usual input.)
     auto files = read_entry_files(entry_dir);
-    std::string_view name = files && files->hlo_name() ? *files->hlo_name() : k_hlo_module_file;
+    std::string_view name = files && files->hlo_name()                       ? *files->hlo_name()
+                            : EntryFiles::of_entry_path(entry_dir).is_lnl() ? k_lnl_hlo_file
+                                                                             : k_hlo_module_file;
     return fmt::format("{}/{}", entry_dir, name);
   }
 

@@ -31,15 +31,12 @@
 #include <neffcache/cache/maintenance.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/lease.hpp>
+#include <neffcache/s3/nki.hpp>
 
 namespace neffcache {
 
 // The objects of one entry, by file name.
 using S3EntryObjects = std::map<std::string, ObjectInfo, std::less<>>;
-
-inline std::string s3_key(const std::string& prefix, std::string_view rel) {
-  return prefix.empty() ? std::string(rel) : fmt::format("{}/{}", prefix, rel);
-}
 
 // Groups keys under `prefix` into entries: "neuronxcc-X/MODULE_Y" -> its objects. Keys
 // outside the layout are ignored.
@@ -140,6 +137,9 @@ struct S3CompileOptions {
   // Called with the staging entry once its NEFF and model.done are on S3, before the
   // staging folder is removed: a caller with a local copy of the cache takes the NEFF.
   std::function<void(const std::string& staged_entry_dir)> published = {};
+  // The NKI kernel folder: kernels the graph calls that this host lacks are fetched into
+  // it from the bucket before the compile (s3/nki.hpp).
+  std::string nki_kernels = nki_kernel_dir();
 };
 
 // Compiles the entry `rel` of the S3 cache at `prefix` if it needs it (see the top of
@@ -196,6 +196,11 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
     auto got = s3.download(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
     if (!got) return finish(transient(got.error().message));
   }
+  // The NKI kernels the graph calls, from the bucket when this host lacks them (an
+  // unreadable HLO calls none we can name: its compile says what is wrong with it).
+  if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *files->hlo_name())))
+    if (auto fetched = fetch_nki_kernels(s3, prefix, o.nki_kernels, *called); !fetched)
+      return finish(transient(fetched.error().message));
 
   CompileSettings local = s;
   std::string lost;

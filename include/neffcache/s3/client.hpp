@@ -58,6 +58,11 @@
 
 namespace neffcache {
 
+// The key of `rel` under the cache's key prefix `prefix` (none when empty).
+inline std::string s3_key(const std::string& prefix, std::string_view rel) {
+  return prefix.empty() ? std::string(rel) : fmt::format("{}/{}", prefix, rel);
+}
+
 struct ObjectInfo {
   std::string key;
   std::uint64_t size = 0;

@@ -6,6 +6,11 @@
 // its .compilation_complete) is written only after its NEFF is whole there. Files the other side already has
 // with the same size are skipped, so a repeated or interrupted sync resumes where it
 // stopped. Locks, leases and our private files are not copied.
+//
+// NKI side files (s3/nki.hpp) travel too: LNL's <root>/nki/ results, and the kernel
+// binaries that graphs call, from and to the kernel folder. A push uploads the kernels an
+// entry calls before the entry; an entry whose kernel could not be uploaded is not
+// pushed. A pull downloads every kernel of the bucket before any entry.
 #pragma once
 
 #include <atomic>
@@ -23,6 +28,7 @@
 #include <neffcache/core/result.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/nki.hpp>
 
 namespace neffcache {
 
@@ -32,6 +38,16 @@ struct SyncStats {
   std::size_t skipped = 0;  // files the other side had already
   uint64_t bytes = 0;       // bytes transferred
   std::vector<std::string> failures;  // one line per file that could not be copied
+  // One line per NKI kernel that an entry calls but that could not be carried (not on
+  // the sending side, or outside the kernel folder): the entry still went, and compiles
+  // only where the kernel is.
+  std::vector<std::string> warnings;
+};
+
+// Where a sync finds and puts NKI kernels.
+struct SyncSettings {
+  int jobs = 8;  // transfers at a time
+  std::string nki_kernels = nki_kernel_dir();  // the kernel folder
 };
 
 namespace detail {
@@ -93,6 +109,46 @@ void sync_entry(const std::string& rel, const EntryListing& source, const EntryL
   }
 }
 
+// Whether sync_entry would copy anything of `source` that `have` lacks.
+inline bool needs_copy(const EntryListing& source, const EntryListing& have) {
+  for (const auto& [name, size] : source)
+    if (auto it = have.find(name); it == have.end() || it->second != size) return true;
+  return false;
+}
+
+// Copies the files of `source` (name -> size) that `have` lacks or has with another
+// size, in parallel; each a line in `stats.failures` if it fails.
+template <class Copy>
+void sync_files(const FileSizes& source, const FileSizes& have, int jobs, Copy&& copy, SyncStats& stats,
+                std::mutex& mu) {
+  std::vector<const std::pair<const std::string, uint64_t>*> todo;
+  for (const auto& f : source)
+    if (auto it = have.find(f.first); it != have.end() && it->second == f.second) ++stats.skipped;
+    else todo.push_back(&f);
+  run_parallel(todo.size(), jobs, [&](std::size_t i) {
+    auto r = copy(todo[i]->first);
+    std::lock_guard lock(mu);
+    if (!r) return stats.failures.push_back(r.error().message);
+    ++stats.copied;
+    stats.bytes += todo[i]->second;
+  });
+}
+
+// LNL's NKI results in `root`/nki: name -> size (none when there is no such folder).
+inline FileSizes local_nki_results(const std::string& root) {
+  FileSizes out;
+  const std::string dir = fmt::format("{}/{}", root, k_lnl_nki_dir);
+  const int fd = open_dir_at(AT_FDCWD, dir.c_str());
+  if (fd < 0) return out;
+  (void)list_dir(fd, dir, [&](std::string_view name, bool is_dir) {
+    struct stat st {};
+    if (!is_dir && !name.starts_with('.') && ::lstat(fmt::format("{}/{}", dir, name).c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode))
+      out.emplace(std::string(name), static_cast<uint64_t>(st.st_size));
+  });
+  return out;
+}
+
 // An S3 entry's objects as name -> size.
 inline EntryListing sizes_of(const S3EntryObjects& objects) {
   EntryListing out;
@@ -113,12 +169,15 @@ inline EntryListing local_entry_files(std::string_view rel, int dir_fd) {
 
 }  // namespace detail
 
-// Uploads every entry of the directory cache `root` to `prefix` of the client's bucket.
-inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const std::string& prefix, int jobs = 8) {
+// Uploads LNL's NKI results and every entry of the directory cache `root` to `prefix` of
+// the client's bucket, each entry after the kernels it calls (see the top).
+inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const std::string& prefix,
+                                   const SyncSettings& o = {}) {
   auto remote = s3.list(prefix.empty() ? "" : prefix + "/");
   if (!remote) return remote.error();
   std::map<std::string, detail::EntryListing> have;
   for (const auto& [rel, objects] : group_s3_entries(remote->objects, prefix)) have[rel] = detail::sizes_of(objects);
+  const NkiObjects nki = nki_objects(remote->objects, prefix);
   std::vector<std::pair<std::string, detail::EntryListing>> local;
   auto walked = for_each_entry(root, [&](const EntryRef& e) {
     local.emplace_back(e.relative_path(), detail::local_entry_files(e.relative_path(), e.dir_fd));
@@ -127,11 +186,63 @@ inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const 
   SyncStats stats;
   stats.entries = local.size();
   std::mutex mu;
+  detail::sync_files(detail::local_nki_results(root), nki.results, o.jobs,
+                     [&](const std::string& name) -> Result<void> {
+                       const std::string rel = fmt::format("{}/{}", k_lnl_nki_dir, name);
+                       auto r = s3.upload(s3_key(prefix, rel), fmt::format("{}/{}", root, rel));
+                       if (!r) return r.error();
+                       return {};
+                     },
+                     stats, mu);
+  // Kernels go up one at a time (a graph calls few, and many graphs call the same), each
+  // once: what became of a kernel is kept, so its other callers wait for it or skip.
+  std::mutex kernels_mu;  // taken before mu, never inside it
+  std::map<std::string, std::optional<std::string>, std::less<>> kernel_errors;
+  auto push_kernels = [&](const std::string& rel, const detail::EntryListing& listing) -> Result<void> {
+    EntryFiles files = EntryFiles::of_entry_path(rel);
+    for (const auto& [name, size] : listing) files.note(name);
+    auto hlo = files.hlo_name();
+    if (!hlo) return {};
+    auto called = kernels_called(fmt::format("{}/{}/{}", root, rel, *hlo));
+    if (!called) return {};  // an unreadable HLO calls nothing we can name; it still goes up
+    std::lock_guard klock(kernels_mu);
+    for (const auto& kernel : *called) {
+      auto known = kernel_errors.find(kernel);
+      if (known == kernel_errors.end()) {
+        auto t = push_nki_kernels(s3, prefix, o.nki_kernels, {kernel}, &nki.kernels);
+        std::lock_guard lock(mu);
+        if (!t) {
+          known = kernel_errors.emplace(kernel, t.error().message).first;
+        } else {
+          known = kernel_errors.emplace(kernel, std::nullopt).first;
+          stats.copied += t->copied;
+          stats.skipped += t->skipped;
+          stats.bytes += t->bytes;
+          for (auto& line : t->not_carried) stats.warnings.push_back(fmt::format("{} (called by {})", line, rel));
+        }
+      }
+      if (known->second)
+        return Error{Errc::io, fmt::format("{}: not pushed: its NKI kernel {} could not be uploaded: {}", rel, kernel,
+                                           *known->second)};
+    }
+    return {};
+  };
   static const detail::EntryListing none;
-  detail::run_parallel(local.size(), jobs, [&](std::size_t i) {
+  detail::run_parallel(local.size(), o.jobs, [&](std::size_t i) {
     const auto& [rel, files] = local[i];
     auto it = have.find(rel);
-    detail::sync_entry(rel, files, it == have.end() ? none : it->second,
+    const auto& there = it == have.end() ? none : it->second;
+    if (!detail::needs_copy(files, there)) {
+      std::lock_guard lock(mu);
+      stats.skipped += files.size();
+      return;
+    }
+    if (auto k = push_kernels(rel, files); !k) {
+      std::lock_guard lock(mu);
+      stats.failures.push_back(k.error().message);
+      return;
+    }
+    detail::sync_entry(rel, files, there,
                        [&](const std::string& file) -> Result<void> {
                          auto r = s3.upload(s3_key(prefix, file), fmt::format("{}/{}", root, file));
                          if (!r) return r.error();
@@ -142,19 +253,43 @@ inline Result<SyncStats> sync_push(const std::string& root, S3Client& s3, const 
   return stats;
 }
 
-// Downloads every entry under `prefix` of the client's bucket into the directory cache
+// Downloads every NKI kernel under `prefix` of the client's bucket into the kernel
+// folder, LNL's NKI results into `root`/nki, then every entry into the directory cache
 // `root`, creating folders as needed.
-inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const std::string& prefix, int jobs = 8) {
+inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const std::string& prefix,
+                                   const SyncSettings& o = {}) {
   auto remote = s3.list(prefix.empty() ? "" : prefix + "/");
   if (!remote) return remote.error();
   std::map<std::string, detail::EntryListing> entries;
   for (const auto& [rel, objects] : group_s3_entries(remote->objects, prefix)) entries[rel] = detail::sizes_of(objects);
+  const NkiObjects nki = nki_objects(remote->objects, prefix);
+  SyncStats stats;
+  std::mutex mu;
+  // Each side file goes to `dir`/`name`, its folders made first.
+  auto fetch_into = [&](const std::string& dir, std::string_view s3_dir) {
+    return [&, dir, s3_dir](const std::string& name) -> Result<void> {
+      const std::filesystem::path to = std::filesystem::path(dir) / name;
+      std::error_code ec;
+      std::filesystem::create_directories(to.parent_path(), ec);
+      if (ec) return Error{Errc::io, fmt::format("create {}: {}", to.parent_path().string(), ec.message())};
+      auto r = s3.download(s3_key(prefix, fmt::format("{}/{}", s3_dir, name)), to.string());
+      if (!r) return r.error();
+      return {};
+    };
+  };
+  FileSizes kernels_here;
+  for (const auto& [rel, size] : nki.kernels) {
+    struct stat st {};
+    if (::stat(fmt::format("{}/{}", o.nki_kernels, rel).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      kernels_here.emplace(rel, static_cast<uint64_t>(st.st_size));
+  }
+  detail::sync_files(nki.kernels, kernels_here, o.jobs, fetch_into(o.nki_kernels, k_s3_kernels_dir), stats, mu);
+  detail::sync_files(nki.results, detail::local_nki_results(root), o.jobs,
+                     fetch_into(fmt::format("{}/{}", root, k_lnl_nki_dir), k_lnl_nki_dir), stats, mu);
   std::vector<const std::pair<const std::string, detail::EntryListing>*> work;
   for (const auto& e : entries) work.push_back(&e);
-  SyncStats stats;
   stats.entries = work.size();
-  std::mutex mu;
-  detail::run_parallel(work.size(), jobs, [&](std::size_t i) {
+  detail::run_parallel(work.size(), o.jobs, [&](std::size_t i) {
     const auto& [rel, files] = *work[i];
     std::string dir = fmt::format("{}/{}", root, rel);
     std::error_code ec;

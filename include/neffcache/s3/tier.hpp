@@ -191,9 +191,11 @@ class S3Tier {
       forget_look(key);
       return Error{Errc::exists, fmt::format("{}: the entry exists already", s3_->describe(base))};
     }
-    Result<void> r;
+    // The kernels its graph calls go first: a host that sees the entry can compile it.
+    Result<void> r = upload_kernels(fmt::format("{}/{}", folder, k_lnl_hlo_file));
     std::vector<std::string> uploaded;
     for (const auto& name : *names) {
+      if (!r) break;
       if (auto renewed = lease->renew(); !renewed) {
         lost = renewed.error().code == Errc::precondition_failed;
         r = renewed.error();
@@ -358,6 +360,7 @@ class S3Tier {
     if (!here->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO here or on S3", entry_dir)};
     const std::string base = s3_key(o_.prefix, rel);
     const std::string_view hlo = *here->hlo_name();
+    if (auto k = upload_kernels(fmt::format("{}/{}", entry_dir, hlo)); !k) return k.error();
     for (const auto& name : detail::input_names(*here)) {
       if (name == hlo) continue;
       auto f = s3_->upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
@@ -368,6 +371,18 @@ class S3Tier {
     if (!h) return h.error();
     ++counters_.uploads;
     return true;
+  }
+
+  // Uploads the NKI kernels that the HLO file `hlo_path` calls and the bucket lacks
+  // (s3/nki.hpp). Kernels this host lacks are left: the graph compiles only where they are,
+  // and that compile names them. Errors: an upload failed.
+  Result<void> upload_kernels(const std::string& hlo_path) {
+    auto called = kernels_called(hlo_path);
+    if (!called || called->empty()) return {};
+    auto t = push_nki_kernels(*s3_, o_.prefix, o_.compile.nki_kernels, *called);
+    if (!t) return t.error();
+    counters_.uploads += t->copied;
+    return {};
   }
 
   // Fetches the NEFF of an entry done on S3 (`remote`: its files there) into the local
