@@ -126,17 +126,23 @@ TEST_CASE("two hosts promote the same key at once: one wins, the other's rename 
   Host a(url, dir / "compiles.log"), b(url, dir / "compiles.log");
   for (int round = 0; round < 4; ++round) {
     const std::string key = test::lnl_key(fmt::format("race {}", round));
+    // The staging folders are written first: the threads only rename (Catch2's assertions,
+    // which the file helpers use, may not run on two threads at once).
+    const fs::path staged_a = compiled_lnl_entry(a.mnt() / (key + ".tmp.a"), key, "NEFF of host a");
+    const fs::path staged_b = compiled_lnl_entry(b.mnt() / (key + ".tmp.b"), key, "NEFF of host b");
     std::atomic<int> ready{0};
     int err_a = -1, err_b = -1;
-    auto promote = [&](Host& h, const std::string& neff, const std::string& tag, int& err) {
+    auto promote = [&](const Host& h, const fs::path& staged, int& err) {
       ++ready;
       while (ready < 2) std::this_thread::yield();
-      err = save_cache(h.mnt(), key, neff, tag);
+      err = ::rename(staged.c_str(), (h.mnt() / key).c_str()) == 0 ? 0 : errno;
     };
-    std::thread ta([&] { promote(a, "NEFF of host a", "a", err_a); });
-    std::thread tb([&] { promote(b, "NEFF of host b", "b", err_b); });
+    std::thread ta([&] { promote(a, staged_a, err_a); });
+    std::thread tb([&] { promote(b, staged_b, err_b); });
     ta.join();
     tb.join();
+    // As LNL leaves nothing behind: the loser's staging folder goes.
+    for (const auto& staged : {staged_a, staged_b}) fs::remove_all(staged);
     INFO("round " << round << ": " << err_a << " " << err_b);
     CHECK(((err_a == 0) != (err_b == 0)));
     for (int err : {err_a, err_b}) CHECK((err == 0 || err == ENOTEMPTY || err == EEXIST));
