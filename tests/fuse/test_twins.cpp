@@ -3,6 +3,7 @@
 // written straight into the backing folder by another tool; another graph compiles.
 #include "fuse_test.hpp"
 #include "hlo_variants.hpp"
+#include "lnl.hpp"
 
 using namespace fusetest;
 
@@ -82,4 +83,38 @@ TEST_CASE("with --no-content-index a twin compiles", "[fuse][index]") {
   REQUIRE(read_all(m.mnt() / b / "model.neff").first == 0);
   CHECK(m.compiles() == 2);
   CHECK(stats_of(m)["twins"]["served"] == 0);
+}
+
+TEST_CASE("both dialects through the mount: an LNL entry of a torch-xla entry's program gets its NEFF, no compile",
+          "[fuse][index][lnl]") {
+  Mount m;
+  const std::string hlo = test::slurp(test::k_corpus / k_graph);
+  // torch-xla's entry of the graph, its flags naming the target, under the version of the
+  // compiler the daemon runs (fake-neuronx-cc --version).
+  const std::string neuron = "neuronxcc-2.21.0.0+fake/MODULE_xla";
+  fs::create_directories(m.backing() / neuron);
+  test::spit(m.backing() / neuron / "compile_flags.json", R"(["--target=trn1", "-O1"])");
+  test::spit(m.backing() / neuron / "model.hlo_module.pb", hlo);
+  auto [err, original] = read_all(m.mnt() / neuron / "model.neff");
+  REQUIRE(err == 0);
+  CHECK(m.compiles() == 1);
+
+  // vLLM's entry of the same program (its names differ: LNL traced it), then another target.
+  const std::string key = test::lnl_key("vllm"), trn2 = test::lnl_key("vllm on trn2");
+  test::make_lnl_entry(m.backing(), k_graph, key, {"-O1"});
+  test::spit(m.backing() / key / "graph.hlo", test::debug_variant(hlo));
+  auto [lerr, bytes] = read_all(m.mnt() / key / lnl_neff_name(key));
+  REQUIRE(lerr == 0);
+  CHECK(bytes == original);
+  CHECK(m.compiles() == 1);
+  CHECK(read_all(m.mnt() / key / ".compilation_complete").second.ends_with(fmt::format("neff_size:{}\n", bytes.size())));
+  auto meta = nlohmann::json::parse(test::slurp(m.backing() / key / ".neffcache-meta.json"));
+  CHECK(meta["copied_from"] == neuron);
+  CHECK(meta["compiler_version"] == "2.21.0.0+fake");
+  CHECK(stats_of(m)["twins"]["served"] == 1);
+
+  test::make_lnl_entry(m.backing(), k_graph, trn2, {"-O1"});
+  test::spit(m.backing() / trn2 / "command.txt", test::lnl_command_text(trn2, {"-O1"}, "trn2"));
+  CHECK(read_all(m.mnt() / trn2 / lnl_neff_name(trn2)).first == 0);
+  CHECK(m.compiles() == 2);
 }

@@ -331,3 +331,74 @@ TEST_CASE("a bad LNL name is a one-line error; explain refuses an LNL entry and 
   CHECK(r.exit_code == 0);
   CHECK(nlohmann::json::parse(test::slurp(c.dir / "all" / "result.json"))["total"]["graphs"] == 5);
 }
+
+TEST_CASE("the content index spans both dialects: same graph, flags, target and compiler version compile once",
+          "[cli][lnl][index]") {
+  test::TempDir dir;
+  const fs::path root = dir / "cache", log = dir / "compiles.log";
+  const std::vector<std::string> env{"NEFFCACHE_FAKE_LOG=" + log.string(), "NEFFCACHE_FAKE_RATE=0"};
+  auto compile = [&](std::vector<std::string> more_env = {}) {
+    more_env.insert(more_env.end(), env.begin(), env.end());
+    auto r = tool({"compile", "--cache", root.string(), "--compiler", k_fake_template}, more_env);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    return test::count_lines(log);
+  };
+  auto meta = [&](const fs::path& entry) { return nlohmann::json::parse(test::slurp(entry / ".neffcache-meta.json")); };
+  // A torch-xla entry whose flags name the target, as NEURON_CC_FLAGS="--target=trn1 -O1" makes
+  // them, under the fake compiler's own version...
+  auto put = tool({"put", "--cache", root.string(), "--compiler-version", "2.21.0.0+fake",
+                   (test::k_corpus / "gopjrt_tuple.hlo.pb").string()},
+                  {"NEURON_CC_FLAGS=--target=trn1 -O1"});
+  REQUIRE(put.exit_code == 0);
+  const fs::path neuron = put.output.substr(0, put.output.size() - 1);
+  // ... LNL entries of the same graph: the same target and arguments (a twin), another
+  // target, other arguments (each a program of its own).
+  const std::string same = test::lnl_key("same program"), trn2 = test::lnl_key("trn2"), o2 = test::lnl_key("-O2");
+  test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", same, {"-O1"});
+  test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", trn2, {"-O1"});
+  test::spit(root / trn2 / "command.txt", test::lnl_command_text(trn2, {"-O1"}, "trn2"));
+  test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", o2, {"-O2"});
+
+  CHECK(compile() == 3);  // the torch-xla entry and its LNL twin once, the others once each
+  const std::string neff = test::slurp(neuron / "model.neff");
+  CHECK(test::slurp(root / same / lnl_neff_name(same)) == neff);
+  CHECK(lnl_marker_neff_size(test::slurp(root / same / ".compilation_complete")) == neff.size());
+  CHECK(meta(root / same)["compiler_version"] == "2.21.0.0+fake");
+  for (const auto& other : {trn2, o2}) CHECK(test::slurp(root / other / lnl_neff_name(other)) != neff);
+
+  // Later runs find the result in the index: a new LNL entry of that program compiles nothing.
+  const std::string later = test::lnl_key("later");
+  test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", later, {"-O1"});
+  CHECK(compile() == 3);
+  CHECK(test::slurp(root / later / lnl_neff_name(later)) == neff);
+  const std::string from = meta(root / later)["copied_from"];
+  CHECK((from == same || from == fs::relative(neuron, root).string()));
+
+  // Another compiler version is another program: compiled, and it now serves a torch-xla
+  // entry of that version the other way round.
+  const std::string newer = test::lnl_key("newer compiler");
+  test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", newer, {"-O1"});
+  CHECK(compile({"NEFFCACHE_FAKE_VERSION=2.22.0.0"}) == 4);
+  CHECK(meta(root / newer)["compiler_version"] == "2.22.0.0");
+  auto put2 = tool({"put", "--cache", root.string(), "--compiler-version", "2.22.0.0",
+                    (test::k_corpus / "gopjrt_tuple.hlo.pb").string()},
+                   {"NEURON_CC_FLAGS=--target=trn1 -O1"});
+  REQUIRE(put2.exit_code == 0);
+  const fs::path neuron2 = put2.output.substr(0, put2.output.size() - 1);
+  CHECK(compile({"NEFFCACHE_FAKE_VERSION=2.22.0.0"}) == 4);
+  CHECK(meta(neuron2)["copied_from"] == newer);
+  CHECK(test::slurp(neuron2 / "model.neff") == test::slurp(root / newer / lnl_neff_name(newer)));
+
+  // An LNL entry its client compiled records no compiler version: it serves nothing.
+  const std::string client = test::lnl_key("client compiled");
+  test::make_lnl_entry(root, "gopjrt_x_squared.hlo.pb", client, {"-O1"});
+  test::spit(root / client / lnl_neff_name(client), "the client's NEFF");
+  test::spit(root / client / ".compilation_complete", lnl_marker(1, 17));
+  const std::string twin_of_client = test::lnl_key("twin of the client's");
+  test::make_lnl_entry(root, "gopjrt_x_squared.hlo.pb", twin_of_client, {"-O1"});
+  auto index = tool({"index", "--cache", root.string(), "--rebuild"});
+  CHECK(index.exit_code == 0);
+  CHECK(compile() == 5);
+  CHECK(test::slurp(root / twin_of_client / lnl_neff_name(twin_of_client)) != "the client's NEFF");
+}

@@ -7,10 +7,20 @@
 // (wrapper options removed). Two entries with equal identities differ only in what the
 // compiler ignores (names, debug metadata, where the client ran).
 //
+// Both dialects share one index. An LNL entry has no compiler folder: its identity names
+// the version of the compiler that compiles it here (pending) or that compiled it (our
+// publication record's compiler_version), as neuronxcc-<version>, and its flags are its
+// target as --target=<t> then its arguments (lnl_key_flags). So an LNL entry and a
+// Neuron entry are twins when the compiler versions are equal, the canonical graphs are
+// equal and the Neuron entry's compile_flags.json lists the same words. An LNL entry that
+// its client compiled records no compiler version: it has no identity, and serves none.
+//
 // On disk, under the cache's root (a mount's backing folder), inside the private folder
 // that a mount shows as its statistics folder, so no client of the mount sees it:
 //   .neffcache/index/by-id/neuronxcc-<v>/<sha256>+<flags hash>/MODULE_<...>   a record
+//   .neffcache/index/by-id/neuronxcc-<v>/<sha256>+<flags hash>/<LNL key>      a record
 //   .neffcache/index/by-entry/neuronxcc-<v>/MODULE_<...>                      its identity
+//   .neffcache/index/by-entry/<LNL key>                                       its identity
 // One file per (identity, entry), each replaced whole by a rename, so publishers never
 // contend and a reader sees a whole record or none. Every write is best effort: a full
 // disk or a read-only folder costs twins, never a publish.
@@ -81,29 +91,67 @@ struct ContentId {
   }
 };
 
-// The identity of the entry folder `entry_dir` (…/neuronxcc-<v>/MODULE_<…>): its HLO,
-// read and hashed, and its flags (compile_flags.json, else `default_flags`). Errors: no
-// HLO, an unreadable one, bad flags.
+namespace detail {
+
+// The compiler version our publication record of `entry_dir` names (compiler_version,
+// written when we compile or serve an LNL entry); nullopt when there is none or it is
+// no version.
+inline std::optional<std::string> recorded_compiler_version(const std::string& entry_dir) {
+  auto text = read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
+  if (!text) return std::nullopt;
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("compiler_version") || !j["compiler_version"].is_string()) return std::nullopt;
+  auto v = j["compiler_version"].get<std::string>();
+  if (!check_compiler_version(v)) return std::nullopt;
+  return v;
+}
+
+}  // namespace detail
+
+// The compiler folder of an LNL entry's identity (see the top): the version its result
+// came from (our record), else, for an entry still to be compiled, `compiler_version`,
+// the version of the compiler that compiles it here (empty: unknown). nullopt: no
+// identity.
+inline std::optional<std::string> lnl_identity_compiler_dir(const std::string& entry_dir, const EntryFiles& files,
+                                                            std::string_view compiler_version) {
+  std::optional<std::string> v;
+  if (files.done() || files.failed()) v = detail::recorded_compiler_version(entry_dir);
+  else if (!compiler_version.empty() && check_compiler_version(compiler_version)) v = std::string(compiler_version);
+  if (!v) return std::nullopt;
+  return fmt::format("{}{}", k_compiler_dir_prefix, *v);
+}
+
+// The identity of the entry folder `entry_dir` (…/neuronxcc-<v>/MODULE_<…>, or an LNL
+// entry <root>/<key>, whose compiler folder is lnl_identity_compiler_dir's with
+// `compiler_version`): its HLO, read and hashed, and its flags (compile_flags.json, else
+// `default_flags`; an LNL entry's command.txt). Errors: no HLO, an unreadable one, bad
+// flags, an LNL entry without a known compiler version.
 inline Result<ContentId> entry_content_id(const std::string& entry_dir,
-                                          const std::vector<std::string>& default_flags = {}) {
+                                          const std::vector<std::string>& default_flags = {},
+                                          std::string_view compiler_version = {}) {
   auto files = read_entry_files(entry_dir);
   if (!files) return files.error();
-  // An LNL entry's key covers its compiler's version, but we cannot read it back: its
-  // identity is not known, and it has no twins (yet).
-  if (files->is_lnl())
-    return Error{Errc::invalid_argument, fmt::format("{}: an LNL entry has no content identity", entry_dir)};
+  std::string compiler_dir;
+  if (files->is_lnl()) {
+    auto dir = lnl_identity_compiler_dir(entry_dir, *files, compiler_version);
+    if (!dir)
+      return Error{Errc::invalid_argument,
+                   fmt::format("{}: an LNL entry with no known compiler version has no content identity", entry_dir)};
+    compiler_dir = std::move(*dir);
+  } else {
+    compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
+  }
   if (!files->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO file", entry_dir)};
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));
   if (!hlo) return hlo.error();
   auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
   if (!flags) return flags.error();
-  std::string compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
   return ContentId{std::move(compiler_dir), hlo->canonical_sha256, flags_hash(*flags)};
 }
 
 // What one entry holds of an identity.
 struct IndexRecord {
-  std::string entry;  // neuronxcc-<v>/MODULE_<…>, relative to the cache root
+  std::string entry;  // neuronxcc-<v>/MODULE_<…> or an LNL key, relative to the cache root
   bool failed = false;  // a recorded deterministic failure (model.log), not a NEFF
   uint64_t size = 0;    // the NEFF's bytes
   std::string xxh3;     // its checksum, 16 hex digits
@@ -198,7 +246,7 @@ class ContentIndex {
   const std::string& root() const { return root_; }
   std::string dir() const { return fmt::format("{}/{}", root_, k_index_dir); }
 
-  // Records that `entry` (neuronxcc-*/MODULE_*) holds a result of `id`, as it holds it now:
+  // Records that `entry` (neuronxcc-*/MODULE_*, or an LNL key) holds a result of `id`, as it holds it now:
   // a done NEFF (size and checksum: from the publication record when it describes this
   // very file, else hashed) or a recorded failure. `compile_seconds`: what the result
   // took to compile, when the caller knows better than the publication record.
@@ -217,7 +265,7 @@ class ContentIndex {
     if (compile_seconds) r.compile_seconds = *compile_seconds;
     if (files->done()) {
       struct stat st {};
-      auto fd = detail::open_regular(fmt::format("{}/{}", entry_dir, k_neff_file), &st);
+      auto fd = detail::open_regular(fmt::format("{}/{}", entry_dir, files->neff_name()), &st);
       if (!fd) return fd.error();
       r.size = static_cast<uint64_t>(st.st_size);
       r.ino = static_cast<uint64_t>(st.st_ino);
@@ -248,7 +296,7 @@ class ContentIndex {
     int fd = detail::open_dir_at(AT_FDCWD, dir.c_str());
     if (fd < 0) return out;
     (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) {
-      if (!name.starts_with(k_module_dir_prefix)) return;
+      if (!name.starts_with(k_module_dir_prefix) && !is_lnl_key(name)) return;
       if (auto r = read_record(fmt::format("{}/{}", dir, name)); r && r->entry == entry_of(id, name)) out.push_back(*r);
     });
     return out;
@@ -330,24 +378,26 @@ class ContentIndex {
       return Twin{r, {}};
     }
     if (!files->done()) return Error{Errc::not_found, "it is no longer done"};
-    const std::string neff = fmt::format("{}/{}", entry_dir, k_neff_file);
+    const std::string name = files->neff_name();
+    const std::string neff = fmt::format("{}/{}", entry_dir, name);
     struct stat st {};
     auto fd = detail::open_regular(neff, &st);
     if (!fd) return fd.error();
     if (static_cast<uint64_t>(st.st_size) != r.size)
-      return Error{Errc::invalid_argument, fmt::format("model.neff has {} bytes, {} were recorded", st.st_size, r.size)};
+      return Error{Errc::invalid_argument, fmt::format("{} has {} bytes, {} were recorded", name, st.st_size, r.size)};
     if (static_cast<uint64_t>(st.st_ino) != r.ino || detail::mtime_ns(st) != r.mtime_ns) {
       auto h = detail::fd_xxh3(fd->get(), neff);
       if (!h) return h.error();
       if (const std::string hex = detail::xxh3_hex(*h); hex != r.xxh3)
-        return Error{Errc::invalid_argument, fmt::format("model.neff has checksum {}, {} was recorded", hex, r.xxh3)};
+        return Error{Errc::invalid_argument, fmt::format("{} has checksum {}, {} was recorded", name, hex, r.xxh3)};
     }
     return Twin{r, std::move(*fd)};
   }
 
  private:
-  static std::string entry_of(const ContentId& id, std::string_view module) {
-    return fmt::format("{}/{}", id.compiler_dir, module);
+  // The entry a record file of `id` named `name` stands for: an LNL key is the entry itself.
+  static std::string entry_of(const ContentId& id, std::string_view name) {
+    return is_lnl_key(name) ? std::string(name) : fmt::format("{}/{}", id.compiler_dir, name);
   }
   std::string id_dir(const ContentId& id) const {
     return fmt::format("{}/by-id/{}/{}+{}", dir(), id.compiler_dir, id.graph_sha256, id.flags_hash);
@@ -404,15 +454,17 @@ struct IndexScan {
 // Records the done and failed entries of the cache that the index does not know yet
 // (written by unmodified clients or other tools, or indexed before a crash), reading at
 // most `max_added` HLOs. `stop` is asked between entries. Entries without an HLO (a
-// client may delete it) cannot be indexed and are counted.
+// client may delete it) cannot be indexed and are counted. LNL entries whose results
+// record no compiler version (their clients compiled them) have no identity: passed over.
 inline IndexScan index_unknown_entries(const ContentIndex& index, std::size_t max_added,
                                        const std::vector<std::string>& default_flags = {},
                                        const std::function<bool()>& stop = {}) {
   IndexScan scan;
   (void)for_each_entry(index.root(), [&](const EntryRef& ref) {
-    if (!scan.complete || ref.files.is_lnl() || (!ref.files.done() && !ref.files.failed())) return;
-    ++scan.entries;
+    if (!scan.complete || (!ref.files.done() && !ref.files.failed())) return;
     const std::string entry = ref.relative_path();
+    if (ref.files.is_lnl() && !detail::recorded_compiler_version(fmt::format("{}/{}", index.root(), entry))) return;
+    ++scan.entries;
     if (index.knows(entry)) return;
     if (scan.added >= max_added) {
       scan.complete = false;

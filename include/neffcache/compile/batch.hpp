@@ -36,7 +36,9 @@ class Batch {
   };
 
   Batch(Scheduler::Options opts, std::vector<std::string> default_flags)
-      : default_flags_(std::move(default_flags)), scheduler_(std::move(opts)) {}
+      : default_flags_(std::move(default_flags)),
+        compiler_program_(opts.settings.compiler.program()),
+        scheduler_(std::move(opts)) {}
   ~Batch() { scheduler_.shutdown(); }
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
@@ -50,7 +52,7 @@ class Batch {
       if (!items_.try_emplace(entry_dir, Item{entry_dir, hlo_path_of(entry_dir), {}}).second) return;
       order_.push_back(entry_dir);
     }
-    scheduler_.submit(prepare_job(entry_dir, default_flags_), priority,
+    scheduler_.submit(prepare_job(entry_dir, default_flags_, compiler_program_), priority,
                       [this, entry_dir](const CompileResult& r) {
                         std::lock_guard lk(mu_);
                         items_.at(entry_dir).result = r;
@@ -105,6 +107,7 @@ class Batch {
   }
 
   std::vector<std::string> default_flags_;
+  const std::string compiler_program_;  // the compiler's, for LNL entries' identities
   mutable std::mutex mu_;  // guards the members below; never held while calling the scheduler
   std::condition_variable cv_;
   std::map<std::string, Item> items_;

@@ -15,6 +15,7 @@
 #include <neffcache/cache/index.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/compile/scheduler.hpp>
+#include <neffcache/compile/settings.hpp>
 #include <neffcache/hlo/hlo.hpp>
 
 namespace neffcache {
@@ -23,7 +24,11 @@ namespace neffcache {
 // JobSpec. An unreadable HLO still gives a spec, keyed by the entry alone: its compile
 // then records the failure in model.log. A done entry is not read either: submit answers
 // it without a compile, so a key would be a whole HLO read and hashed for nothing.
-inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {}) {
+// `compiler_program`: the program that compiles it (the template's), whose version names
+// an LNL entry's identity (none when empty or when it names no version: then the entry
+// has no dedup key).
+inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {},
+                           const std::string& compiler_program = {}) {
   JobSpec spec{entry_dir, {}, 0};
   auto files = read_entry_files(entry_dir);
   if (!files || !files->has_job() || files->done()) return spec;
@@ -31,11 +36,18 @@ inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::
   if (!hlo) return spec;
   spec.instructions = hlo->stats.instructions;
   spec.hlo_bytes = hlo->stats.bytes;
-  // An LNL entry has no content identity (see entry_content_id): no twins, no dedup.
-  if (files->is_lnl()) return spec;
+  std::string compiler_dir;
+  if (files->is_lnl()) {
+    // Its identity names the version of the compiler that will compile it here.
+    auto version = compiler_program.empty() ? std::nullopt : compiler_version_of(compiler_program);
+    auto dir = lnl_identity_compiler_dir(entry_dir, *files, version.value_or(""));
+    if (!dir) return spec;
+    compiler_dir = std::move(*dir);
+  } else {
+    compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
+  }
   auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
   if (!flags) return spec;
-  auto compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
   // The entry's content identity: what the content index files its result under.
   spec.dedup_key = ContentId{compiler_dir, hlo->canonical_sha256, flags_hash(*flags)}.str();
   return spec;

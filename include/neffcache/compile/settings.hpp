@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <chrono>
 #include <functional>
@@ -19,6 +23,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/key.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/compile/runner.hpp>
 #include <neffcache/core/result.hpp>
@@ -29,17 +34,51 @@ inline constexpr std::string_view k_default_compiler_template =
     "neuronx-cc compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags} --verbose=35";
 inline constexpr std::chrono::seconds k_default_compile_timeout{4 * 60 * 60};
 
-// Whether `program` can be run now: an executable path, or a name found executable in
-// one of PATH's folders.
-inline bool runnable(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+// The file `program` runs now: itself when it is a path, else the first executable of
+// that name in PATH's folders; nullopt when there is none.
+inline std::optional<std::string> resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos)
+    return ::access(program.c_str(), X_OK) == 0 ? std::optional<std::string>(program) : std::nullopt;
   const char* path = std::getenv("PATH");
   for (std::string_view rest = path ? path : ""; !rest.empty();) {
     auto dir = rest.substr(0, rest.find(':'));
-    if (!dir.empty() && ::access(fmt::format("{}/{}", dir, program).c_str(), X_OK) == 0) return true;
+    if (std::string file = fmt::format("{}/{}", dir, program); !dir.empty() && ::access(file.c_str(), X_OK) == 0)
+      return file;
     rest.remove_prefix(std::min(rest.size(), dir.size() + 1));
   }
-  return false;
+  return std::nullopt;
+}
+
+// Whether `program` can be run now (resolve_program).
+inline bool runnable(const std::string& program) { return resolve_program(program).has_value(); }
+
+// The version of the compiler `program` (detect_compiler_version: `<program> --version`),
+// asked once per program file: the answer is kept while the file it resolves to is the
+// same (inode, size, change time), so a compiler upgraded in place is asked again at its
+// next use. nullopt when it cannot be run or names no version (kept too). Thread-safe;
+// the query runs without the lock, so two first callers may both ask.
+inline std::optional<std::string> compiler_version_of(const std::string& program) {
+  struct Known {
+    ino_t ino = 0;
+    off_t size = 0;
+    int64_t ctime_ns = 0;
+    std::optional<std::string> version;
+    bool operator==(const Known& o) const { return ino == o.ino && size == o.size && ctime_ns == o.ctime_ns; }
+  };
+  static std::mutex mu;  // guards known; a leaf
+  static std::map<std::string, Known, std::less<>> known;
+  auto file = resolve_program(program);
+  struct stat st {};
+  if (!file || ::stat(file->c_str(), &st) != 0) return std::nullopt;
+  Known now{st.st_ino, st.st_size, static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec, {}};
+  {
+    std::lock_guard lock(mu);
+    if (auto it = known.find(*file); it != known.end() && it->second == now) return it->second.version;
+  }
+  if (auto v = detect_compiler_version(*file)) now.version = std::move(*v);
+  std::lock_guard lock(mu);
+  known.insert_or_assign(*file, now);
+  return now.version;
 }
 
 // A compiler command line with placeholders, split like NEURON_CC_FLAGS (no shell).

@@ -30,13 +30,15 @@
 
 namespace neffcache {
 
-// The cache root of an entry folder (…/<root>/neuronxcc-<v>/MODULE_<…>) and the entry's
-// path in it.
+// The cache root of an entry folder (…/<root>/neuronxcc-<v>/MODULE_<…>, or an LNL
+// entry …/<root>/<key>) and the entry's path in it.
 inline std::string root_of_entry(const std::string& entry_dir) {
-  return std::filesystem::path(entry_dir).parent_path().parent_path().string();
+  std::filesystem::path p(entry_dir);
+  return (EntryFiles::of_entry_path(entry_dir).is_lnl() ? p.parent_path() : p.parent_path().parent_path()).string();
 }
 inline std::string entry_in_cache(const std::string& entry_dir) {
   std::filesystem::path p(entry_dir);
+  if (EntryFiles::of_entry_path(entry_dir).is_lnl()) return p.filename().string();
   return fmt::format("{}/{}", p.parent_path().filename().string(), p.filename().string());
 }
 
@@ -74,13 +76,16 @@ inline Result<std::string> place_twin_neff(const Twin& twin, const std::string& 
   return std::string("copy");
 }
 
-// Copies the twin's model.log into `entry_dir` as its recorded failure.
+// Copies the twin's failure record (model.log; LNL: ours) into `entry_dir` as its own
+// (`failure_name`, by the entry's dialect).
 inline Result<void> place_twin_failure(const std::string& source_dir, const std::string& entry_dir,
-                                       const std::optional<FileOwner>& owner) {
+                                       std::string_view failure_name, const std::optional<FileOwner>& owner) {
   const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, random_hex64());
-  auto c = copy_file_hashed(fmt::format("{}/{}", source_dir, k_log_file), tmp, 0644, owner);
+  const std::string source =
+      fmt::format("{}/{}", source_dir, EntryFiles::of_entry_path(source_dir).failure_name());
+  auto c = copy_file_hashed(source, tmp, 0644, owner);
   if (!c) return c.error();
-  if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, k_log_file).c_str()) != 0) {
+  if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, failure_name).c_str()) != 0) {
     sys::unlink(tmp.c_str());
     return sys_error("record failure in", entry_dir);
   }
@@ -115,7 +120,7 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
       files->hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files->hlo_name())) : std::nullopt;
   const std::string source_dir = fmt::format("{}/{}", root_of_entry(entry_dir), twin.record.entry);
   if (twin.record.failed) {
-    if (auto p = detail::place_twin_failure(source_dir, entry_dir, owner); !p)
+    if (auto p = detail::place_twin_failure(source_dir, entry_dir, files->failure_name(), owner); !p)
       return end(CompileOutcome::transient, p.error().message);
     r.twin = twin.record.entry;
     return end(CompileOutcome::failed, fmt::format("same graph as {}, which failed", twin.record.entry));
@@ -127,6 +132,9 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
   nlohmann::ordered_json meta{{"copied_from", twin.record.entry},
                               {"copy", *how},
                               {"compile_seconds_saved", twin.record.compile_seconds}};
+  // An LNL entry keeps the version its identity named: its own identity, later.
+  if (files->is_lnl())
+    if (auto v = compiler_version_of(s.compiler.program())) meta["compiler_version"] = *v;
   auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner, *files);
   if (!p) return end(CompileOutcome::transient, p.error().message);
   r.twin = twin.record.entry;
