@@ -299,7 +299,7 @@ TEST_CASE("neffcache clear-neffs, gc and clean take LNL entries and leave LNL's 
   }
 }
 
-TEST_CASE("a bad LNL name is a one-line error; explain refuses an LNL entry and analyze reads it", "[cli][lnl]") {
+TEST_CASE("a bad LNL name is a one-line error; explain and analyze read an LNL entry", "[cli][lnl]") {
   MixedCache c;
   const std::string missing = test::lnl_key("nothing");
   for (const auto& cmd : {"compile", "retry", "analyze"}) {
@@ -318,9 +318,19 @@ TEST_CASE("a bad LNL name is a one-line error; explain refuses an LNL entry and 
   test::check_one_line_error(tool({"retry", "--cache", c.root.string(), "neuronxcc-2.21.0/" + missing}),
                              "not an entry of the cache");
 
-  test::check_one_line_error(tool({"explain", "--cache", c.root.string(), c.pending}), "an LNL entry");
+  // explain: an entry its client compiled names no compiler version, so it has no identity;
+  // a pending one is explained as the compiler that would compile it here sees it.
   test::check_one_line_error(tool({"explain", "--cache", c.root.string(), (c.root / c.done / "graph.hlo").string()}),
-                             "an LNL entry");
+                             "its client compiled it, and nothing says with which compiler version");
+  test::check_one_line_error(tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", "no-such-compiler"}),
+                             "cannot tell the compiler version");
+  auto explained = tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
+  INFO(explained.output);
+  REQUIRE(explained.exit_code == 0);
+  auto verdict = nlohmann::json::parse(explained.output);
+  CHECK(verdict["verdict"] == "miss");
+  CHECK(verdict["entry"].get<std::string>().ends_with(c.pending));
+  CHECK(verdict["identity"].get<std::string>().starts_with("neuronxcc-2.21.0.0+fake/"));
 
   auto r = tool({"analyze", "--cache", c.root.string(), "--output", (c.dir / "out").string(), c.pending});
   CHECK(r.exit_code == 0);
@@ -370,6 +380,10 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   // Later runs find the result in the index: a new LNL entry of that program compiles nothing.
   const std::string later = test::lnl_key("later");
   test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", later, {"-O1"});
+  auto explained = tool({"explain", "--cache", root.string(), later, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
+  INFO(explained.output);
+  REQUIRE(explained.exit_code == 0);
+  CHECK(nlohmann::json::parse(explained.output)["verdict"] == "twin");
   CHECK(compile() == 3);
   CHECK(test::slurp(root / later / lnl_neff_name(later)) == neff);
   const std::string from = meta(root / later)["copied_from"];

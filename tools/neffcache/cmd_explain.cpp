@@ -33,13 +33,10 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
   std::optional<store::Entry> entry;
   if (auto named = cache.named(opts.input)) entry = *named;
   else if (is_dir) return named.error();
-  // Explaining is finding the entry a client's key names and the twins of an identity; an
-  // LNL key covers a compiler version we cannot read back, so neither is known yet.
-  if (entry && entry->dialect() == Dialect::lnl)
-    return Error{Errc::invalid_argument,
-                 fmt::format("{}: an LNL entry (vLLM Neuron, TorchNeuron): explain knows only the Neuron cache's keys "
-                             "(ls, compile and analyze take it)",
-                             entry->view())};
+  // An LNL key (an MD5 of what LNL traced) cannot be made from a graph: the entry asked
+  // about is the entry named, and its compiler version is the one its result records,
+  // else the compiler's that would compile it (as for its content identity, index.hpp).
+  const bool lnl = entry && entry->dialect() == Dialect::lnl;
 
   auto env_flags = compiler_flags({});
   if (!env_flags) return env_flags.error();
@@ -61,6 +58,13 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
     auto read = detail::read_file(hlo->path());
     if (!read) return read.error();
     bytes = std::move(*read);
+    // (A directory cache's entry: the local file is in the entry's folder.)
+    const std::string entry_dir = fs::path(hlo->path()).parent_path().string();
+    if (!flags && lnl) {
+      auto entry_flags = entry_compiler_flags(entry_dir, *files, a.default_flags);
+      if (!entry_flags) return entry_flags.error();
+      flags = std::move(*entry_flags);
+    }
     if (!flags) {
       // (Through the store, which may give a downloaded copy of the file.)
       std::optional<store::LocalFile> json;
@@ -72,6 +76,21 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
       auto entry_flags = entry_compiler_flags(json ? std::optional(json->path()) : std::nullopt, a.default_flags);
       if (!entry_flags) return entry_flags.error();
       flags = std::move(*entry_flags);
+    }
+    if (version.empty() && lnl) {
+      if (files->done() || files->failed()) {
+        auto recorded = detail::recorded_compiler_version(entry_dir);
+        if (!recorded)
+          return Error{Errc::invalid_argument,
+                       fmt::format("{}: its client compiled it, and nothing says with which compiler version: it has "
+                                   "no content identity (pass --compiler-version to compare it anyway)",
+                                   entry->view())};
+        version = std::move(*recorded);
+      } else {
+        auto v = compiler_version({}, opts.compiler);
+        if (!v) return v.error();
+        version = std::move(*v);
+      }
     }
     if (version.empty()) version = entry->compiler_dir().substr(k_compiler_dir_prefix.size());
   } else {
@@ -92,8 +111,10 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
   a.graph.flags = std::move(*flags);
   a.graph.hlo_bytes = bytes.size();
   a.graph.units = std::move(split->units);
-  // The entry named is the one asked about, unless --flag or --compiler-version move it.
-  a.target = entry && opts.flags.empty() && opts.compiler_version.empty() ? entry->path() : key.relative_path();
+  // The entry named is the one asked about, unless --flag or --compiler-version move it
+  // (an LNL entry stays: no key of its dialect can be made from a graph).
+  a.target = entry && (lnl || (opts.flags.empty() && opts.compiler_version.empty())) ? entry->path()
+                                                                                     : key.relative_path();
   return a;
 }
 
@@ -160,14 +181,15 @@ void setup_explain(CLI::App& app, int& exit_code) {
                                        run_explain);
   sub->add_option("HLO|ENTRY", opts->input,
                   "serialized HloModuleProto or HloProto, or an entry of the cache (a MODULE_* "
-                  "folder or a file in one)")
+                  "folder, an LNL entry's key folder, or a file in one)")
       ->required();
   sub->add_option("--flag", opts->flags,
                   "a compiler flag (repeat; write --flag=-O1 for flags that start with -); default: the entry's "
                   "compile_flags.json, else the compiler flags in NEURON_CC_FLAGS")
       ->allow_extra_args(false);
   sub->add_option("--compiler-version", opts->compiler_version,
-                  "compiler version; default: the entry's compiler folder, else asks '<compiler> --version'");
+                  "compiler version; default: the entry's compiler folder (an LNL entry: the version its result "
+                  "records), else asks '<compiler> --version'");
   sub->add_option("--compiler", opts->compiler, "compiler to ask for its version")->capture_default_str();
   sub->add_flag("--json", opts->json, "print one JSON object");
 }
@@ -226,9 +248,11 @@ int run_explain(const ExplainOptions& opts) {
                "{:.1f} s of compiling\n",
                target_view, twin_view, twin->compile_seconds);
   } else if (verdict == "failure" && twin->entry == asked->target) {
-    fmt::print("failure: {} failed to compile (see its model.log)\n", target_view);
+    fmt::print("failure: {} failed to compile (see its {})\n", target_view,
+               EntryFiles::of_entry_path(twin->entry).failure_name());
   } else if (verdict == "failure") {
-    fmt::print("failure: would fail: same graph as {}, which failed (see its model.log)\n", twin_view);
+    fmt::print("failure: would fail: same graph as {}, which failed (see its {})\n", twin_view,
+               EntryFiles::of_entry_path(twin->entry).failure_name());
   } else {
     fmt::print("miss: {} is not compiled, and no entry holds the same graph and flags\n", target_view);
   }
