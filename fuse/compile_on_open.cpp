@@ -232,7 +232,10 @@ void CompileOnOpen::prepare_loop() {
       if (!up) fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
       continue;
     }
-    JobSpec spec = prepare_job(item->entry_dir, opts_.default_flags, opts_.scheduler.settings.compiler.program());
+    // (Compiles run as another user: no LNL identities, see lnl_compiler_version.)
+    const auto& settings = opts_.scheduler.settings;
+    JobSpec spec =
+        prepare_job(item->entry_dir, opts_.default_flags, settings.run_as ? std::string() : settings.compiler.program());
     // Where each entry publishes its own NEFF (S3), no copies between equal graphs.
     if (!opts_.store->copies_equal_graphs()) spec.dedup_key.clear();
     // No lock is held here; the callback may run on this thread (see the header).

@@ -186,3 +186,38 @@ TEST_CASE("a graph calling an NKI kernel this host lacks is refused before the c
   test::spit(kernel, "a kernel binary");
   CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
 }
+
+TEST_CASE("an LNL result its client compiled is never filed under our compiler, nor copied to a twin",
+          "[lnl][index][compile]") {
+  test::TempDir root, work;
+  const auto s = lnl_settings(work);
+  const std::string client = test::lnl_key("client's"), ours = test::lnl_key("ours"), other = test::lnl_key("other");
+  for (const auto& key : {client, ours, other}) test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key, {"-O1"});
+  // The job's identity, as prepare_job makes it with the compiler's version.
+  const auto key = prepare_job((root / client).string(), {}, s.compiler.program()).dedup_key;
+  auto id = ContentId::parse(key);
+  REQUIRE(id.has_value());
+  CHECK(id->compiler_dir == "neuronxcc-2.21.0.0+fake");
+  CHECK(prepare_job((root / ours).string(), {}, s.compiler.program()).dedup_key == key);
+
+  // The client compiled its entry while our job waited: already done, by an unknown compiler.
+  test::spit(root / client / lnl_neff_name(client), "the client's NEFF");
+  test::spit(root / client / ".compilation_complete", lnl_marker(1, 17));
+  const ContentIndex index(root.path().string());
+  folder_record((root / client).string(), key, CompileResult::of(CompileOutcome::already_done, ""), s);
+  CHECK(index.records(*id).empty());
+  auto copied = copy_result((root / client).string(), (root / other).string(), s);
+  CHECK(copied.outcome == CompileOutcome::transient);
+  CHECK_FALSE(test::fs::exists(root / other / lnl_neff_name(other)));
+
+  // Ours, compiled here: recorded under the version it names, and copied to a twin.
+  REQUIRE(compile_entry((root / ours).string(), s).outcome == CompileOutcome::success);
+  folder_record((root / ours).string(), key, CompileResult::of(CompileOutcome::success, ""), s);
+  REQUIRE(index.records(*id).size() == 1);
+  CHECK(index.records(*id).front().entry == ours);
+  CHECK(copy_result((root / ours).string(), (root / other).string(), s).outcome == CompileOutcome::success);
+  CHECK(test::slurp(root / other / lnl_neff_name(other)) == test::slurp(root / ours / lnl_neff_name(ours)));
+  // A client that compiles our entry again leaves our record behind: it no longer names the NEFF.
+  test::spit(root / ours / lnl_neff_name(ours), "recompiled by the client");
+  CHECK_FALSE(neffcache::detail::recorded_compiler_version((root / ours).string()).has_value());
+}

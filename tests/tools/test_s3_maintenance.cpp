@@ -277,6 +277,23 @@ TEST_CASE("sync carries NKI kernels and LNL's nki/ results; a compile on S3 fetc
   CHECK_FALSE(s3->head("v/" + calls_absent + "/.compilation_complete").has_value());
   CHECK_FALSE(s3->head("v/" + calls_absent + "/.neffcache-failed.log").has_value());
 
+  // A link planted in a shared kernel folder leads nowhere: a kernel reached through it is
+  // not uploaded, and a bucket's kernel is not written through it.
+  const fs::path outside = dir / "outside";
+  test::spit(outside / "secret.klir", "not a kernel");
+  fs::create_directory_symlink(outside, kernels / "planted");
+  const std::string via_link = test::lnl_key("calls through a link");
+  test::make_lnl_entry(dir / "local2", "gopjrt_tuple.hlo.pb", via_link, {"-O1"});
+  test::spit(dir / "local2" / via_link / "graph.hlo", test::graph_calling((kernels / "planted" / "secret.klir").string()));
+  auto linked = tool({"sync", "push", (dir / "local2").string(), url, "--nki-kernels", kernels.string()});
+  CHECK(linked.exit_code == 0);
+  CHECK_THAT(linked.output, ContainsSubstring("planted/secret.klir is not on this host"));
+  CHECK_FALSE(s3->head("v/.neffcache/nki-kernels/planted/secret.klir").has_value());
+  REQUIRE(s3->put("v/.neffcache/nki-kernels/planted/dropped.klir", "dropped through a link").has_value());
+  auto through = tool({"sync", "pull", (dir / "pulled").string(), url, "--nki-kernels", kernels.string()});
+  CHECK(through.exit_code != 0);
+  CHECK_FALSE(fs::exists(outside / "dropped.klir"));
+
   // A kernel folder must be absolute: graphs name kernels by absolute path.
   auto bad = tool({"sync", "pull", (dir / "pulled").string(), url, "--nki-kernels", "relative/kernels"});
   CHECK(bad.exit_code != 0);

@@ -93,14 +93,26 @@ struct ContentId {
 
 namespace detail {
 
+inline int64_t mtime_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
 // The compiler version our publication record of `entry_dir` names (compiler_version,
-// written when we compile or serve an LNL entry); nullopt when there is none or it is
+// written when we compile or serve an LNL entry), when the record describes the NEFF
+// there now: the recorded size, and no NEFF newer than the record (a client that
+// compiled the entry again left our record behind). nullopt otherwise, or when it names
 // no version.
 inline std::optional<std::string> recorded_compiler_version(const std::string& entry_dir) {
-  auto text = read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
+  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
+  const std::string neff_path = fmt::format("{}/{}", entry_dir, EntryFiles::of_entry_path(entry_dir).neff_name());
+  struct stat meta_st {}, neff_st {};
+  if (::stat(meta_path.c_str(), &meta_st) != 0 || ::stat(neff_path.c_str(), &neff_st) != 0) return std::nullopt;
+  auto text = read_file(meta_path);
   if (!text) return std::nullopt;
   auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("compiler_version") || !j["compiler_version"].is_string()) return std::nullopt;
+  if (!j.is_object() || !j.contains("compiler_version") || !j["compiler_version"].is_string() ||
+      !j.contains("size") || j["size"] != neff_st.st_size || mtime_ns(meta_st) < mtime_ns(neff_st))
+    return std::nullopt;
   auto v = j["compiler_version"].get<std::string>();
   if (!check_compiler_version(v)) return std::nullopt;
   return v;
@@ -196,10 +208,6 @@ struct Twin {
 };
 
 namespace detail {
-
-inline int64_t mtime_ns(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
 
 // An entry's publication record (.neffcache-meta.json, compile/publish.hpp) as a JSON
 // object: an empty one when it is missing or is no JSON object.

@@ -10,6 +10,12 @@
 //   plain files, copied as they are.
 #pragma once
 
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <optional>
 #include <set>
 #include <string>
@@ -59,6 +65,48 @@ inline std::optional<std::string> kernel_relative_path(std::string_view dir, std
   auto rel = kernel.substr(dir == "/" ? 1 : dir.size() + 1);
   if (!is_plain_relative_path(rel)) return std::nullopt;
   return std::string(rel);
+}
+
+// The kernel folder `dir`, opened (the folder itself may not be a symbolic link), so that
+// kernels are reached beneath it only (open_kernel, kernel_parent). Errors: no such folder.
+inline Result<detail::UniqueFd> open_kernel_dir(const std::string& dir) {
+  detail::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return sys_error("open the NKI kernel folder", dir);
+  return fd;
+}
+
+// Opens the kernel at `rel` (kernel_relative_path) beneath the kernel folder open as
+// `dir_fd` for reading, following no symbolic link on the way, so that a link planted in
+// a shared kernel folder never makes us read (and upload) a file outside it. Errors: it
+// is missing, not a regular file, or reached through a link (ELOOP, EXDEV).
+inline Result<detail::UniqueFd> open_kernel(int dir_fd, const std::string& rel) {
+  struct open_how how {};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  detail::UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.c_str(), &how, sizeof how)));
+  if (!fd) return sys_error("open the NKI kernel", rel);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return Error{Errc::invalid_argument, fmt::format("{}: the NKI kernel is not a regular file", rel)};
+  return fd;
+}
+
+// The folder that holds the kernel `rel` beneath the kernel folder open as `dir_fd`,
+// made as needed (mode 0755 less the umask) one part at a time, following no symbolic
+// link: what a kernel is written into. Errors: a part cannot be made or is a link.
+inline Result<detail::UniqueFd> kernel_parent(int dir_fd, std::string_view rel) {
+  detail::UniqueFd at(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!at) return sys_error("duplicate", "the NKI kernel folder");
+  for (std::size_t begin = 0;;) {
+    const auto end = rel.find('/', begin);
+    if (end == std::string_view::npos) return at;
+    const std::string part(rel.substr(begin, end - begin));
+    if (::mkdirat(at.get(), part.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", std::string(rel));
+    detail::UniqueFd next(::openat(at.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next) return sys_error("open", std::string(rel.substr(0, end)));
+    at = std::move(next);
+    begin = end + 1;
+  }
 }
 
 // The kernel binaries the HLO file `hlo_path` calls (absolute paths, as it names them).

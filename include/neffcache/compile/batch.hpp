@@ -37,7 +37,7 @@ class Batch {
 
   Batch(Scheduler::Options opts, std::vector<std::string> default_flags)
       : default_flags_(std::move(default_flags)),
-        compiler_program_(opts.settings.compiler.program()),
+        compiler_program_(opts.settings.run_as ? std::string() : opts.settings.compiler.program()),
         scheduler_(std::move(opts)) {}
   ~Batch() { scheduler_.shutdown(); }
   Batch(const Batch&) = delete;

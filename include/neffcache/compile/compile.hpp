@@ -266,7 +266,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
                                 {"host", detail::current_process().host}};
     // An LNL entry has no compiler folder: its result's identity names this version.
     if (files->is_lnl())
-      if (auto version = compiler_version_of(s.compiler.program())) meta["compiler_version"] = *version;
+      if (auto version = lnl_compiler_version(s)) meta["compiler_version"] = *version;
     auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner, *files, compiler_log);
     if (!published) return transient(published.error().message);
     detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", *published,

@@ -52,33 +52,42 @@ inline std::optional<std::string> resolve_program(const std::string& program) {
 // Whether `program` can be run now (resolve_program).
 inline bool runnable(const std::string& program) { return resolve_program(program).has_value(); }
 
-// The version of the compiler `program` (detect_compiler_version: `<program> --version`),
-// asked once per program file: the answer is kept while the file it resolves to is the
-// same (inode, size, change time), so a compiler upgraded in place is asked again at its
-// next use. nullopt when it cannot be run or names no version (kept too). Thread-safe;
-// the query runs without the lock, so two first callers may both ask.
+// The version of the compiler `program` as `<program> --version` reports it in neuronx-cc's
+// words ("... Compiler version <v>"; a wrapper such as `nice` or `env`, whose output names
+// other versions, gives none), asked once per program file: the answer is kept while the
+// file it resolves to is the same (inode, size, change time), so a compiler upgraded in
+// place is asked again at its next use; a failure is asked again after a minute. nullopt
+// when it cannot be run or names no version. Thread-safe; the query runs without the
+// lock, so two first callers may both ask.
 inline std::optional<std::string> compiler_version_of(const std::string& program) {
+  constexpr auto k_retry_failure = std::chrono::minutes(1);
   struct Known {
     ino_t ino = 0;
     off_t size = 0;
     int64_t ctime_ns = 0;
     std::optional<std::string> version;
-    bool operator==(const Known& o) const { return ino == o.ino && size == o.size && ctime_ns == o.ctime_ns; }
+    std::chrono::steady_clock::time_point asked{};
+    bool same_file(const Known& o) const { return ino == o.ino && size == o.size && ctime_ns == o.ctime_ns; }
   };
   static std::mutex mu;  // guards known; a leaf
   static std::map<std::string, Known, std::less<>> known;
   auto file = resolve_program(program);
   struct stat st {};
   if (!file || ::stat(file->c_str(), &st) != 0) return std::nullopt;
-  Known now{st.st_ino, st.st_size, static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec, {}};
+  const auto now = std::chrono::steady_clock::now();
+  Known k{st.st_ino, st.st_size, static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec, {}, now};
   {
     std::lock_guard lock(mu);
-    if (auto it = known.find(*file); it != known.end() && it->second == now) return it->second.version;
+    if (auto it = known.find(*file);
+        it != known.end() && it->second.same_file(k) && (it->second.version || now - it->second.asked < k_retry_failure))
+      return it->second.version;
   }
-  if (auto v = detect_compiler_version(*file)) now.version = std::move(*v);
+  if (auto run = detail::run_capture({*file, "--version"}, k_version_query_timeout); run && run->exit_code == 0)
+    if (auto at = run->output.find("Compiler version"); at != std::string::npos)
+      if (auto v = parse_compiler_version(std::string_view(run->output).substr(at))) k.version = std::move(*v);
   std::lock_guard lock(mu);
-  known.insert_or_assign(*file, now);
-  return now.version;
+  known.insert_or_assign(*file, k);
+  return k.version;
 }
 
 // A compiler command line with placeholders, split like NEURON_CC_FLAGS (no shell).
@@ -194,6 +203,14 @@ struct CompileSettings {
   // (CompileResult::oom_killed).
   int oom_retries = 0;
 };
+
+// The compiler version that names the content identity of LNL entries compiled with `s`
+// (index.hpp): its program's (compiler_version_of), none when compiles run as another
+// user (the daemon runs no compiler as root, not even to ask its version).
+inline std::optional<std::string> lnl_compiler_version(const CompileSettings& s) {
+  if (s.run_as) return std::nullopt;
+  return compiler_version_of(s.compiler.program());
+}
 
 // The compiler a run's --compiler option names: `text` parsed as a template (the default
 // template when empty); when `check` is Installed::required, its program must be

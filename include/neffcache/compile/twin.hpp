@@ -134,12 +134,30 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
                               {"compile_seconds_saved", twin.record.compile_seconds}};
   // An LNL entry keeps the version its identity named: its own identity, later.
   if (files->is_lnl())
-    if (auto v = compiler_version_of(s.compiler.program())) meta["compiler_version"] = *v;
+    if (auto v = lnl_compiler_version(s)) meta["compiler_version"] = *v;
   auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner, *files);
   if (!p) return end(CompileOutcome::transient, p.error().message);
   r.twin = twin.record.entry;
   r.saved_seconds = twin.record.compile_seconds;
   return end(CompileOutcome::success, "");
+}
+
+// The compiler folder that made the result `entry_dir` holds now (`files`: its files): a
+// Neuron entry's folder, or the version our record of an LNL entry's result names;
+// nullopt when nobody can tell (an LNL entry its client compiled).
+inline std::optional<std::string> result_compiler_dir(const std::string& entry_dir, const EntryFiles& files) {
+  if (!files.is_lnl()) return std::filesystem::path(entry_dir).parent_path().filename().string();
+  return lnl_identity_compiler_dir(entry_dir, files, {});
+}
+
+// The compiler folder of the identity of `entry_dir` when compiled with `s`: a Neuron
+// entry's folder, or the version of the compiler an LNL entry is compiled with here.
+inline std::optional<std::string> identity_compiler_dir(const std::string& entry_dir, const CompileSettings& s) {
+  if (!EntryFiles::of_entry_path(entry_dir).is_lnl())
+    return std::filesystem::path(entry_dir).parent_path().filename().string();
+  auto v = lnl_compiler_version(s);
+  if (!v) return std::nullopt;
+  return fmt::format("{}{}", k_compiler_dir_prefix, *v);
 }
 
 // Gives `entry_dir` the result of `source_dir`, an entry of the same cache with the same
@@ -151,6 +169,14 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
   auto source = read_entry_files(source_dir);
   if (!source) return transient(source.error().message);
+  // Across dialects, the result must be of the compiler the identity named: an LNL
+  // entry's client may have compiled it, with a compiler nobody can name.
+  if (source->is_lnl() || EntryFiles::of_entry_path(entry_dir).is_lnl()) {
+    auto made_by = result_compiler_dir(source_dir, *source);
+    auto wanted = identity_compiler_dir(entry_dir, s);
+    if (!made_by || made_by != wanted)
+      return transient(fmt::format("{} holds no result of the compiler {} would be compiled with", source_dir, entry_dir));
+  }
   Twin twin;
   twin.record.entry = entry_in_cache(source_dir);
   if (source->failed()) {
@@ -200,6 +226,15 @@ inline void folder_record(const std::string& entry_dir, const std::string& key, 
   if (r.outcome != CompileOutcome::success && r.outcome != CompileOutcome::failed &&
       r.outcome != CompileOutcome::already_done)
     return;
+  // An LNL entry's result is recorded only under the version that made it: ours, as our
+  // record says (a client may have compiled it meanwhile: already_done), or, for a failure,
+  // a compile we ran just now.
+  if (EntryFiles::of_entry_path(entry_dir).is_lnl()) {
+    auto files = read_entry_files(entry_dir);
+    if (!files) return;
+    if (r.outcome == CompileOutcome::failed ? r.attempts == 0 : result_compiler_dir(entry_dir, *files) != id->compiler_dir)
+      return;
+  }
   ContentIndex index(root_of_entry(entry_dir));
   std::optional<double> seconds;
   if (r.attempts > 0 && r.outcome == CompileOutcome::success) seconds = r.compile_seconds;

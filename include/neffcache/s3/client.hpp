@@ -241,9 +241,14 @@ class S3Client {
     struct stat st {};
     auto fd = detail::open_regular(path, &st);
     if (!fd) return fd.error();
-    auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size > settings_.multipart_threshold) return upload_parts(key, fd->get(), size, cond);
-    Call c{.method = "PUT", .key = key, .body_fd = fd->get(), .body_size = size};
+    return upload_fd(key, fd->get(), static_cast<std::uint64_t>(st.st_size), cond);
+  }
+
+  // upload() of the first `size` bytes of the regular file open as `fd` (read from its
+  // start, whatever its offset; the caller keeps it), for a file opened with care.
+  Result<ObjectInfo> upload_fd(const std::string& key, int fd, std::uint64_t size, const PutCondition& cond = {}) {
+    if (size > settings_.multipart_threshold) return upload_parts(key, fd, size, cond);
+    Call c{.method = "PUT", .key = key, .body_fd = fd, .body_size = size};
     add_condition(c, cond);
     auto r = request(std::move(c));
     if (!r) return r.error();

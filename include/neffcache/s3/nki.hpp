@@ -64,23 +64,28 @@ struct KernelTransfer {
 };
 
 // Uploads the kernels `kernels` (absolute paths, as graphs name them) of the kernel
-// folder `kernel_dir` that the bucket lacks or holds with another size. `in_bucket`: the
-// bucket's kernels as a listing gave them (nki_objects), else each is asked for with a
-// HEAD. Errors: the first upload or request that failed (the caller must not publish an
-// entry calling that kernel).
+// folder `kernel_dir` that the bucket lacks or holds with another size; each is read
+// beneath the folder, through no symbolic link (open_kernel). `in_bucket`: the bucket's
+// kernels as a listing gave them (nki_objects), else each is asked for with a HEAD.
+// Errors: the first upload or request that failed (the caller must not publish an entry
+// calling that kernel).
 inline Result<KernelTransfer> push_nki_kernels(S3Client& s3, const std::string& prefix, const std::string& kernel_dir,
                                                const std::set<std::string>& kernels,
                                                const FileSizes* in_bucket = nullptr) {
   KernelTransfer t;
+  if (kernels.empty()) return t;
+  auto dir = open_kernel_dir(kernel_dir);
   for (const auto& kernel : kernels) {
     auto rel = kernel_relative_path(kernel_dir, kernel);
     if (!rel) {
       t.not_carried.push_back(fmt::format("the NKI kernel {} lies outside the kernel folder {}", kernel, kernel_dir));
       continue;
     }
+    auto fd = dir ? open_kernel(dir->get(), *rel) : Result<detail::UniqueFd>(dir.error());
     struct stat st {};
-    if (::stat(kernel.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      t.not_carried.push_back(fmt::format("the NKI kernel {} is not on this host", kernel));
+    if (!fd || ::fstat(fd->get(), &st) != 0) {
+      t.not_carried.push_back(fmt::format("the NKI kernel {} is not on this host ({})", kernel,
+                                          fd ? "cannot stat it" : fd.error().message));
       continue;
     }
     const std::string key = s3_key(prefix, fmt::format("{}/{}", k_s3_kernels_dir, *rel));
@@ -96,23 +101,37 @@ inline Result<KernelTransfer> push_nki_kernels(S3Client& s3, const std::string& 
       ++t.skipped;
       continue;
     }
-    if (auto up = s3.upload(key, kernel); !up) return up.error();
+    // (Uploaded from the descriptor opened above: the very file checked.)
+    if (auto up = s3.upload_fd(key, fd->get(), static_cast<uint64_t>(st.st_size)); !up) return up.error();
     ++t.copied;
     t.bytes += static_cast<uint64_t>(st.st_size);
   }
   return t;
 }
 
-// Downloads into the kernel folder `kernel_dir` the kernels of `kernels` (absolute
-// paths) that are not on this host and that the bucket has; each appears whole or not
-// at all. A kernel the bucket lacks too is left for the compile to refuse by name.
-// Errors: a download or a folder that could not be made.
+// Downloads the bucket's kernel at `rel` (a plain relative path) beneath the kernel folder
+// open as `dir_fd`, its folders made as needed through no symbolic link (kernel_parent);
+// it appears whole or not at all. Errors: as the download's, or a folder's.
+inline Result<ObjectInfo> download_kernel(S3Client& s3, const std::string& prefix, int dir_fd, const std::string& rel) {
+  auto parent = kernel_parent(dir_fd, rel);
+  if (!parent) return parent.error();
+  const auto name = rel.substr(rel.rfind('/') == std::string::npos ? 0 : rel.rfind('/') + 1);
+  // (The download's temporary file and rename stay in the folder open as `parent`.)
+  return s3.download(s3_key(prefix, fmt::format("{}/{}", k_s3_kernels_dir, rel)),
+                     fmt::format("/proc/self/fd/{}/{}", parent->get(), name));
+}
+
+// Downloads into the kernel folder `kernel_dir` (made if missing) the kernels of
+// `kernels` (absolute paths) that are not on this host and that the bucket has
+// (download_kernel). A kernel the bucket lacks too is left for the compile to refuse by
+// name. Errors: a download or a folder that could not be made.
 inline Result<KernelTransfer> fetch_nki_kernels(S3Client& s3, const std::string& prefix, const std::string& kernel_dir,
                                                 const std::set<std::string>& kernels) {
   KernelTransfer t;
+  std::optional<detail::UniqueFd> dir;
   for (const auto& kernel : kernels) {
     struct stat st {};
-    if (::stat(kernel.c_str(), &st) == 0) {
+    if (::lstat(kernel.c_str(), &st) == 0) {
       ++t.skipped;
       continue;
     }
@@ -121,10 +140,14 @@ inline Result<KernelTransfer> fetch_nki_kernels(S3Client& s3, const std::string&
       t.not_carried.push_back(fmt::format("the NKI kernel {} lies outside the kernel folder {}", kernel, kernel_dir));
       continue;
     }
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(kernel).parent_path(), ec);
-    if (ec) return Error{Errc::io, fmt::format("create {}: {}", std::filesystem::path(kernel).parent_path().string(), ec.message())};
-    auto got = s3.download(s3_key(prefix, fmt::format("{}/{}", k_s3_kernels_dir, *rel)), kernel);
+    if (!dir) {
+      std::error_code ec;
+      std::filesystem::create_directories(kernel_dir, ec);
+      auto opened = open_kernel_dir(kernel_dir);
+      if (!opened) return opened.error();
+      dir = std::move(*opened);
+    }
+    auto got = download_kernel(s3, prefix, dir->get(), *rel);
     if (!got) {
       if (got.error().code == Errc::not_found) {
         t.not_carried.push_back(fmt::format("the NKI kernel {} is neither on this host nor in the bucket", kernel));

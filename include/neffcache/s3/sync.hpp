@@ -265,27 +265,40 @@ inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const 
   const NkiObjects nki = nki_objects(remote->objects, prefix);
   SyncStats stats;
   std::mutex mu;
-  // Each side file goes to `dir`/`name`, its folders made first.
-  auto fetch_into = [&](const std::string& dir, std::string_view s3_dir) {
-    return [&, dir, s3_dir](const std::string& name) -> Result<void> {
-      const std::filesystem::path to = std::filesystem::path(dir) / name;
-      std::error_code ec;
-      std::filesystem::create_directories(to.parent_path(), ec);
-      if (ec) return Error{Errc::io, fmt::format("create {}: {}", to.parent_path().string(), ec.message())};
-      auto r = s3.download(s3_key(prefix, fmt::format("{}/{}", s3_dir, name)), to.string());
-      if (!r) return r.error();
-      return {};
-    };
-  };
-  FileSizes kernels_here;
-  for (const auto& [rel, size] : nki.kernels) {
-    struct stat st {};
-    if (::stat(fmt::format("{}/{}", o.nki_kernels, rel).c_str(), &st) == 0 && S_ISREG(st.st_mode))
-      kernels_here.emplace(rel, static_cast<uint64_t>(st.st_size));
+  if (!nki.kernels.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.nki_kernels, ec);
+    auto kernel_dir = open_kernel_dir(o.nki_kernels);
+    if (!kernel_dir) return kernel_dir.error();
+    FileSizes kernels_here;
+    for (const auto& [rel, size] : nki.kernels)
+      if (auto fd = open_kernel(kernel_dir->get(), rel)) {
+        struct stat st {};
+        if (::fstat(fd->get(), &st) == 0) kernels_here.emplace(rel, static_cast<uint64_t>(st.st_size));
+      }
+    detail::sync_files(nki.kernels, kernels_here, o.jobs,
+                       [&](const std::string& rel) -> Result<void> {
+                         auto r = download_kernel(s3, prefix, kernel_dir->get(), rel);
+                         if (!r) return r.error();
+                         return {};
+                       },
+                       stats, mu);
   }
-  detail::sync_files(nki.kernels, kernels_here, o.jobs, fetch_into(o.nki_kernels, k_s3_kernels_dir), stats, mu);
-  detail::sync_files(nki.results, detail::local_nki_results(root), o.jobs,
-                     fetch_into(fmt::format("{}/{}", root, k_lnl_nki_dir), k_lnl_nki_dir), stats, mu);
+  if (!nki.results.empty()) {
+    const std::string results = fmt::format("{}/{}", root, k_lnl_nki_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(results, ec);
+    if (ec) return Error{Errc::io, fmt::format("create {}: {}", results, ec.message())};
+    // (nki_objects took only plain names: each stays in the folder.)
+    detail::sync_files(nki.results, detail::local_nki_results(root), o.jobs,
+                       [&](const std::string& name) -> Result<void> {
+                         const std::string rel = fmt::format("{}/{}", k_lnl_nki_dir, name);
+                         auto r = s3.download(s3_key(prefix, rel), fmt::format("{}/{}", root, rel));
+                         if (!r) return r.error();
+                         return {};
+                       },
+                       stats, mu);
+  }
   std::vector<const std::pair<const std::string, detail::EntryListing>*> work;
   for (const auto& e : entries) work.push_back(&e);
   stats.entries = work.size();
