@@ -1,5 +1,7 @@
 // neffcache's maintenance commands on an s3:// cache: put, verify, retry, clear-locks,
 // clear-neffs, gc and clean, each change under the entry's lease.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <map>
 #include <thread>
@@ -285,9 +287,15 @@ TEST_CASE("sync carries NKI kernels and LNL's nki/ results; a compile on S3 fetc
   const std::string via_link = test::lnl_key("calls through a link");
   test::make_lnl_entry(dir / "local2", "gopjrt_tuple.hlo.pb", via_link, {"-O1"});
   test::spit(dir / "local2" / via_link / "graph.hlo", test::graph_calling((kernels / "planted" / "secret.klir").string()));
+  // A FIFO as a kernel blocks nothing: it is no regular file.
+  const std::string via_fifo = test::lnl_key("calls a FIFO");
+  REQUIRE(::mkfifo((kernels / "fifo.klir").c_str(), 0644) == 0);
+  test::make_lnl_entry(dir / "local2", "gopjrt_tuple.hlo.pb", via_fifo, {"-O1"});
+  test::spit(dir / "local2" / via_fifo / "graph.hlo", test::graph_calling((kernels / "fifo.klir").string()));
   auto linked = tool({"sync", "push", (dir / "local2").string(), url, "--nki-kernels", kernels.string()});
   CHECK(linked.exit_code == 0);
   CHECK_THAT(linked.output, ContainsSubstring("planted/secret.klir is not on this host"));
+  CHECK_THAT(linked.output, ContainsSubstring("fifo.klir is not on this host (fifo.klir: the NKI kernel is not a regular file)"));
   CHECK_FALSE(s3->head("v/.neffcache/nki-kernels/planted/secret.klir").has_value());
   REQUIRE(s3->put("v/.neffcache/nki-kernels/planted/dropped.klir", "dropped through a link").has_value());
   auto through = tool({"sync", "pull", (dir / "pulled").string(), url, "--nki-kernels", kernels.string()});

@@ -11,9 +11,7 @@
 #pragma once
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <optional>
@@ -75,15 +73,41 @@ inline Result<detail::UniqueFd> open_kernel_dir(const std::string& dir) {
   return fd;
 }
 
+namespace detail {
+
+// The folder holding `rel` (a plain relative path) beneath the folder open as `dir_fd`,
+// reached one part at a time with O_NOFOLLOW (so through no symbolic link, and, with no
+// ".." in a plain path, never out of it), each part made first (mode 0755 less the umask)
+// when `create`. Errors: a part is missing (unless made), a link, or no folder.
+inline Result<UniqueFd> walk_beneath(int dir_fd, std::string_view rel, bool create) {
+  UniqueFd at(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!at) return sys_error("duplicate", "the NKI kernel folder");
+  for (std::size_t begin = 0;;) {
+    const auto end = rel.find('/', begin);
+    if (end == std::string_view::npos) return at;
+    const std::string part(rel.substr(begin, end - begin));
+    if (create && ::mkdirat(at.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
+      return sys_error("create", std::string(rel.substr(0, end)));
+    UniqueFd next(::openat(at.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next) return sys_error("open", std::string(rel.substr(0, end)));
+    at = std::move(next);
+    begin = end + 1;
+  }
+}
+
+}  // namespace detail
+
 // Opens the kernel at `rel` (kernel_relative_path) beneath the kernel folder open as
-// `dir_fd` for reading, following no symbolic link on the way, so that a link planted in
-// a shared kernel folder never makes us read (and upload) a file outside it. Errors: it
-// is missing, not a regular file, or reached through a link (ELOOP, EXDEV).
+// `dir_fd` for reading, following no symbolic link on the way (detail::walk_beneath), so
+// that a link planted in a shared kernel folder never makes us read (and upload) a file
+// outside it; a FIFO there never blocks the open. Errors: it is missing, reached through
+// a link, or not a regular file.
 inline Result<detail::UniqueFd> open_kernel(int dir_fd, const std::string& rel) {
-  struct open_how how {};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  detail::UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.c_str(), &how, sizeof how)));
+  auto parent = detail::walk_beneath(dir_fd, rel, /*create=*/false);
+  if (!parent) return parent.error();
+  const std::string name = rel.substr(rel.rfind('/') == std::string::npos ? 0 : rel.rfind('/') + 1);
+  detail::UniqueFd fd(
+      ::openat(parent->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd) return sys_error("open the NKI kernel", rel);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
@@ -92,21 +116,10 @@ inline Result<detail::UniqueFd> open_kernel(int dir_fd, const std::string& rel) 
 }
 
 // The folder that holds the kernel `rel` beneath the kernel folder open as `dir_fd`,
-// made as needed (mode 0755 less the umask) one part at a time, following no symbolic
-// link: what a kernel is written into. Errors: a part cannot be made or is a link.
+// made as needed through no symbolic link (detail::walk_beneath): what a kernel is
+// written into. Errors: a part cannot be made or is a link.
 inline Result<detail::UniqueFd> kernel_parent(int dir_fd, std::string_view rel) {
-  detail::UniqueFd at(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!at) return sys_error("duplicate", "the NKI kernel folder");
-  for (std::size_t begin = 0;;) {
-    const auto end = rel.find('/', begin);
-    if (end == std::string_view::npos) return at;
-    const std::string part(rel.substr(begin, end - begin));
-    if (::mkdirat(at.get(), part.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", std::string(rel));
-    detail::UniqueFd next(::openat(at.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next) return sys_error("open", std::string(rel.substr(0, end)));
-    at = std::move(next);
-    begin = end + 1;
-  }
+  return detail::walk_beneath(dir_fd, rel, /*create=*/true);
 }
 
 // The kernel binaries the HLO file `hlo_path` calls (absolute paths, as it names them).

@@ -172,7 +172,9 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   // Across dialects, the result must be of the compiler the identity named: an LNL
   // entry's client may have compiled it, with a compiler nobody can name.
   if (source->is_lnl() || EntryFiles::of_entry_path(entry_dir).is_lnl()) {
-    auto made_by = result_compiler_dir(source_dir, *source);
+    // (A failure record is ours alone, of the compile this job just ran: of the compiler
+    // the source's identity names now.)
+    auto made_by = source->failed() ? identity_compiler_dir(source_dir, s) : result_compiler_dir(source_dir, *source);
     auto wanted = identity_compiler_dir(entry_dir, s);
     if (!made_by || made_by != wanted)
       return transient(fmt::format("{} holds no result of the compiler {} would be compiled with", source_dir, entry_dir));

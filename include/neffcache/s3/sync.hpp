@@ -269,20 +269,24 @@ inline Result<SyncStats> sync_pull(const std::string& root, S3Client& s3, const 
     std::error_code ec;
     std::filesystem::create_directories(o.nki_kernels, ec);
     auto kernel_dir = open_kernel_dir(o.nki_kernels);
-    if (!kernel_dir) return kernel_dir.error();
-    FileSizes kernels_here;
-    for (const auto& [rel, size] : nki.kernels)
-      if (auto fd = open_kernel(kernel_dir->get(), rel)) {
-        struct stat st {};
-        if (::fstat(fd->get(), &st) == 0) kernels_here.emplace(rel, static_cast<uint64_t>(st.st_size));
-      }
-    detail::sync_files(nki.kernels, kernels_here, o.jobs,
-                       [&](const std::string& rel) -> Result<void> {
-                         auto r = download_kernel(s3, prefix, kernel_dir->get(), rel);
-                         if (!r) return r.error();
-                         return {};
-                       },
-                       stats, mu);
+    if (!kernel_dir) {
+      // The entries still come: only the kernels fail.
+      stats.failures.push_back(kernel_dir.error().message);
+    } else {
+      FileSizes kernels_here;
+      for (const auto& [rel, size] : nki.kernels)
+        if (auto fd = open_kernel(kernel_dir->get(), rel)) {
+          struct stat st {};
+          if (::fstat(fd->get(), &st) == 0) kernels_here.emplace(rel, static_cast<uint64_t>(st.st_size));
+        }
+      detail::sync_files(nki.kernels, kernels_here, o.jobs,
+                         [&](const std::string& rel) -> Result<void> {
+                           auto r = download_kernel(s3, prefix, kernel_dir->get(), rel);
+                           if (!r) return r.error();
+                           return {};
+                         },
+                         stats, mu);
+    }
   }
   if (!nki.results.empty()) {
     const std::string results = fmt::format("{}/{}", root, k_lnl_nki_dir);
