@@ -197,6 +197,11 @@ void CompileOnOpen::answer(const std::shared_ptr<Waiter>& w, const CompileResult
     return reply_err_later(w->req, EIO);
   }
   if (!result) return reply_err_later(w->req, err);
+  if (result->refused) {
+    ++stats_.refused;
+    stats_.eio(EioSite::compile_refused, fmt::format("{}/{}: {}", w->entry, w->name, result->message));
+    return reply_err_later(w->req, EIO);
+  }
   if (!is_success(result->outcome)) {
     bool recorded = result->outcome == CompileOutcome::failed || result->outcome == CompileOutcome::failed_cached;
     stats_.eio(recorded ? EioSite::compile_failed : EioSite::compile_transient,

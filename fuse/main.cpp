@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
   double wait_timeout = 0;
-  bool retry_failed = false, foreground = false, eager = true, content_index = true;
+  bool retry_failed = false, foreground = false, eager = true, content_index = true, no_compile = false;
   std::size_t index_scan = 10000;
   app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_flag("--retry-failed", retry_failed, "compile entries with a recorded failure again when opened "
                                                "(also on with --retry_failed_compilation in NEURON_CC_FLAGS)");
   app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
+  app.add_flag("--no-compile", no_compile,
+               "never compile: opening a NEFF that is not done fails at once with EIO (EIO 07 in the log); done "
+               "entries, equal graphs the content index knows and, over S3, the bucket's entries are still served");
   app.add_flag("--content-index,!--no-content-index", content_index,
                "reuse the result of an equal graph compiled before under another name (default on)");
   app.add_option("--index-scan", index_scan, "HLOs the start-up scan may read to index done entries the content "
@@ -152,7 +155,9 @@ int main(int argc, char** argv) {
   if (std::filesystem::equivalent(opts.backing, mountpoint, ec))
     return fail("the backing directory and the mount point must differ");
 
-  auto tmpl = neffcache::compiler_option(compiler, neffcache::Installed::required);
+  // A fleet that never compiles need not have the compiler.
+  auto tmpl = neffcache::compiler_option(
+      compiler, no_compile ? neffcache::Installed::not_required : neffcache::Installed::required);
   if (!tmpl) return fail(tmpl.error().message);
   opts.scheduler.settings.compiler = *tmpl;
   // The mount's entries are folders (the backing's, or the local tier's over S3): their
@@ -169,7 +174,9 @@ int main(int argc, char** argv) {
     opts.default_flags = env_flags->compiler_flags;
   }
   opts.retry_failed = retry_failed || env_flags->wrapper.retry_failed_compilation;
-  opts.eager = eager;
+  // Nothing compiles, so nothing is eager and nothing reserves memory.
+  if (no_compile) opts.scheduler.settings.compiles_off = "compiles are off (neffcachefs --no-compile)";
+  opts.eager = eager && !no_compile;
   opts.scheduler.settings.content_index = content_index;
   opts.index_scan = index_scan;
   opts.scheduler.settings.log = [](std::string_view line) { fmt::print(stderr, "neffcachefs: {}\n", line); };
@@ -182,7 +189,7 @@ int main(int argc, char** argv) {
   // Over S3 the scheduler's jobs are fetches as often as compiles, and it cannot tell them
   // apart: admission by memory would hold a fetch for a compile's reservation. There,
   // compiles are admitted by count (the tier's slots).
-  if (!s3_url) opts.scheduler.memory = std::move(*ledger);
+  if (!s3_url && !no_compile) opts.scheduler.memory = std::move(*ledger);
   auto max_retries = neffcache::retries_option(retries, neffcache::process_env);
   if (!max_retries) return fail(max_retries.error().message);
   opts.scheduler.settings.max_retries = *max_retries;

@@ -21,6 +21,7 @@ std::string Stats::json(const Context& ctx) const {
   nlohmann::ordered_json j{
       {"hits", hits.load()},
       {"misses", misses.load()},
+      {"refused", refused.load()},
       {"waiters", waiters.load()},
       {"interrupted", interrupted.load()},
       {"read_bytes", read_bytes.load()},

@@ -23,6 +23,7 @@ enum class EioSite : int {
   publish_vanished,     // the NEFF was published but could not be opened
   wait_deadline,        // the wait outlasted --wait-timeout; the compile goes on
   promote_failed,       // a folder renamed to an LNL key could not be published to S3
+  compile_refused,      // a miss while compiles are off (--no-compile, a read-only cache)
   count
 };
 
@@ -34,6 +35,7 @@ class Stats {
 
   std::atomic<uint64_t> hits{0};         // opens of a finished model.neff
   std::atomic<uint64_t> misses{0};       // opens that needed a compile (or joined one)
+  std::atomic<uint64_t> refused{0};      // misses refused because compiles are off
   std::atomic<uint64_t> waiters{0};      // opens waiting for a compile now
   std::atomic<uint64_t> interrupted{0};  // waits ended by an interrupt
   std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads

@@ -66,6 +66,21 @@ inline void spit(const fs::path& p, std::string_view bytes) {
   REQUIRE(r.has_value());
 }
 
+// Every name below `dir` (links not followed) with its type, mode and bytes: two equal
+// snapshots mean nothing in the tree was added, removed or changed.
+inline std::map<std::string, std::string> snapshot_tree(const fs::path& dir) {
+  std::map<std::string, std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    REQUIRE(::lstat(e.path().c_str(), &st) == 0);
+    std::string what = fmt::format("{:o} ", st.st_mode);
+    if (S_ISREG(st.st_mode)) what += slurp(e.path());
+    else if (S_ISLNK(st.st_mode)) what += fs::read_symlink(e.path()).string();
+    names[fs::relative(e.path(), dir).string()] = std::move(what);
+  }
+  return names;
+}
+
 // Creates an empty file (no fsync: for building large test trees quickly).
 inline void touch(const fs::path& p) {
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);

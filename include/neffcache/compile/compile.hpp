@@ -75,6 +75,14 @@ inline std::optional<CompileOutcome> folder_settled(const std::string& entry_dir
   return settled_outcome(*files, s.retry_failed);
 }
 
+// The result of a job that needs a compile while compiles are off (compiles_off).
+inline CompileResult& refused(CompileResult& r, std::string_view entry, const CompileSettings& s) {
+  r.outcome = CompileOutcome::transient;
+  r.refused = true;
+  r.message = fmt::format("{}: not compiled: {}", entry, s.compiles_off);
+  return r;
+}
+
 // Compiles one entry folder if it needs it. Never throws and never blocks on another
 // holder: a held lock is CompileOutcome::busy. See CompileOutcome for what each result
 // leaves behind; no outcome leaves a partial model.neff or a lock file.
@@ -90,6 +98,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   if (!files) return transient(files.error().message);
   if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
   if (!files->has_job()) return transient(fmt::format("{}: no HLO file to compile", entry_dir));
+  if (!s.compiles_off.empty()) return refused(r, entry_dir, s);
 
   auto lock = EntryLock::try_acquire_entry(entry_dir, *files, s.lock);
   if (!lock) {

@@ -191,6 +191,10 @@ struct CompileSettings {
   // Reuse results of equal graphs compiled before, and record new ones (the content
   // index, compile/twin.hpp).
   bool content_index = true;
+  // Non-empty: compiles are off, and this says why ("--no-compile"). A job that needs a
+  // compile ends at once as a transient failure marked `refused`, before it locks or
+  // writes anything; done entries and reused results of equal graphs are still served.
+  std::string compiles_off;
   // Where the library reports what it noticed and went on from (a content-index record
   // dropped or not written): one line each. Empty: nowhere.
   std::function<void(std::string_view)> log;
