@@ -31,16 +31,22 @@
 // Records that fail are dropped (and logged once, by whoever dropped them). Records not
 // written by this user or root are ignored, so no other user can point an identity at
 // a NEFF of their choosing.
+//
+// Over layers (layers.hpp), records are written in layer 0 only and name entries as the
+// layers show them, each found in the layer that holds it; a lower layer's own index
+// (a cache shipped with one) is read too, never changed.
 #pragma once
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +55,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/layers.hpp>
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/core/detail/fs.hpp>
@@ -201,10 +208,12 @@ struct IndexRecord {
 };
 
 // A record checked against its entry: for a NEFF, `neff` is the verified file, open, so
-// that what is linked or copied is the very file checked.
+// that what is linked or copied is the very file checked; `dir` is the entry's folder
+// (in the layer that holds it).
 struct Twin {
   IndexRecord record;
   detail::UniqueFd neff;
+  std::string dir;
 };
 
 namespace detail {
@@ -249,10 +258,15 @@ inline Result<void> make_dirs(const std::string& dir) {
 
 class ContentIndex {
  public:
-  // The index of the cache at `root` (a mount's backing folder, not the mount).
-  explicit ContentIndex(std::string root) : root_(std::move(root)) {}
+  // The index of the cache at `root` (a mount's backing folder, not the mount), with
+  // `lowers` the read-only layers under it (layers.hpp), if any.
+  explicit ContentIndex(std::string root, std::vector<std::string> lowers = {})
+      : root_(root), layers_(std::move(root), std::move(lowers)) {}
   const std::string& root() const { return root_; }
+  const Layers& layers() const { return layers_; }
   std::string dir() const { return fmt::format("{}/{}", root_, k_index_dir); }
+  // The folder of `entry` (an entry path) in the layer that shows it.
+  std::string entry_dir(std::string_view entry) const { return layers_.path(entry); }
 
   // Records that `entry` (neuronxcc-*/MODULE_*, or an LNL key) holds a result of `id`, as it holds it now:
   // a done NEFF (size and checksum: from the publication record when it describes this
@@ -260,7 +274,7 @@ class ContentIndex {
   // took to compile, when the caller knows better than the publication record.
   Result<IndexRecord> add(const ContentId& id, const std::string& entry,
                           std::optional<double> compile_seconds = std::nullopt) const {
-    const std::string entry_dir = fmt::format("{}/{}", root_, entry);
+    const std::string entry_dir = this->entry_dir(entry);
     auto files = read_entry_files(entry_dir);
     if (!files) return files.error();
     IndexRecord r;
@@ -297,16 +311,21 @@ class ContentIndex {
     return r;
   }
 
-  // The records of `id`, as written (unchecked; unreadable ones left out).
+  // The records of `id`, as written (unchecked; unreadable ones left out): layer 0's,
+  // then those of the lower layers' own indexes for entries not recorded above them.
   std::vector<IndexRecord> records(const ContentId& id) const {
     std::vector<IndexRecord> out;
-    const std::string dir = id_dir(id);
-    int fd = detail::open_dir_at(AT_FDCWD, dir.c_str());
-    if (fd < 0) return out;
-    (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) {
-      if (!name.starts_with(k_module_dir_prefix) && !is_lnl_key(name)) return;
-      if (auto r = read_record(fmt::format("{}/{}", dir, name)); r && r->entry == entry_of(id, name)) out.push_back(*r);
-    });
+    std::set<std::string, std::less<>> seen;
+    for (const auto& root : layers_.roots()) {
+      const std::string dir = id_dir(root, id);
+      int fd = detail::open_dir_at(AT_FDCWD, dir.c_str());
+      if (fd < 0) continue;
+      (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) {
+        if (!name.starts_with(k_module_dir_prefix) && !is_lnl_key(name)) return;
+        auto r = read_record(fmt::format("{}/{}", dir, name));
+        if (r && r->entry == entry_of(id, name) && seen.insert(r->entry).second) out.push_back(std::move(*r));
+      });
+    }
     return out;
   }
 
@@ -330,20 +349,11 @@ class ContentIndex {
   // a miss with). Unreadable folders are left out; no order.
   std::vector<ContentId> ids_of_graph(std::string_view graph_sha256) const {
     std::vector<ContentId> out;
-    const std::string by_id = fmt::format("{}/by-id", dir());
-    int fd = detail::open_dir_at(AT_FDCWD, by_id.c_str());
-    if (fd < 0) return out;
-    (void)detail::list_dir(fd, by_id, [&](std::string_view compiler, bool is_dir) {
-      if (!is_dir) return;
-      const std::string cdir = fmt::format("{}/{}", by_id, compiler);
-      int cfd = detail::open_dir_at(AT_FDCWD, cdir.c_str());
-      if (cfd < 0) return;
-      (void)detail::list_dir(cfd, cdir, [&](std::string_view name, bool) {
-        if (!name.starts_with(graph_sha256) || name.size() <= graph_sha256.size() || name[graph_sha256.size()] != '+')
-          return;
-        if (auto id = ContentId::parse(fmt::format("{}/{}", compiler, name))) out.push_back(std::move(*id));
-      });
-    });
+    for (const auto& root : layers_.roots()) {
+      const std::string by_id = fmt::format("{}/{}/by-id", root, k_index_dir);
+      int fd = detail::open_dir_at(AT_FDCWD, by_id.c_str());
+      if (fd >= 0) ids_of_graph_in(fd, by_id, graph_sha256, out);
+    }
     return out;
   }
 
@@ -378,12 +388,12 @@ class ContentIndex {
   // Checks a record against its entry now (see the header). Errors say why it fails.
   Result<Twin> check(const IndexRecord& r) const {
     if (!is_entry_path(r.entry)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", r.entry)};
-    const std::string entry_dir = fmt::format("{}/{}", root_, r.entry);
+    const std::string entry_dir = this->entry_dir(r.entry);
     auto files = read_entry_files(entry_dir);
     if (!files) return files.error();
     if (r.failed) {
       if (!files->failed()) return Error{Errc::not_found, "its failure is no longer recorded"};
-      return Twin{r, {}};
+      return Twin{r, {}, entry_dir};
     }
     if (!files->done()) return Error{Errc::not_found, "it is no longer done"};
     const std::string name = files->neff_name();
@@ -399,16 +409,36 @@ class ContentIndex {
       if (const std::string hex = detail::xxh3_hex(*h); hex != r.xxh3)
         return Error{Errc::invalid_argument, fmt::format("{} has checksum {}, {} was recorded", name, hex, r.xxh3)};
     }
-    return Twin{r, std::move(*fd)};
+    return Twin{r, std::move(*fd), entry_dir};
   }
 
  private:
+  // Adds the identities of `graph_sha256` in the by-id folder open as `fd` (taken) to
+  // `out`, once each.
+  static void ids_of_graph_in(int fd, const std::string& by_id, std::string_view graph_sha256,
+                              std::vector<ContentId>& out) {
+    (void)detail::list_dir(fd, by_id, [&](std::string_view compiler, bool is_dir) {
+      if (!is_dir) return;
+      const std::string cdir = fmt::format("{}/{}", by_id, compiler);
+      int cfd = detail::open_dir_at(AT_FDCWD, cdir.c_str());
+      if (cfd < 0) return;
+      (void)detail::list_dir(cfd, cdir, [&](std::string_view name, bool) {
+        if (!name.starts_with(graph_sha256) || name.size() <= graph_sha256.size() || name[graph_sha256.size()] != '+')
+          return;
+        auto id = ContentId::parse(fmt::format("{}/{}", compiler, name));
+        if (id && std::find(out.begin(), out.end(), *id) == out.end()) out.push_back(std::move(*id));
+      });
+    });
+  }
+
   // The entry a record file of `id` named `name` stands for: an LNL key is the entry itself.
   static std::string entry_of(const ContentId& id, std::string_view name) {
     return is_lnl_key(name) ? std::string(name) : fmt::format("{}/{}", id.compiler_dir, name);
   }
-  std::string id_dir(const ContentId& id) const {
-    return fmt::format("{}/by-id/{}/{}+{}", dir(), id.compiler_dir, id.graph_sha256, id.flags_hash);
+  std::string id_dir(const ContentId& id) const { return id_dir(root_, id); }
+  // The same in the index of the layer at `root`.
+  static std::string id_dir(const std::string& root, const ContentId& id) {
+    return fmt::format("{}/{}/by-id/{}/{}+{}", root, k_index_dir, id.compiler_dir, id.graph_sha256, id.flags_hash);
   }
   std::string record_path(const ContentId& id, const std::string& entry) const {
     return fmt::format("{}/{}", id_dir(id), std::filesystem::path(entry).filename().string());
@@ -448,6 +478,7 @@ class ContentIndex {
   }
 
   std::string root_;
+  Layers layers_;
 };
 
 // What a scan of a cache's entries added to its index.
@@ -468,10 +499,12 @@ inline IndexScan index_unknown_entries(const ContentIndex& index, std::size_t ma
                                        const std::vector<std::string>& default_flags = {},
                                        const std::function<bool()>& stop = {}) {
   IndexScan scan;
-  (void)for_each_entry(index.root(), [&](const EntryRef& ref) {
+  (void)for_each_entry(index.layers(), [&](const LayerEntryRef& at) {
+    const EntryRef& ref = at.ref;
     if (!scan.complete || (!ref.files.done() && !ref.files.failed())) return;
     const std::string entry = ref.relative_path();
-    if (ref.files.is_lnl() && !detail::recorded_compiler_version(fmt::format("{}/{}", index.root(), entry))) return;
+    const std::string entry_dir = fmt::format("{}/{}", at.root, entry);
+    if (ref.files.is_lnl() && !detail::recorded_compiler_version(entry_dir)) return;
     ++scan.entries;
     if (index.knows(entry)) return;
     if (scan.added >= max_added) {
@@ -483,7 +516,7 @@ inline IndexScan index_unknown_entries(const ContentIndex& index, std::size_t ma
       scan.stopped = true;
       return;
     }
-    auto id = entry_content_id(fmt::format("{}/{}", index.root(), entry), default_flags);
+    auto id = entry_content_id(entry_dir, default_flags);
     if (!id || !index.add(*id, entry)) {
       ++scan.unreadable;
       return;

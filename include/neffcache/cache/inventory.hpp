@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/layers.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/core/result.hpp>
@@ -25,6 +26,7 @@ namespace neffcache {
 
 struct EntryInfo {
   std::string path;  // relative to the root: neuronxcc-<version>/MODULE_<graph>+<flags>; LNL: the key
+  std::size_t layer = 0;  // the layer that holds it (layers.hpp): 0 but in a layered cache
   EntryState state = EntryState::empty;
   EntryFiles files;
   uint64_t bytes = 0;       // every file of the entry folder, ours included
@@ -110,29 +112,37 @@ inline void measure_entry(const EntryRef& ref, EntryInfo& info) {
 
 }  // namespace detail
 
-// Every entry under `root` (see for_each_entry: no order, vanished folders skipped), its
-// lock judged as try_acquire would judge it. An unreadable root is an error.
-inline Result<std::vector<EntryInfo>> list_entries(const std::string& root, const LockOptions& lock = {}) {
+// Every entry the layers show (see for_each_entry: no order, vanished folders skipped),
+// its lock judged as try_acquire would judge it. An unreadable root is an error.
+inline Result<std::vector<EntryInfo>> list_entries(const Layers& layers, const LockOptions& lock = {}) {
   std::vector<EntryInfo> out;
-  auto r = for_each_entry(root, [&](const EntryRef& ref) {
+  auto r = for_each_entry(layers, [&](const LayerEntryRef& at) {
     EntryInfo info;
-    info.path = ref.relative_path();
-    info.files = ref.files;
-    info.state = entry_state(ref, lock);
-    detail::measure_entry(ref, info);
+    info.path = at.ref.relative_path();
+    info.layer = at.layer;
+    info.files = at.ref.files;
+    info.state = entry_state(at.ref, lock);
+    detail::measure_entry(at.ref, info);
     out.push_back(std::move(info));
   });
   if (!r) return r.error();
   return out;
 }
+// The same for the cache at `root` alone.
+inline Result<std::vector<EntryInfo>> list_entries(const std::string& root, const LockOptions& lock = {}) {
+  return list_entries(Layers(root), lock);
+}
 
 // Counts by state without measuring sizes: one readdir per folder, a lock read only
 // where a lock file exists.
-inline Result<StateCounts> count_entries(const std::string& root, const LockOptions& lock = {}) {
+inline Result<StateCounts> count_entries(const Layers& layers, const LockOptions& lock = {}) {
   StateCounts c;
-  auto r = for_each_entry(root, [&](const EntryRef& ref) { ++c.of(entry_state(ref, lock)); });
+  auto r = for_each_entry(layers, [&](const LayerEntryRef& at) { ++c.of(entry_state(at.ref, lock)); });
   if (!r) return r.error();
   return c;
+}
+inline Result<StateCounts> count_entries(const std::string& root, const LockOptions& lock = {}) {
+  return count_entries(Layers(root), lock);
 }
 
 // What `gc` removes to bring a cache to at most `max_bytes`: first every entry of the

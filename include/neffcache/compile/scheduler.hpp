@@ -131,11 +131,14 @@ class Scheduler {
     // their own, or none.
     std::function<std::optional<CompileResult>(const std::string& entry, const std::string& key,
                                                const CompileSettings&)>
-        reuse = folder_reuse;
+        reuse = [](const std::string& entry, const std::string& key, const CompileSettings& s) {
+          return folder_reuse(entry, key, s);
+        };
     // Records a result delivered to an entry (the content index), before its callbacks
     // run. Empty: nothing is recorded.
     std::function<void(const std::string& entry, const std::string& key, const CompileResult&, const CompileSettings&)>
-        record = folder_record;
+        record = [](const std::string& entry, const std::string& key, const CompileResult& r,
+                    const CompileSettings& s) { folder_record(entry, key, r, s); };
     // The host's memory ledger: each compile reserves its predicted peak there first.
     // Null: compiles are admitted by count (jobs) only.
     std::shared_ptr<MemoryLedger> memory;

@@ -118,7 +118,8 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
   remove_publish_leftovers(entry_dir);
   const auto owner =
       files->hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files->hlo_name())) : std::nullopt;
-  const std::string source_dir = fmt::format("{}/{}", root_of_entry(entry_dir), twin.record.entry);
+  const std::string source_dir =
+      twin.dir.empty() ? fmt::format("{}/{}", root_of_entry(entry_dir), twin.record.entry) : twin.dir;
   if (twin.record.failed) {
     if (auto p = detail::place_twin_failure(source_dir, entry_dir, files->failure_name(), owner); !p)
       return end(CompileOutcome::transient, p.error().message);
@@ -181,6 +182,7 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
   }
   Twin twin;
   twin.record.entry = entry_in_cache(source_dir);
+  twin.dir = source_dir;
   if (source->failed()) {
     twin.record.failed = true;
     return serve_twin(twin, entry_dir, s);
@@ -205,12 +207,14 @@ inline CompileResult copy_result(const std::string& source_dir, const std::strin
 // key (an entry without a readable graph) has no twins.
 //
 // Before a compile: a checked twin's result, served into `entry_dir`; nullopt when there
-// is none (or the index is off: s.content_index).
+// is none (or the index is off: s.content_index). `lowers`: the read-only layers under
+// the entry's cache (layers.hpp), whose entries serve twins too.
 inline std::optional<CompileResult> folder_reuse(const std::string& entry_dir, const std::string& key,
-                                                 const CompileSettings& s) {
+                                                 const CompileSettings& s,
+                                                 const std::vector<std::string>& lowers = {}) {
   auto id = ContentId::parse(key);
   if (!id || !s.content_index) return std::nullopt;
-  ContentIndex index(root_of_entry(entry_dir));
+  ContentIndex index(root_of_entry(entry_dir), lowers);
   auto twin = index.find(*id, entry_in_cache(entry_dir), !s.retry_failed, s.log);
   if (!twin) return std::nullopt;
   CompileResult r = serve_twin(*twin, entry_dir, s);
@@ -222,7 +226,7 @@ inline std::optional<CompileResult> folder_reuse(const std::string& entry_dir, c
 
 // After a result was delivered to `entry_dir`: records it (success or recorded failure).
 inline void folder_record(const std::string& entry_dir, const std::string& key, const CompileResult& r,
-                          const CompileSettings& s) {
+                          const CompileSettings& s, const std::vector<std::string>& lowers = {}) {
   auto id = ContentId::parse(key);
   if (!id || !s.content_index) return;
   if (r.outcome != CompileOutcome::success && r.outcome != CompileOutcome::failed &&
@@ -237,7 +241,7 @@ inline void folder_record(const std::string& entry_dir, const std::string& key, 
     if (r.outcome == CompileOutcome::failed ? r.attempts == 0 : result_compiler_dir(entry_dir, *files) != id->compiler_dir)
       return;
   }
-  ContentIndex index(root_of_entry(entry_dir));
+  ContentIndex index(root_of_entry(entry_dir), lowers);
   std::optional<double> seconds;
   if (r.attempts > 0 && r.outcome == CompileOutcome::success) seconds = r.compile_seconds;
   if (auto a = index.add(*id, entry_in_cache(entry_dir), seconds); !a && s.log)

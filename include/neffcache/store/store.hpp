@@ -191,6 +191,10 @@ class Store {
   virtual bool copies_equal_graphs() const { return true; }
   // The counters of the daemon serving this cache (its stats.json), when there is one.
   virtual std::optional<std::string> daemon_stats() const { return std::nullopt; }
+  // Why nothing in this cache can change (a read-only folder, a read-only cache mounted
+  // without an upper layer), in one line; nullopt when entries may change. Over layers,
+  // those of the read-only layers refuse each change by themselves.
+  virtual std::optional<Error> unchangeable() const { return std::nullopt; }
 
   // What a daemon serving a local folder of this store asks (the folder is the cache, or
   // the local tier of an S3 cache); a plain directory has nothing to do for any of them.
