@@ -52,7 +52,7 @@ void remove_stale_lock(int entry_fd) {
 
 Filesystem::Filesystem(Options opts)
     : opts_(std::move(opts)),
-      inodes_(opts_.backing),
+      inodes_(opts_.backing, opts_.lowers),
       inputs_(opts_.eager, opts_.store->publishes_inputs()),
       compile_(opts_, stats_),
       indexer_(opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
@@ -80,7 +80,8 @@ void Filesystem::shutdown() {
 }
 
 std::string Filesystem::stats_json() const {
-  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, std::nullopt, indexer_.stats(), {}};
+  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, opts_.lowers, opts_.scratch,
+                     std::nullopt, indexer_.stats(), {}};
   const auto& p = ctx.progress;
   // Budget and what is held host-wide: null when compiles are admitted by count only.
   ctx.memory = {{"budget", nullptr}, {"reserved", p.memory_reserved}, {"host_reserved", nullptr},
@@ -106,18 +107,16 @@ void Filesystem::act(InputAction action, const std::string& entry_dir) {
 
 Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* name) {
   fuse_entry_param e{};
-  int err = 0;
-  PathRef dir = inodes_.path_fd(parent, err);
-  if (!dir) return Errno{err};
-  UniqueFd fd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-  int open_errno = errno;
+  if (layered() && is_layer_name(name)) return Errno{ENOENT};
+  Found found;
+  int err = find(parent, name, found);
   // Not here yet: the S3 cache may have it.
-  if (!fd && open_errno == ENOENT && opts_.store->has_remote() && opts_.store->fill(path_of_fd(dir->get()), name)) {
-    fd = UniqueFd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    open_errno = errno;
-  }
-  if (!fd) {
-    err = gone_or(open_errno, dir->get());
+  if (err == ENOENT && found.dir && opts_.store->has_remote() && opts_.store->fill(path_of_fd(found.dir->get()), name))
+    err = find(parent, name, found = {});
+  PathRef dir = std::move(found.dir);
+  UniqueFd fd = std::move(found.fd);
+  if (err) {
+    if (!dir) return Errno{err};
     if (err == ENOENT && is_product_name(name) && is_placeholder_at(dir->get(), name)) {
       // A placeholder for what a compile will produce.
       e.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern_placeholder(parent, name));
@@ -143,8 +142,10 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   bool immutable = S_ISREG(e.attr.st_mode)   ? ::faccessat(dir->get(), done.c_str(), F_OK, 0) == 0
                    : S_ISDIR(e.attr.st_mode) ? ::faccessat(fd.get(), done.c_str(), F_OK, 0) == 0
                                              : false;
-  if (S_ISDIR(e.attr.st_mode) && std::string_view(name).starts_with(k_module_dir_prefix)) remove_stale_lock(fd.get());
-  Inode* in = inodes_.intern(parent, name, std::move(fd), e.attr);
+  // (Never in a read-only layer: nothing there is written.)
+  if (S_ISDIR(e.attr.st_mode) && found.layer == 0 && std::string_view(name).starts_with(k_module_dir_prefix))
+    remove_stale_lock(fd.get());
+  Inode* in = inodes_.intern(parent, name, std::move(fd), e.attr, found.layer);
   e.ino = reinterpret_cast<fuse_ino_t>(in);
   if (immutable) {
     in->finished = true;
@@ -168,7 +169,9 @@ void Filesystem::init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   // Cached pages and listings are checked against mtime whenever attributes are fetched.
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
-  no_opendir_ = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
+  // A merged folder's listing changes with folders of other layers, whose mtimes the
+  // kernel does not see: over layers, folders are opened and listed every time.
+  no_opendir_ = !layered() && (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT);
   if (no_opendir_) conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;  // no ".." lookups from NFS re-export
   // A write or truncate by someone who may not keep a file's set-user-ID and
@@ -250,6 +253,7 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
 Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   Inode& i = inodes_.get(ino);
   if (i.placeholder || i.special != Inode::Special::none) return Errno{EACCES};
+  if (int e = writable(i)) return Errno{e};
   int err = 0;
   PathRef fd = inodes_.path_fd(i, err);
   if (!fd) return Errno{err};
@@ -329,6 +333,7 @@ Answer<Filesystem::Xattr> Filesystem::listxattr(fuse_ino_t ino, size_t size) {
 }
 
 int Filesystem::setxattr(fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  if (int e = inodes_.get(ino).placeholder ? 0 : writable(inodes_.get(ino))) return e;
   int err = 0;
   PathRef fd = inodes_.path_fd(inodes_.get(ino), err);
   if (!fd) return err == ENOENT ? EACCES : err;
@@ -336,6 +341,7 @@ int Filesystem::setxattr(fuse_ino_t ino, const char* name, const char* value, si
 }
 
 int Filesystem::removexattr(fuse_ino_t ino, const char* name) {
+  if (int e = inodes_.get(ino).placeholder ? 0 : writable(inodes_.get(ino))) return e;
   int err = 0;
   PathRef fd = inodes_.path_fd(inodes_.get(ino), err);
   if (!fd) return err == ENOENT ? ENODATA : err;

@@ -49,6 +49,7 @@
 #include "indexer.hpp"
 #include "inode_table.hpp"
 #include "input_policy.hpp"
+#include "layers.hpp"
 #include "lock_forwarding.hpp"
 #include "options.hpp"
 #include "reply.hpp"
@@ -149,6 +150,38 @@ class Filesystem {
   Answer<fuse_entry_param> lookup_entry(Inode& parent, const char* name);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
+  // Layers (layers.hpp, fs_layers.cpp).
+  bool layered() const { return inodes_.layers() > 1; }
+  struct Found {
+    PathRef dir;                     // the folder it was found in (or the topmost copy, when not found)
+    neffcache::detail::UniqueFd fd;  // O_PATH
+    int layer = 0;
+  };
+  // Finds `name` in folder `parent`: in that folder itself with one layer or in an entry,
+  // else in the first layer whose copy of it has the name; 0, or ENOENT when no layer has
+  // it or a whiteout hides it, or another errno.
+  int find(Inode& parent, const char* name, Found& found);
+  // Whether a layer under layer 0 shows `name` in folder `parent`: its removal from layer
+  // 0 needs a whiteout.
+  bool below(Inode& parent, const char* name);
+  // Layer 0's copy of folder `dir`, copied up first when it has none; null with `err`.
+  PathRef upper_dir(Inode& dir, int& err);
+  // Copies inode `i` up into layer 0 if it is in a lower layer (the whole entry for an
+  // entry or a file of one); 0 or an errno.
+  int copy_up(Inode& i);
+  // Before a change of inode `i` (its data, attributes, extended attributes): 0 once it
+  // is in layer 0, EROFS where the mount may not write it.
+  int writable(Inode& i);
+  // Whether a name may be made in layer 0: EROFS for all but lock files over a read-only
+  // cache, EPERM for the layers' own names.
+  int may_make(const char* name) const;
+  // The names of the folder `dir` merged over the layers.
+  std::shared_ptr<const Listing> list_merged(Inode& dir, int& err);
+  int unlink_layered(Inode& parent, const char* name, bool dir);
+  // Whether the folder `rel` shows no names in any layer (whiteouts applied).
+  bool merged_empty(const std::string& rel);
+  // mkdirat of `name` in `dir` as an opaque folder (layers.hpp): 0, or -1 with errno.
+  static int make_opaque_dir(int dir, const char* name, mode_t mode);
   // Before the folder `name` of `from_dir` is renamed to the LNL key `newname` in the
   // root (`to_dir`) of a tier: publishes it through the store; 0, or the rename's errno.
   int promote(int from_dir, const char* name, int to_dir, const char* newname, unsigned flags);

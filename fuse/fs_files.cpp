@@ -29,6 +29,9 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     return opened;
   }
   if (!i.placeholder) {
+    // A write of a file of a lower layer writes its copy in layer 0.
+    if ((fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC))
+      if (int e = writable(i)) return Errno{e};
     int err = 0;
     PathRef pfd = inodes_.path_fd(i, err);
     if (!pfd) return Errno{err};
@@ -59,7 +62,9 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
   ++stats_.misses;
   if ((fi.flags & O_ACCMODE) != O_RDONLY) return Errno{EACCES};
   int err = 0;
-  PathRef dir = inodes_.path_fd(*i.parent, err);
+  // An entry of a lower layer compiles in its copy in layer 0 (over a read-only cache
+  // without one, nothing compiles: the compile is refused before it writes).
+  PathRef dir = opts_.scratch ? inodes_.path_fd(*i.parent, err) : upper_dir(*i.parent, err);
   if (!dir) return Errno{err};
   return compile_.open(req, ino, inodes_.id_of(i.parent), i.name, dir->get(), fi);
 }
@@ -69,7 +74,12 @@ Answer<Filesystem::Created> Filesystem::create(fuse_req_t req, fuse_ino_t parent
   Inode& p = inodes_.get(parent);
   if (p.placeholder || p.special != Inode::Special::none) return Errno{EACCES};
   int err = 0;
-  PathRef dir = inodes_.path_fd(p, err);
+  if (layered()) {
+    if ((err = may_make(name)) != 0) return Errno{err};
+    Found found;
+    if (find(p, name, found) == 0 && found.layer != 0) return Errno{EEXIST};  // seen by no lookup yet
+  }
+  PathRef dir = upper_dir(p, err);
   if (!dir) return Errno{err};
   bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   // Never through a link: one planted in the backing directory between the kernel's
@@ -80,6 +90,7 @@ Answer<Filesystem::Created> Filesystem::create(fuse_req_t req, fuse_ino_t parent
     fd = ::openat(dir->get(), name, fi.flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
   }
   if (fd < 0) return Errno{gone_or(errno, dir->get())};
+  if (layered()) ::unlinkat(dir->get(), whiteout_of(name).c_str(), 0);  // (it shadows the lower name now)
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) {
     give_to_caller(req, as_root_, dir->get(), fd);

@@ -30,16 +30,29 @@ Answer<fuse_entry_param> Filesystem::mknod_like(fuse_req_t req, fuse_ino_t paren
   // and the backing directory may not be (a root daemon would make them for the caller).
   if (S_ISCHR(mode) || S_ISBLK(mode)) return Errno{EPERM};
   int err = 0;
-  PathRef dir = inodes_.path_fd(p, err);
+  if (layered()) {
+    if ((err = may_make(name)) != 0) return Errno{err};
+    Found found;
+    if (find(p, name, found) == 0) return Errno{EEXIST};
+  }
+  PathRef dir = upper_dir(p, err);
   if (!dir) return Errno{err};
+  // A folder made over a whiteout is opaque: what the layers below had under that name
+  // stays hidden (layers.hpp). It is made whole under a private name, then put in place.
+  // (An entry folder is taken whole from one layer anyway.)
+  const bool opaque = layered() && S_ISDIR(mode) &&
+                      ::faccessat(dir->get(), whiteout_of(name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      !is_whole_folder(&p == &inodes_.root() ? name : inodes_.rel_path(p) + "/" + name);
   int rc;
   {
     CallersMode exact;
     rc = target ? ::symlinkat(target, dir->get(), name)
+         : opaque ? make_opaque_dir(dir->get(), name, mode)
          : S_ISDIR(mode) ? ::mkdirat(dir->get(), name, mode)
                          : ::mknodat(dir->get(), name, mode, 0);
   }
   if (rc != 0) return Errno{gone_or(errno, dir->get())};
+  if (layered()) ::unlinkat(dir->get(), whiteout_of(name).c_str(), 0);  // (it shadows the lower name now)
   if (as_root_) {
     UniqueFd made(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (made) give_to_caller(req, as_root_, dir->get(), made.get());
@@ -51,10 +64,44 @@ int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
   Inode& p = inodes_.get(parent);
   if (p.placeholder || p.special != Inode::Special::none) return p.placeholder ? ENOTDIR : EACCES;
   int err = 0;
+  if (layered()) return unlink_layered(p, name, dir);
   PathRef pfd = inodes_.path_fd(p, err);
   if (!pfd) return err;
   if (!dir) client_locks_.forget(pfd->get(), name);
   return ::unlinkat(pfd->get(), name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno;
+}
+
+// A removal over layers: from layer 0 (an entry of a lower layer is copied up first), and
+// a whiteout when a lower layer still shows the name.
+int Filesystem::unlink_layered(Inode& p, const char* name, bool dir) {
+  if (is_layer_name(name)) return ENOENT;
+  Found found;
+  if (int e = find(p, name, found)) return e;
+  if (opts_.scratch && (found.layer != 0 || !is_lock_file_name(name)) && !dir) return EROFS;
+  if (opts_.scratch && dir) return EROFS;
+  if (dir) {
+    const std::string rel = inodes_.rel_path(p);
+    if (!merged_empty(rel.empty() ? name : rel + "/" + name)) return ENOTEMPTY;
+  }
+  int err = 0;
+  PathRef up = upper_dir(p, err);
+  if (!up) return err;
+  if (found.layer == 0 || !below(p, name)) {  // (an entry's file: its copy in layer 0 now)
+    if (dir) {  // the layers' own files in it go with it
+      UniqueFd d(::openat(up->get(), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (d) (void)detail::list_dir(::dup(d.get()), name, [&](std::string_view n, bool) {
+          if (is_layer_name(n)) ::unlinkat(d.get(), std::string(n).c_str(), 0);
+        });
+    } else {
+      client_locks_.forget(up->get(), name);
+    }
+    if (::unlinkat(up->get(), name, dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) return errno;
+  }
+  if (below(p, name)) {
+    UniqueFd wh(::openat(up->get(), whiteout_of(name).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!wh) return errno;
+  }
+  return 0;
 }
 
 int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname, unsigned flags) {
@@ -63,9 +110,29 @@ int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent
   int err = 0;
   PathRef pfd = inodes_.path_fd(p, err), npfd = pfd ? inodes_.path_fd(np, err) : nullptr;
   if (!pfd || !npfd) return p.special != Inode::Special::none || np.special != Inode::Special::none ? EACCES : err;
+  if (layered()) {
+    // Only what is in layer 0 moves; the rest is copied and removed by mv (EXDEV).
+    if (int e = may_make(newname)) return e;
+    if (opts_.scratch) return EROFS;
+    if (is_layer_name(name)) return ENOENT;
+    if (!(pfd = upper_dir(p, err)) || !(npfd = upper_dir(np, err))) return err;
+    Found from, to;
+    if (int e = find(p, name, from)) return e;
+    if (from.layer != 0) return EXDEV;
+    if (find(np, newname, to) == 0 && to.layer != 0) {
+      struct stat st {};
+      if (flags & RENAME_NOREPLACE) return EEXIST;
+      if ((flags & RENAME_EXCHANGE) || (::fstat(to.fd.get(), &st) == 0 && S_ISDIR(st.st_mode))) return EXDEV;
+    }
+    ::unlinkat(npfd->get(), whiteout_of(newname).c_str(), 0);
+  }
   if (&np == &inodes_.root() && is_lnl_key(newname) && !(flags & RENAME_EXCHANGE) && opts_.store->has_remote())
     if (int e = promote(pfd->get(), name, npfd->get(), newname, flags); e != 0) return e;
   if (::syscall(SYS_renameat2, pfd->get(), name, npfd->get(), newname, flags) != 0) return errno;
+  if (layered() && !(flags & RENAME_EXCHANGE) && below(p, name)) {
+    UniqueFd wh(::openat(pfd->get(), whiteout_of(name).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!wh) return errno;
+  }
   // The kernel keeps the moved inodes under their new names: so does this process.
   inodes_.moved(np, npfd->get(), newname);
   if (flags & RENAME_EXCHANGE) inodes_.moved(p, pfd->get(), name);
@@ -116,8 +183,15 @@ Answer<fuse_entry_param> Filesystem::link(fuse_ino_t ino, fuse_ino_t newparent, 
   Inode& i = inodes_.get(ino);
   Inode& np = inodes_.get(newparent);
   int err = 0;
-  PathRef fd = inodes_.path_fd(i, err), npfd = fd ? inodes_.path_fd(np, err) : nullptr;
+  if (layered()) {
+    if (int e = may_make(newname)) return Errno{e};
+    if (!i.placeholder && inodes_.layer_of(i) != 0) return Errno{EXDEV};
+    Found found;
+    if (find(np, newname, found) == 0) return Errno{EEXIST};
+  }
+  PathRef fd = inodes_.path_fd(i, err), npfd = fd ? upper_dir(np, err) : nullptr;
   if (!fd || !npfd) return Errno{i.placeholder || i.special != Inode::Special::none ? EPERM : err};
+  if (layered()) ::unlinkat(npfd->get(), whiteout_of(newname).c_str(), 0);
   if (::linkat(AT_FDCWD, proc_path(fd->get()).c_str(), npfd->get(), newname, AT_SYMLINK_FOLLOW) != 0) return Errno{errno};
   return lookup_entry(np, newname);
 }
@@ -131,14 +205,15 @@ Answer<fuse_file_info> Filesystem::opendir(fuse_ino_t ino, const fuse_file_info&
   if (inodes_.get(ino).placeholder) return Errno{ENOTDIR};
   fuse_file_info opened = fi;
   opened.fh = 0;
-  opened.cache_readdir = 1;
-  opened.keep_cache = 1;
+  opened.cache_readdir = !layered();  // (init: over layers, listings change unseen)
+  opened.keep_cache = !layered();
   return opened;
 }
 
 std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
   if (i.special == Inode::Special::stats_dir)
     return std::make_shared<Listing>(Listing{{{".", 1, DT_DIR}, {"..", 1, DT_DIR}, {k_stats_file, 2, DT_REG}}});
+  if (layered() && (&i == &inodes_.root() || !is_whole_folder(inodes_.rel_path(i)))) return list_merged(i, err);
   PathRef dir = inodes_.path_fd(i, err);
   if (!dir) return nullptr;
   struct stat st {};

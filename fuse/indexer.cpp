@@ -65,7 +65,7 @@ void Indexer::run() {
     std::string entry = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();
-    const std::string dir = fmt::format("{}/{}", index_->root(), entry);
+    const std::string dir = index_->entry_dir(entry);
     if (!index_->knows(entry))
       if (auto id = neffcache::entry_content_id(dir, default_flags_); id && index_->add(*id, entry))
         ++added_on_sight_;

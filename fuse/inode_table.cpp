@@ -2,7 +2,9 @@
 #include "inode_table.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,14 +25,24 @@ std::string path_of_fd(int fd) {
   return n > 0 && n < static_cast<ssize_t>(sizeof buf) ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
+UniqueFd open_beneath(int root_fd, const std::string& rel, int flags) {
+  struct open_how how {};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return UniqueFd(static_cast<int>(::syscall(SYS_openat2, root_fd, rel.empty() ? "." : rel.c_str(), &how, sizeof how)));
+}
+
 int gone_or(int err, int dir_fd) {
   struct stat st {};
   return err == ENOENT && ::fstat(dir_fd, &st) == 0 && st.st_nlink == 0 ? ESTALE : err;
 }
 
-InodeTable::InodeTable(const std::string& backing, std::size_t max_open) {
+InodeTable::InodeTable(const std::string& backing, const std::vector<std::string>& lowers, std::size_t max_open) {
   root_ = std::make_unique<Inode>();
   root_fd_ = std::make_shared<PathFd>(UniqueFd(::open(backing.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)));
+  layer_roots_.push_back(root_fd_);
+  for (const auto& lower : lowers)
+    layer_roots_.push_back(std::make_shared<PathFd>(UniqueFd(::open(lower.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC))));
   struct stat st {};
   ::fstat(root_fd_->get(), &st);
   root_->dev = st.st_dev;
@@ -103,23 +115,35 @@ PathRef InodeTable::path_fd(Inode& i, int& err) {
     }
   }
   Inode* parent;
-  std::string name;
+  std::string name, rel;
+  dev_t dev;
+  ino_t ino;
+  int layer;
   {
     std::lock_guard lk(inodes_mu_);
     parent = i.parent;
     name = i.name;
+    dev = i.dev;
+    ino = i.ino;
+    layer = i.layer;
+    // In another layer than its folder: opened by its path in its own layer.
+    if (parent->layer != layer) rel = rel_path_locked(i);
     ++parent->refs;  // a rename meanwhile must not free it under us
   }
   PathRef result;
-  if (PathRef dir = path_fd(*parent, err)) {
-    UniqueFd fd(::openat(dir->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  PathRef dir = rel.empty() ? path_fd(*parent, err) : layer_roots_[static_cast<std::size_t>(layer)];
+  if (dir) {
+    UniqueFd fd = rel.empty() ? UniqueFd(::openat(dir->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC))
+                              : open_beneath(dir->get(), rel, O_PATH | O_NOFOLLOW);
     const int open_errno = errno;
     struct stat st {};
-    if (fd && ::fstat(fd.get(), &st) == 0 && st.st_dev == i.dev && st.st_ino == i.ino) {
+    if (fd && ::fstat(fd.get(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) {
       result = keep_open(i, std::make_shared<PathFd>(std::move(fd)));
     } else {
       // Gone or replaced by another process: the kernel looks the name up again.
-      err = !fd && open_errno != ENOENT && open_errno != ENOTDIR ? open_errno : ESTALE;
+      err = !fd && open_errno != ENOENT && open_errno != ENOTDIR && open_errno != ELOOP && open_errno != EXDEV
+                ? open_errno
+                : ESTALE;
     }
   }
   std::vector<Inode*> doomed;
@@ -190,7 +214,7 @@ void InodeTable::moved(Inode& parent, int parent_fd, const char* name) {
   destroy(doomed);
 }
 
-Inode* InodeTable::intern(Inode& parent, const char* name, UniqueFd path_fd, const struct stat& st) {
+Inode* InodeTable::intern(Inode& parent, const char* name, UniqueFd path_fd, const struct stat& st, int layer) {
   Inode* in;
   std::vector<Inode*> doomed;
   {
@@ -200,6 +224,7 @@ Inode* InodeTable::intern(Inode& parent, const char* name, UniqueFd path_fd, con
       slot = new Inode;
       slot->dev = st.st_dev;
       slot->ino = st.st_ino;
+      slot->layer = layer;
     }
     in = slot;
     ++in->nlookup;
@@ -208,6 +233,64 @@ Inode* InodeTable::intern(Inode& parent, const char* name, UniqueFd path_fd, con
   destroy(doomed);
   keep_open(*in, std::make_shared<PathFd>(std::move(path_fd)));
   return in;
+}
+
+int InodeTable::layer_of(Inode& i) {
+  std::lock_guard lk(inodes_mu_);
+  return i.layer;
+}
+
+Inode* InodeTable::parent_of(Inode& i) {
+  std::lock_guard lk(inodes_mu_);
+  return i.parent;
+}
+
+std::string InodeTable::rel_path_locked(const Inode& i) const {
+  std::string rel;
+  for (const Inode* at = &i; at && at != root_.get(); at = at->parent) rel = rel.empty() ? at->name : at->name + "/" + rel;
+  return rel;
+}
+
+std::string InodeTable::rel_path(Inode& i) {
+  std::lock_guard lk(inodes_mu_);
+  return rel_path_locked(i);
+}
+
+PathRef InodeTable::dir_in_layer(Inode& dir, std::size_t k, int& err) {
+  std::string rel;
+  {
+    std::lock_guard lk(inodes_mu_);
+    if (static_cast<std::size_t>(dir.layer) != k) rel = rel_path_locked(dir);
+  }
+  if (rel.empty() && (&dir != root_.get() || k == 0)) return path_fd(dir, err);
+  UniqueFd fd = open_beneath(layer_roots_[k]->get(), rel, O_PATH | O_DIRECTORY);
+  if (!fd) {
+    err = errno == ENOTDIR || errno == ELOOP ? ENOENT : errno;
+    return nullptr;
+  }
+  return std::make_shared<PathFd>(std::move(fd));
+}
+
+bool InodeTable::rebind(Inode& i, UniqueFd fd, const struct stat& st, int layer) {
+  std::vector<PathRef> closing;  // closed after the locks are let go
+  {
+    std::lock_guard lk(inodes_mu_);
+    auto [it, fresh] = inodes_.try_emplace({st.st_dev, st.st_ino}, &i);
+    if (!fresh) return it->second == &i;
+    inodes_.erase({i.dev, i.ino});
+    i.dev = st.st_dev;
+    i.ino = st.st_ino;
+    i.layer = layer;
+  }
+  std::lock_guard lk(fds_mu_);
+  if (i.fd) {
+    closing.push_back(std::move(i.fd));
+    open_lru_.erase(i.lru);
+  }
+  i.fd = std::make_shared<PathFd>(std::move(fd));
+  open_lru_.push_front(&i);
+  i.lru = open_lru_.begin();
+  return true;
 }
 
 Inode* InodeTable::intern_placeholder(Inode& parent, const char* name) {

@@ -47,8 +47,12 @@ using Listing = std::vector<DirEnt>;
 struct Inode {
   enum class Special { none, stats_dir, stats_file };
   Special special = Special::none;
+  // Guarded by InodeTable::inodes_mu_ (a copy up moves them: InodeTable::rebind): the
+  // backing file, and the layer it is in (0: the backing folder; 1 on: the read-only
+  // layers under it, layers.hpp).
   dev_t dev = 0;
   ino_t ino = 0;
+  int layer = 0;
   bool placeholder = false;  // model.neff or model.done of a pending entry
   // A file of a done entry (seen so by a lookup): its content never changes, so its
   // pages may stay cached across opens. finished_neff: its model.neff (opens are hits).
@@ -71,9 +75,11 @@ struct Inode {
 
 class InodeTable {
  public:
-  // `backing`: the absolute path of the backing folder (the root inode). `max_open`:
-  // how many O_PATH descriptors stay open; 0 for half the descriptor limit (at least 64).
-  explicit InodeTable(const std::string& backing, std::size_t max_open = 0);
+  // `backing`: the absolute path of the backing folder (the root inode); `lowers`: the
+  // read-only layers under it, in order (layers.hpp). `max_open`: how many O_PATH
+  // descriptors stay open; 0 for half the descriptor limit (at least 64).
+  explicit InodeTable(const std::string& backing, const std::vector<std::string>& lowers = {},
+                      std::size_t max_open = 0);
   // Frees every inode: the kernel sends no FORGET for what it still remembers at unmount.
   ~InodeTable();
   InodeTable(const InodeTable&) = delete;
@@ -94,10 +100,27 @@ class InodeTable {
   bool is_stats_file(fuse_ino_t ino) const { return ino == reinterpret_cast<fuse_ino_t>(stats_file_.get()); }
   std::size_t max_open() const { return max_open_; }
 
-  // The inode of backing file `st` at `name` in `parent`, counting one more kernel
-  // lookup; the name seen last is where it is opened again (hard links, renames by other
-  // processes). Keeps `path_fd` as its descriptor.
-  Inode* intern(Inode& parent, const char* name, neffcache::detail::UniqueFd path_fd, const struct stat& st);
+  // The inode of backing file `st` at `name` in `parent` (in layer `layer`), counting one
+  // more kernel lookup; the name seen last is where it is opened again (hard links,
+  // renames by other processes). Keeps `path_fd` as its descriptor.
+  Inode* intern(Inode& parent, const char* name, neffcache::detail::UniqueFd path_fd, const struct stat& st,
+                int layer = 0);
+
+  // Layers (layers.hpp): how many (1: the backing alone), the root of layer `k`, and an
+  // inode's layer and path below the root ("" for the root).
+  std::size_t layers() const { return layer_roots_.size(); }
+  const PathRef& layer_root(std::size_t k) const { return layer_roots_[k]; }
+  int layer_of(Inode& i);
+  // The folder inode `i` was last seen in (alive while `i` is).
+  Inode* parent_of(Inode& i);
+  std::string rel_path(Inode& i);
+  // The O_PATH descriptor of folder `dir`'s copy in layer `k`: its own when it is there,
+  // else its path below that layer's root, through no link; null with `err` (ENOENT:
+  // that layer has no such folder).
+  PathRef dir_in_layer(Inode& dir, std::size_t k, int& err);
+  // After a copy up: inode `i` is now the file `fd` (`st`) of layer `layer`. False (and
+  // nothing changed) when another inode already is that file.
+  bool rebind(Inode& i, neffcache::detail::UniqueFd fd, const struct stat& st, int layer);
   // The placeholder `name` in `parent` (no backing file yet), one more kernel lookup.
   Inode* intern_placeholder(Inode& parent, const char* name);
   // The inode's O_PATH descriptor, opened again from its parent if it was let go.
@@ -127,8 +150,12 @@ class InodeTable {
   // Without inodes_mu_: closes the doomed inodes' descriptors and frees them.
   void destroy(const std::vector<Inode*>& doomed);
 
+  // Under inodes_mu_: the path of `i` below the root.
+  std::string rel_path_locked(const Inode& i) const;
+
   std::unique_ptr<Inode> root_, stats_dir_, stats_file_;
   PathRef root_fd_;
+  std::vector<PathRef> layer_roots_;  // [0] is root_fd_
   std::size_t max_open_ = 0;
   // Rank 50 (see fs.hpp): guards inodes_, placeholders_ and each Inode's parent, name,
   // nlookup and refs. A leaf: never held across I/O or with another lock.
@@ -143,6 +170,10 @@ class InodeTable {
 
 // The path of the file an open descriptor names; empty if it cannot be read.
 std::string path_of_fd(int fd);
+// Opens `rel` (a path, "" for the folder itself) below folder `root_fd` with `flags`,
+// through no symbolic link and never out of it (openat2 RESOLVE_BENEATH and
+// RESOLVE_NO_SYMLINKS; a link as the last part is opened itself with O_PATH|O_NOFOLLOW).
+neffcache::detail::UniqueFd open_beneath(int root_fd, const std::string& rel, int flags);
 // "/proc/self/fd/N": reopens or changes a file by its descriptor.
 std::string proc_path(int fd);
 // ENOENT in a folder that was removed behind the daemon's back while the kernel still

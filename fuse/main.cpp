@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/flags.hpp>
@@ -48,7 +51,8 @@ bool is_mounted(const std::string& dir) {
 int main(int argc, char** argv) {
   CLI::App app{"neffcachefs: mount a Neuron compile cache that compiles a missing model.neff when it is opened"};
   std::string backing, mountpoint, compiler(neffcache::k_default_compiler_template), flags_text, mem_per_job = "64G",
-      compiler_user, local_cache, local_cache_size = "50G", mem_budget, mem_ledger, nki_kernels;
+      compiler_user, local_cache, local_cache_size = "50G", mem_budget, mem_ledger, nki_kernels, upper;
+  std::vector<std::string> lowers;
   double lease_ttl = static_cast<double>(neffcache::k_default_lease_ttl.count());
   std::vector<std::string> fuse_opts;
   int jobs = 0, retries = -1;
@@ -104,6 +108,12 @@ int main(int argc, char** argv) {
                  fmt::format("with an s3:// cache: the folder of the NKI kernel binaries that graphs call by path, "
                              "carried through the bucket (default: ${}, else {})",
                              neffcache::k_nki_kernel_dir_env, neffcache::k_default_nki_kernel_dir));
+  app.add_option("--upper", upper,
+                 "a folder that takes everything written through the mount, new entries and compiles; BACKING "
+                 "becomes a read-only layer under it");
+  app.add_option("--lower", lowers, "another read-only cache under BACKING (repeatable; the first that has a name "
+                                    "wins)")
+      ->allow_extra_args(false);
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
   try {
     app.parse(argc, argv);
@@ -141,11 +151,59 @@ int main(int argc, char** argv) {
   } else if (!nki_kernels.empty()) {
     return fail("--nki-kernels is for an s3:// cache: a directory cache carries no kernels between hosts");
   }
-  opts.backing = std::filesystem::absolute(backing, ec).lexically_normal().string();
-  if (!opts.backing.empty() && opts.backing.size() > 1 && opts.backing.back() == '/') opts.backing.pop_back();
+  auto absolute = [&](const std::string& dir) {
+    std::string a = std::filesystem::absolute(dir, ec).lexically_normal().string();
+    if (a.size() > 1 && a.back() == '/') a.pop_back();
+    return a;
+  };
   struct stat st {};
-  if (::stat(opts.backing.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::access(opts.backing.c_str(), R_OK | W_OK | X_OK) != 0)
-    return fail(fmt::format("backing directory {} is missing or not readable and writable", backing));
+  auto is_dir = [&](const std::string& dir, int how) {
+    return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(dir.c_str(), how) == 0;
+  };
+  opts.backing = absolute(backing);
+  if (s3_url && (!upper.empty() || !lowers.empty()))
+    return fail("--upper and --lower are for directory caches (a bucket as a layer is not supported yet)");
+  // Layers (fuse/layers.hpp): the backing is written unless it is read-only or --upper
+  // takes the writes; read-only caches lie under it.
+  for (auto& lower : lowers) {
+    lower = absolute(lower);
+    if (!is_dir(lower, R_OK | X_OK)) return fail(fmt::format("--lower {} is missing or not readable", lower));
+  }
+  // Over a read-only cache without --upper: the lock files clients make, gone with the daemon.
+  struct Scratch {
+    std::string dir;
+    ~Scratch() {
+      std::error_code ignored;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+    }
+  } scratch_dir;
+  std::string scratch;
+  if (!upper.empty()) {
+    if (!is_dir(opts.backing, R_OK | X_OK)) return fail(fmt::format("backing directory {} is missing or not readable", backing));
+    lowers.insert(lowers.begin(), opts.backing);
+    opts.backing = absolute(upper);
+    if (!is_dir(opts.backing, R_OK | W_OK | X_OK))
+      return fail(fmt::format("--upper {} is missing or not readable and writable", upper));
+  } else if (!s3_url && is_dir(opts.backing, R_OK | X_OK) && !is_dir(opts.backing, W_OK)) {
+    scratch = fmt::format("{}/neffcachefs-locks-XXXXXX", neffcache::detail::getenv_or("TMPDIR", "/tmp"));
+    if (!::mkdtemp(scratch.data())) return fail(fmt::format("cannot create {}: {}", scratch, std::strerror(errno)));
+    scratch_dir.dir = scratch;
+    // The mount's root is the scratch folder's: it shows the cache's mode and owner.
+    struct stat cache_root {};
+    if (::stat(opts.backing.c_str(), &cache_root) != 0 || ::chmod(scratch.c_str(), cache_root.st_mode & 07777) != 0 ||
+        (::geteuid() == 0 && ::chown(scratch.c_str(), cache_root.st_uid, cache_root.st_gid) != 0))
+      return fail(fmt::format("cannot give {} the mode and owner of {}: {}", scratch, opts.backing, std::strerror(errno)));
+    lowers.insert(lowers.begin(), opts.backing);
+    opts.backing = scratch;
+    opts.scratch = true;
+    opts.scheduler.settings.compiles_off = "the cache is read-only and the mount has no --upper";
+    fmt::print(stderr, "neffcachefs: {} is read-only: serving its done entries; lock files that clients create are "
+                       "kept in {} until the mount ends; nothing compiles (give --upper DIR to compile)\n",
+               lowers.front(), scratch);
+  }
+  if (!is_dir(opts.backing, R_OK | W_OK | X_OK))
+    return fail(fmt::format("backing directory {} is missing or not readable", backing));
+  opts.lowers = lowers;
   // Absolute: libfuse moves the daemon to / before the loop, and unmounts by this path.
   mountpoint = std::filesystem::absolute(mountpoint, ec).lexically_normal().string();
   if (mountpoint.size() > 1 && mountpoint.back() == '/') mountpoint.pop_back();
@@ -154,10 +212,13 @@ int main(int argc, char** argv) {
   if (is_mounted(mountpoint)) return fail(fmt::format("mount point {} is busy: something is mounted there", mountpoint));
   if (std::filesystem::equivalent(opts.backing, mountpoint, ec))
     return fail("the backing directory and the mount point must differ");
+  for (const auto& lower : opts.lowers)
+    if (std::filesystem::equivalent(lower, mountpoint, ec) || std::filesystem::equivalent(lower, opts.backing, ec))
+      return fail(fmt::format("the layer {} is the mount point or the backing directory", lower));
 
   // A fleet that never compiles need not have the compiler.
   auto tmpl = neffcache::compiler_option(
-      compiler, no_compile ? neffcache::Installed::not_required : neffcache::Installed::required);
+      compiler, no_compile || opts.scratch ? neffcache::Installed::not_required : neffcache::Installed::required);
   if (!tmpl) return fail(tmpl.error().message);
   opts.scheduler.settings.compiler = *tmpl;
   // The mount's entries are folders (the backing's, or the local tier's over S3): their
@@ -176,6 +237,7 @@ int main(int argc, char** argv) {
   opts.retry_failed = retry_failed || env_flags->wrapper.retry_failed_compilation;
   // Nothing compiles, so nothing is eager and nothing reserves memory.
   if (no_compile) opts.scheduler.settings.compiles_off = "compiles are off (neffcachefs --no-compile)";
+  no_compile |= opts.scratch;
   opts.eager = eager && !no_compile;
   opts.scheduler.settings.content_index = content_index;
   opts.index_scan = index_scan;
@@ -211,7 +273,8 @@ int main(int argc, char** argv) {
     if (!tier) return fail(tier.error().message);
     opts.store = std::move(*tier);
   } else {
-    opts.store = neffcache::store::DirectoryStore::open(opts.backing);
+    opts.store = opts.lowers.empty() ? neffcache::store::DirectoryStore::open(opts.backing)
+                                     : neffcache::store::DirectoryStore::open_layers(opts.backing, opts.lowers);
   }
   opts.scheduler.peaks = std::make_shared<neffcache::PeakHistory>(opts.store->peaks_dir());
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
@@ -267,11 +330,17 @@ int main(int argc, char** argv) {
     fuse_session_destroy(se);
     return fail(fmt::format("cannot mount on {}", mountpoint));
   }
-  fmt::print(stderr, "neffcachefs: {} mounted on {} ({} compile{} at once{})\n", opts.store->name(), mountpoint,
-             opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s",
-             opts.scheduler.memory ? fmt::format(" at most, within {} of memory", neffcache::format_size(
-                                                                                   opts.scheduler.memory->budget()))
-                                   : "");
+  std::string served = opts.store->name();
+  if (!opts.lowers.empty())
+    served = opts.scratch ? fmt::format("{} (read-only)", opts.lowers.front())
+                          : fmt::format("{} over {}", served, fmt::join(opts.lowers, ", "));
+  fmt::print(stderr, "neffcachefs: {} mounted on {} ({})\n", served, mountpoint,
+             opts.scratch ? std::string("nothing compiles")
+                          : fmt::format("{} compile{} at once{}", opts.scheduler.jobs, opts.scheduler.jobs == 1 ? "" : "s",
+                                        opts.scheduler.memory
+                                            ? fmt::format(" at most, within {} of memory",
+                                                          neffcache::format_size(opts.scheduler.memory->budget()))
+                                            : ""));
   fuse_daemonize(foreground ? 1 : 0);
 
   // libfuse's handler for SIGTERM, SIGINT and SIGHUP ends the loop only if it runs in the

@@ -12,7 +12,13 @@
 namespace neffcachefs {
 
 struct Options {
-  std::string backing;          // absolute path of the backing directory
+  std::string backing;          // absolute path of the backing directory: layer 0, the one written
+  // Read-only layers under the backing, searched after it in this order (layers.hpp):
+  // BACKING itself under --upper, then every --lower; absolute paths.
+  std::vector<std::string> lowers;
+  // The backing is a private scratch folder over a read-only cache (no --upper): it takes
+  // only lock files (layers.hpp); nothing else may be written, and nothing compiles.
+  bool scratch = false;
   // The cache the mount serves, never null: the backing directory itself, or an S3 cache
   // whose local tier is `backing`, filled from S3 as names are asked for, with compiles
   // and fetches going through it (store/tier.hpp). The daemon asks it, never "is this S3?".

@@ -40,6 +40,9 @@ std::string Stats::json(const Context& ctx) const {
       // Tools read the entries' true state there: through the mount, a pending entry
       // lists the model.neff it will produce.
       {"backing", ctx.backing},
+      // Over layers, entries are read in the first layer that has them (layers.hpp).
+      {"layers", ctx.layers},
+      {"read_only", ctx.read_only},
   };
   if (ctx.s3) j["s3"] = *ctx.s3;
   return j.dump(2) + "\n";

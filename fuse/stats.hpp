@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +50,8 @@ class Stats {
     neffcache::Progress progress;
     int jobs = 0;
     std::string backing;
+    std::vector<std::string> layers;  // the read-only layers under `backing` (layers.hpp)
+    bool read_only = false;           // a read-only cache without --upper: nothing may change
     std::optional<nlohmann::ordered_json> s3;  // the tier's statistics, url included
     nlohmann::ordered_json index;              // the content index's upkeep (Indexer::stats)
     nlohmann::ordered_json memory;             // admission by memory (Filesystem::stats_json)

@@ -54,37 +54,6 @@ TEST_CASE("neuron_parallel_compile on a mount: the daemon compiles as graphs are
   CHECK(m.compiles() == 2);
 }
 
-namespace {
-
-// The neuron-client-sim command line over the corpus graphs `graphs`.
-std::vector<std::string> client_sim_command(const std::vector<std::string>& graphs) {
-  std::vector<std::string> argv{NEFFCACHE_CLIENT_SIM, "--json", "--poll", "0.02", "--extract-interval", "0.05",
-                                "--compiler", k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
-  for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
-  return argv;
-}
-
-// neuron-client-sim with the cache at `cache` and the fake compiler logging to `log`;
-// `env` adds NAME=value words (NEURON_EXTRACT_GRAPHS_ONLY=1 for extraction).
-std::vector<std::string> client_sim(const fs::path& cache, const fs::path& log, std::vector<std::string> env,
-                                    const std::vector<std::string>& graphs) {
-  std::vector<std::string> argv{"env", "-u", "NEURON_CC_FLAGS", "-u", "NEURON_EXTRACT_GRAPHS_ONLY",
-                                "NEURON_COMPILE_CACHE_URL=" + cache.string(), "NEFFCACHE_FAKE_RATE=0",
-                                "NEFFCACHE_FAKE_LOG=" + log.string()};
-  argv.insert(argv.end(), env.begin(), env.end());
-  auto command = client_sim_command(graphs);
-  argv.insert(argv.end(), command.begin(), command.end());
-  return argv;
-}
-
-nlohmann::json sim_summary(const std::string& output) {
-  auto begin = output.find("{\n");
-  REQUIRE(begin != std::string::npos);
-  return nlohmann::json::parse(output.substr(begin));
-}
-
-}  // namespace
-
 TEST_CASE("client simulator through the mount: extraction, then training that only waits for the daemon", "[fuse]") {
   Mount m({"NEFFCACHE_FAKE_SECONDS=0.3"});
   test::TempDir dir;

@@ -146,7 +146,7 @@ TEST_CASE("inode table: references, forget, placeholders, renames and reopening"
   test::TempDir d;
   test::spit(d / "a" / "f", "x");
   test::spit(d / "a" / "g", "x");
-  InodeTable t(d.path().string(), 2);
+  InodeTable t(d.path().string(), {}, 2);
   auto intern = [&](Inode& parent, const char* name) {
     int err = 0;
     PathRef dir = t.path_fd(parent, err);
@@ -196,7 +196,7 @@ TEST_CASE("inode table: descriptors are let go beyond the limit and reopened; a 
   test::spit(d / "x", "x");
   test::spit(d / "y", "x");
   test::spit(d / "z", "x");
-  InodeTable t(d.path().string(), 2);
+  InodeTable t(d.path().string(), {}, 2);
   std::vector<Inode*> in;
   for (const char* n : {"x", "y", "z"}) {
     UniqueFd fd(::openat(t.root_fd()->get(), n, O_PATH | O_NOFOLLOW | O_CLOEXEC));

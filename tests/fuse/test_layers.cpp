@@ -35,3 +35,228 @@ TEST_CASE("mounted with --no-compile, a miss fails at once with EIO and a counte
   CHECK(test::slurp(m.backing() / twin / "model.neff") == test::slurp(m.backing() / done / "model.neff"));
   CHECK(m.compiles() == 0);
 }
+
+namespace {
+
+// `from` bound read-only at `at` for the scope (a read-only volume, as a shipped cache
+// comes); lazily unmounted at the end. Needs root, as the CI machines give.
+class ReadOnlyBind {
+ public:
+  ReadOnlyBind(const fs::path& from, const fs::path& at) : at_(at) {
+    fs::create_directories(at);
+    REQUIRE(::mount(from.c_str(), at.c_str(), nullptr, MS_BIND, nullptr) == 0);
+    REQUIRE(::mount(nullptr, at.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0);
+  }
+  ~ReadOnlyBind() { ::umount2(at_.c_str(), MNT_DETACH); }
+  ReadOnlyBind(const ReadOnlyBind&) = delete;
+  ReadOnlyBind& operator=(const ReadOnlyBind&) = delete;
+
+ private:
+  fs::path at_;
+};
+
+// The errno of a call that returns -1 on failure (0 when it worked).
+int errno_of(int rc) { return rc == 0 || rc > 0 ? 0 : errno; }
+
+const std::vector<std::string> k_two_graphs{"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"};
+
+// A cache that the simulated client compiled `graphs` into (its own keys, as a client
+// on another machine leaves them), plus a pending entry of another graph; the pending
+// entry's path below the root.
+std::string make_shipped_cache(const fs::path& cache, const fs::path& log, const std::vector<std::string>& graphs) {
+  fs::create_directories(cache);
+  auto made = test::run(client_sim(cache, log, {}, graphs));
+  REQUIRE(made.exit_code == 0);
+  REQUIRE(sim_summary(made.output)["compiled"] == graphs.size());
+  const std::string pending = "neuronxcc-2.21.0/MODULE_pending+0";
+  fs::create_directories(cache / pending);
+  fs::copy_file(test::k_corpus / "spu_tf_jit_comp.hlo.pb", cache / pending / "model.hlo_module.pb");
+  return pending;
+}
+
+// The entry folders (neuronxcc-*/MODULE_*) the mount lists.
+std::set<std::string> listed_entries(const fs::path& mnt) {
+  std::set<std::string> out;
+  for (const auto& c : fs::directory_iterator(mnt))
+    if (c.path().filename().string().starts_with("neuronxcc-"))
+      for (const auto& e : fs::directory_iterator(c.path()))
+        out.insert((c.path().filename() / e.path().filename()).string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a read-only cache: a client that locks <root>/lock reads its hits; a miss fails at once; nothing is written",
+          "[fuse][layers]") {
+  test::TempDir dir;
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  ReadOnlyBind ro(dir / "cache", dir / "ro");
+  const auto before = test::snapshot_tree(dir / "ro");
+
+  // Without the mount, the client stops at the cache's lock file, as libneuronxla does.
+  auto direct = test::run(client_sim(dir / "ro", dir / "direct.log", {}, k_two_graphs));
+  CHECK(direct.exit_code != 0);
+  CHECK(direct.output.find("[Errno 30] Read-only file system") != std::string::npos);
+
+  Mount m({"NEFFCACHE_FAKE_SECONDS=5"}, {}, dir / "ro");
+  // Training through the mount: both graphs are hits, under the cache's lock.
+  auto train = test::run(client_sim(m.mnt(), dir / "train.log", {}, k_two_graphs));
+  INFO(train.output);
+  CHECK(train.exit_code == 0);
+  CHECK(sim_summary(train.output)["hits"] == 2);
+  CHECK(test::count_lines(dir / "train.log") == 0);
+  // The lock file lives as long as the mount, and locks on it work between processes.
+  int held = ::open((m.mnt() / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  CHECK(test::run({"flock", "-n", (m.mnt() / "lock").string(), "-c", "true"}).exit_code == 1);
+  ::close(held);
+  CHECK(test::run({"flock", "-n", (m.mnt() / "lock").string(), "-c", "true"}).exit_code == 0);
+  // A miss fails at once: nothing may compile where nothing may be written.
+  auto start = std::chrono::steady_clock::now();
+  CHECK(reader_process(m.mnt() / pending / "model.neff")->wait() == 5);  // EIO
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(m.compiles() == 0);
+  auto stats = m.daemon().stats();
+  CHECK(stats["eio"]["07"] == 1);
+  CHECK(stats["read_only"] == true);
+  // Writes that would change the cache answer EROFS, as the read-only disk would.
+  const std::string done = *listed_entries(m.mnt()).begin();
+  CHECK(errno_of(::mkdir((m.mnt() / "neuronxcc-2.21.0" / "MODULE_new+0").c_str(), 0755)) == EROFS);
+  CHECK(errno_of(::open((m.mnt() / done / "model.neff").c_str(), O_WRONLY | O_CLOEXEC)) == EROFS);
+  CHECK(errno_of(::unlink((m.mnt() / done / "model.done").c_str())) == EROFS);
+  CHECK(errno_of(::rename((m.mnt() / done).c_str(), (m.mnt() / "moved").c_str())) == EROFS);
+  CHECK(errno_of(::truncate((m.mnt() / done / "model.neff").c_str(), 0)) == EROFS);
+  CHECK(errno_of(::open((m.mnt() / "notes.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) == EROFS);
+  // An entry's lock file may be made and removed, as a client waiting on it would.
+  int entry_lock = ::open((m.mnt() / done / "model.hlo_module.pb.lock").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  CHECK(entry_lock >= 0);
+  ::close(entry_lock);
+  CHECK(::unlink((m.mnt() / done / "model.hlo_module.pb.lock").c_str()) == 0);
+  CHECK(reader_process(m.mnt() / done / "model.neff")->wait() == 0);
+  // The read-only cache is as it was: not a byte, not a lock file more.
+  CHECK(test::snapshot_tree(dir / "ro") == before);
+}
+
+TEST_CASE("with --upper, a pending entry of the read-only cache and a new entry compile into the upper folder; the lower stays as it was",
+          "[fuse][layers]") {
+  test::TempDir dir;
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  ReadOnlyBind ro(dir / "cache", dir / "ro");
+  const auto before = test::snapshot_tree(dir / "ro");
+  const auto shipped = listed_entries(dir / "ro");
+  fs::create_directories(dir / "upper");
+  Mount m({}, {"--upper", (dir / "upper").string()}, dir / "ro");
+
+  // The listing merges the layers.
+  CHECK(listed_entries(m.mnt()) == shipped);
+  // The pending entry of the lower layer compiles, once, into the upper one.
+  CHECK(reader_process(m.mnt() / pending / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 1);
+  CHECK(fs::exists(dir / "upper" / pending / "model.done"));
+  CHECK(test::slurp(dir / "upper" / pending / "model.hlo_module.pb") ==
+        test::slurp(test::k_corpus / "spu_tf_jit_comp.hlo.pb"));
+  // A new entry written through the mount goes to the upper layer and compiles there.
+  const std::string fresh = "neuronxcc-2.21.0/MODULE_fresh+0";
+  REQUIRE(fs::create_directory(m.mnt() / fresh));
+  fs::copy_file(test::k_corpus / "gopjrt_x_squared.hlo.pb", m.mnt() / fresh / "model.hlo_module.pb");
+  CHECK(reader_process(m.mnt() / fresh / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 2);
+  CHECK(fs::exists(dir / "upper" / fresh / "model.neff"));
+  // The shipped hits are read from the lower layer: no compile, no copy.
+  for (const auto& e : shipped)
+    if (e != pending) CHECK(reader_process(m.mnt() / e / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 2);
+  // The simulated client trains on all of it: hits, under the cache's lock (made in the upper layer).
+  auto train = test::run(client_sim(m.mnt(), dir / "train.log", {}, k_two_graphs));
+  INFO(train.output);
+  CHECK(train.exit_code == 0);
+  CHECK(sim_summary(train.output)["hits"] == 2);
+  CHECK(fs::exists(dir / "upper" / "lock"));
+  // A change to a file of a lower entry writes the upper layer's copy of the whole entry.
+  std::vector<std::string> done;
+  std::copy_if(shipped.begin(), shipped.end(), std::back_inserter(done), [&](auto& e) { return e != pending; });
+  REQUIRE(done.size() == 2);
+  test::spit(m.mnt() / done[0] / "notes.txt", "mine");
+  CHECK(test::slurp(dir / "upper" / done[0] / "notes.txt") == "mine");
+  CHECK(test::slurp(dir / "upper" / done[0] / "model.neff") == test::slurp(dir / "ro" / done[0] / "model.neff"));
+  CHECK(reader_process(m.mnt() / done[0] / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 2);
+  // A rename of a lower entry is refused as across file systems (mv copies then); one
+  // in the upper layer moves.
+  const fs::path moved = m.mnt() / fs::path(done[1]).parent_path() / "MODULE_moved+0";
+  CHECK(errno_of(::rename((m.mnt() / done[1]).c_str(), moved.c_str())) == EXDEV);
+  CHECK(errno_of(::rename((m.mnt() / done[0]).c_str(), moved.c_str())) == 0);
+  CHECK(fs::exists(dir / "upper" / moved.lexically_relative(m.mnt()) / "notes.txt"));
+  CHECK(test::snapshot_tree(dir / "ro") == before);
+}
+
+TEST_CASE("with --upper, removing an entry of the read-only cache hides it with a whiteout, also after a restart",
+          "[fuse][layers]") {
+  test::TempDir dir;
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  const auto before = test::snapshot_tree(dir / "cache");
+  const auto shipped = listed_entries(dir / "cache");
+  fs::create_directories(dir / "upper");
+  std::string gone;
+  for (const auto& e : shipped)
+    if (e != pending) gone = e;
+  const fs::path compiler_dir = fs::path(gone).parent_path();
+  {
+    // (A lower layer need not be read-only for the mount to leave it alone.)
+    Mount m({}, {"--upper", (dir / "upper").string()}, dir / "cache");
+    fs::remove_all(m.mnt() / gone);
+    CHECK_FALSE(fs::exists(m.mnt() / gone));
+    CHECK_FALSE(listed_entries(m.mnt()).contains(gone));
+    CHECK(errno_of(::rmdir((m.mnt() / gone).c_str())) == ENOENT);
+    // The whiteout is ours, in the upper layer, and never shown.
+    CHECK(fs::exists(dir / "upper" / fs::path(gone).parent_path() / (".neffcache-wh." + fs::path(gone).filename().string())));
+    for (const auto& f : fs::directory_iterator(m.mnt() / fs::path(gone).parent_path()))
+      CHECK_FALSE(f.path().filename().string().starts_with(".neffcache"));
+  }
+  {
+    Mount m({}, {"--upper", (dir / "upper").string()}, dir / "cache");
+    CHECK_FALSE(fs::exists(m.mnt() / gone));
+    CHECK(listed_entries(m.mnt()).size() == shipped.size() - 1);
+    // The name made again is a new entry: nothing of the hidden one shows through.
+    REQUIRE(fs::create_directory(m.mnt() / gone));
+    CHECK(fs::is_empty(m.mnt() / gone));
+    // A whole compiler folder removed and made again is empty too.
+    fs::remove_all(m.mnt() / compiler_dir);
+    CHECK_FALSE(fs::exists(m.mnt() / compiler_dir));
+    REQUIRE(fs::create_directory(m.mnt() / compiler_dir));
+    CHECK(fs::is_empty(m.mnt() / compiler_dir));
+    CHECK(fs::exists(m.mnt() / pending));  // (another compiler folder)
+  }
+  CHECK(test::snapshot_tree(dir / "cache") == before);
+}
+
+TEST_CASE("with --upper, the content index looks through every layer: a twin of a shipped graph is served, not compiled",
+          "[fuse][layers]") {
+  test::TempDir dir;
+  make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  // A cache compiled by the client alone: it has no index of ours.
+  REQUIRE_FALSE(fs::exists(dir / "cache" / ".neffcache"));
+  const auto shipped = listed_entries(dir / "cache");
+  ReadOnlyBind ro(dir / "cache", dir / "ro");
+  fs::create_directories(dir / "upper");
+  Mount m({}, {"--upper", (dir / "upper").string()}, dir / "ro");
+  // The start-up scan reads the lower layer's entries into the upper layer's index.
+  for (int i = 0; i < 200 && m.daemon().stats()["index"]["scan"] != "done"; ++i) std::this_thread::sleep_for(25ms);
+  REQUIRE(m.daemon().stats()["index"]["scan"] == "done");
+  // The same graph under another name, written through the mount.
+  std::string original;
+  for (const auto& e : shipped)
+    if (fs::exists(dir / "ro" / e / "model.neff") &&
+        test::slurp(dir / "ro" / e / "model.hlo_module.pb") == test::slurp(test::k_corpus / "gopjrt_tuple.hlo.pb"))
+      original = e;
+  REQUIRE_FALSE(original.empty());
+  const std::string twin = (fs::path(original).parent_path() / "MODULE_twin+0").string();
+  REQUIRE(fs::create_directory(m.mnt() / twin));
+  fs::copy_file(dir / "ro" / original / "compile_flags.json", m.mnt() / twin / "compile_flags.json");
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", m.mnt() / twin / "model.hlo_module.pb");
+  CHECK(reader_process(m.mnt() / twin / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 0);
+  CHECK(m.daemon().stats()["twins"]["served"] == 1);
+  CHECK(test::slurp(dir / "upper" / twin / "model.neff") == test::slurp(dir / "ro" / original / "model.neff"));
+}

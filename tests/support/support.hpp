@@ -213,10 +213,11 @@ inline bool no_process_in_group(pid_t pgid) {
 }
 
 // True when a cache folder holds no entries, only our private folder (clean keeps the
-// peak memory history there: it describes the compiler, not the entries).
+// peak memory history there: it describes the compiler, not the entries) and the
+// client's cache-wide lock file (<root>/lock, which libneuronxla makes again anyway).
 inline bool only_private_left(const fs::path& cache) {
   for (const auto& e : fs::directory_iterator(cache))
-    if (e.path().filename() != ".neffcache") return false;
+    if (e.path().filename() != ".neffcache" && e.path().filename() != "lock") return false;
   return true;
 }
 

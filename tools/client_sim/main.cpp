@@ -5,7 +5,8 @@
 // With NEURON_EXTRACT_GRAPHS_ONLY=1 (a neuron_parallel_compile trial run) it writes each
 // graph's entry (compile_flags.json, model.hlo_module.pb) and prints the "Extracting
 // graphs (...)" line, a little time apart. Otherwise it runs training steps; the first
-// use of each graph looks in the cache:
+// use of each graph looks in the cache, under the cache-wide lock <root>/lock (opened
+// for writing and flocked, hits included, as libneuronxla does):
 //   - model.neff and model.done there: read the NEFF ("Using a cached neff at ...");
 //   - model.log and no NEFF: a cached failure, reported, not retried;
 //   - else take the existence lock <hlo>.lock (O_EXCL), write the HLO, run the compiler
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -167,6 +169,21 @@ GraphResult compile_here(const Graph& g, const CompilerTemplate& tmpl,
   return finish(r);
 }
 
+// The cache-wide lock libneuronxla takes for every look into its cache, hits included:
+// <root>/lock, opened for writing (made if missing) and flocked. On a read-only cache
+// this is where the real client stops ("[Errno 30] Read-only file system"), and so does
+// the simulator, with the same words.
+Result<UniqueFd> lock_cache_root(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);  // (a cold cache; a read-only one fails below)
+  const std::string path = root + "/lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd) return Error{Errc::io, fmt::format("[Errno {}] {}: '{}'", errno, std::strerror(errno), path), errno};
+  while (::flock(fd.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return sys_error("lock", path);
+  return fd;
+}
+
 // The first use of a graph in training.
 GraphResult load(const Graph& g, const Options& opts, const CompilerTemplate& tmpl,
                  const std::vector<std::string>& flags, const std::string& root, const EntryKey& key) {
@@ -182,6 +199,8 @@ GraphResult load(const Graph& g, const Options& opts, const CompilerTemplate& tm
     return r;
   };
   for (;;) {
+    auto root_lock = lock_cache_root(root);
+    if (!root_lock) return result({Outcome::failed, 0, 0, root_lock.error().message});
     if (exists(neff) && exists(done)) {
       auto n = read_neff(neff, g);
       if (!n) return result({Outcome::failed, 0, 0, n.error().message});
@@ -197,6 +216,7 @@ GraphResult load(const Graph& g, const Options& opts, const CompilerTemplate& tm
     }
     if (auto e = make_entry_folder(root, key); !e) return result({Outcome::failed, 0, 0, e.error().message});
     int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    root_lock->reset();  // (not held over a compile or a wait)
     if (fd >= 0) {
       ::close(fd);
       if (exists(neff) && exists(done)) {
