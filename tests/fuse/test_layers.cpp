@@ -260,3 +260,66 @@ TEST_CASE("with --upper, the content index looks through every layer: a twin of 
   CHECK(m.daemon().stats()["twins"]["served"] == 1);
   CHECK(test::slurp(dir / "upper" / twin / "model.neff") == test::slurp(dir / "ro" / original / "model.neff"));
 }
+
+TEST_CASE("neffcache commands on a read-only cache and on layers: reads see every layer, changes act on the top or refuse in one line",
+          "[fuse][layers][cli]") {
+  test::TempDir dir;
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  ReadOnlyBind ro(dir / "cache", dir / "ro");
+  const auto before = test::snapshot_tree(dir / "ro");
+  auto ls = [](const fs::path& cache) {
+    auto r = test::run_tool({"ls", "--cache", cache.string(), "--json"});
+    REQUIRE(r.exit_code == 0);
+    std::map<std::string, nlohmann::json> by_path;
+    for (const auto& e : nlohmann::json::parse(r.output)) by_path[e["path"]] = e;
+    return by_path;
+  };
+  // The read-only folder itself: reads work; changes are refused at once.
+  CHECK(ls(dir / "ro").size() == 3);
+  CHECK(test::run_tool({"verify", "--cache", (dir / "ro").string()}).exit_code == 0);
+  for (std::vector<std::string> change : {std::vector<std::string>{"gc", "--max-size", "0"}, {"clear-neffs"}, {"clean"},
+                                          {"retry", "--all"}, {"index"}}) {
+    change.insert(change.end(), {"--cache", (dir / "ro").string()});
+    test::check_one_line_error(test::run_tool(change), "is read-only");
+  }
+  {
+    // Mounted without --upper: every entry is in the read-only layer.
+    Mount m({}, {}, dir / "ro");
+    auto listed = ls(m.mnt());
+    REQUIRE(listed.size() == 3);
+    for (const auto& [path, e] : listed) CHECK(e["layer"] == 1);
+    CHECK(listed[pending]["state"] == "pending");
+    auto stats = nlohmann::json::parse(test::run_tool({"stats", "--cache", m.mnt().string(), "--json"}).output);
+    CHECK(stats["states"]["done"] == 2);
+    CHECK(test::run_tool({"verify", "--cache", m.mnt().string()}).output.find("2 checked, 0 broken") == 0);
+    test::check_one_line_error(test::run_tool({"gc", "--cache", m.mnt().string(), "--max-size", "0"}),
+                               "serves a read-only cache");
+  }
+  fs::create_directories(dir / "upper");
+  Mount m({}, {"--upper", (dir / "upper").string()}, dir / "ro");
+  REQUIRE(reader_process(m.mnt() / pending / "model.neff")->wait() == 0);  // compiled into the upper layer
+  auto listed = ls(m.mnt());
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[pending]["state"] == "done");
+  CHECK_FALSE(listed[pending].contains("layer"));  // layer 0
+  auto scan = nlohmann::json::parse(test::run_tool({"scan", "--cache", m.mnt().string(), "--json"}).output);
+  CHECK(scan["remaining"] == 0);
+  // explain finds a shipped graph's entry through the layers.
+  std::string shipped;
+  for (const auto& [path, e] : listed)
+    if (path != pending) shipped = path;
+  auto explained = test::run_tool({"explain", "--cache", m.mnt().string(), "--json", (m.mnt() / shipped).string()});
+  REQUIRE(explained.exit_code == 0);
+  CHECK(nlohmann::json::parse(explained.output)["verdict"] == "hit");
+  // Changes act on the upper layer; the shipped entries are left as they are, and said so.
+  auto cleared = test::run_tool({"clear-neffs", "--cache", m.mnt().string()});
+  CHECK(cleared.exit_code == 0);
+  CHECK(cleared.output.find("2 entries of read-only layers left as they are") != std::string::npos);
+  CHECK(cleared.output.find("1 entries are pending again") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "upper" / pending / "model.neff"));
+  // Naming an entry of a read-only layer is refused in one line.
+  auto one = test::run_tool({"retry", "--cache", m.mnt().string(), (m.mnt() / shipped).string()});
+  CHECK(one.output.find("in the read-only layer " + (dir / "ro").string()) != std::string::npos);
+  CHECK(std::count(one.output.begin(), one.output.end(), '\n') <= 2);
+  CHECK(test::snapshot_tree(dir / "ro") == before);
+}

@@ -22,7 +22,7 @@ void setup_clean(CLI::App& app, int& exit_code) {
 }
 
 int run_clean(const CleanOptions& opts) {
-  auto listed = open_listed(opts.cache);
+  auto listed = open_listed(opts.cache, Access::change);
   if (!listed) return report(listed.error());
   const auto& [cache, entries] = *listed;
   uint64_t bytes = 0;

@@ -14,7 +14,7 @@ void setup_clear_locks(CLI::App& app, int& exit_code) {
 }
 
 int run_clear_locks(const ClearLocksOptions& opts) {
-  auto listed = open_listed(opts.cache);
+  auto listed = open_listed(opts.cache, Access::change);
   if (!listed) return report(listed.error());
   const auto& [cache, entries] = *listed;
   std::size_t removed = 0, live = 0;

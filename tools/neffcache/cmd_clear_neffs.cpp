@@ -15,7 +15,7 @@ void setup_clear_neffs(CLI::App& app, int& exit_code) {
 }
 
 int run_clear_neffs(const ClearNeffsOptions& opts) {
-  auto listed = open_listed(opts.cache);
+  auto listed = open_listed(opts.cache, Access::change);
   if (!listed) return report(listed.error());
   const auto& [cache, entries] = *listed;
   std::size_t cleared = 0, left = 0;

@@ -217,7 +217,7 @@ static int finish_run(const CompileOptions& opts, const std::vector<Batch::Item>
 }
 
 int run_compile(const CompileOptions& opts) {
-  auto cache = open_cache(opts.cache);
+  auto cache = open_cache(opts.cache, Access::change);
   if (!cache) return report(cache.error());
   auto env = compiler_flags({});
   if (!env) return report(env.error());

@@ -212,7 +212,7 @@ int run_explain(const ExplainOptions& opts) {
   // The verdict, in the order a client meets them: its entry, a twin, a recorded failure.
   std::string verdict = "miss";
   std::optional<IndexRecord> twin;
-  auto files = read_entry_files(fmt::format("{}/{}", index->root(), asked->target));
+  auto files = read_entry_files(index->entry_dir(asked->target));
   if (files && files->done()) {
     verdict = "hit";
   } else if (files && files->failed()) {

@@ -29,7 +29,7 @@ void setup_gc(CLI::App& app, int& exit_code) {
 int run_gc(const GcOptions& opts) {
   auto max = parse_size(opts.max_size);
   if (!max) return report(fmt::format("--max-size '{}' is not a size like 500G", opts.max_size));
-  auto listed = open_listed(opts.cache);
+  auto listed = open_listed(opts.cache, Access::change);
   if (!listed) return report(listed.error());
   const auto& [cache, entries] = *listed;
   uint64_t total = 0;

@@ -19,7 +19,7 @@ void setup_index(CLI::App& app, int& exit_code) {
 }
 
 int run_index(const IndexOptions& opts) {
-  auto cache = open_cache(opts.cache);
+  auto cache = open_cache(opts.cache, Access::change);
   if (!cache) return report(cache.error());
   const ContentIndex* index = (*cache)->content_index();
   if (!index) return report(fmt::format("{}: this cache keeps no content index (a directory cache does)", (*cache)->name()));

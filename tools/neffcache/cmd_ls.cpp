@@ -43,6 +43,7 @@ int run_ls(const LsOptions& opts) {
       if (e.peak_kib) j["peak_kib"] = e.peak_kib;
       if (e.predicted_peak_kib) j["predicted_peak_kib"] = e.predicted_peak_kib;
       if (e.oom_retries) j["oom_retries"] = e.oom_retries;
+      if (e.layer) j["layer"] = e.layer;  // over layers: a read-only one (1 is the first under the top)
       list.push_back(std::move(j));
     }
     fmt::print("{}\n", list.dump(2));
@@ -52,13 +53,14 @@ int run_ls(const LsOptions& opts) {
   auto mib = [](uint64_t kib) { return kib ? fmt::format("{}M", (kib + 1023) / 1024) : std::string("-"); };
   fmt::print("{:<9} {:>10} {:>9} {:>13} {:<20} {}\n", "STATE", "BYTES", "COMPILE", "PEAK/PRED", "LAST USE", "ENTRY");
   for (const auto& e : *entries)
-    fmt::print("{:<9} {:>10} {:>9} {:>13} {:<20} {}{}{}\n", to_string(e.state), e.bytes,
+    fmt::print("{:<9} {:>10} {:>9} {:>13} {:<20} {}{}{}{}\n", to_string(e.state), e.bytes,
                e.compile_seconds ? fmt::format("{:.1f}s", *e.compile_seconds) : "-",
                e.peak_kib ? fmt::format("{}/{}", mib(e.peak_kib), mib(e.predicted_peak_kib)) : "-",
                utc_time(e.last_use), e.path, e.copied_from ? fmt::format(" (copy of {})", *e.copied_from) : "",
                e.oom_retries ? fmt::format(" ({} out-of-memory kill{} first)", e.oom_retries,
                                            e.oom_retries == 1 ? "" : "s")
-                             : "");
+                             : "",
+               e.layer ? fmt::format(" (read-only layer {})", e.layer) : "");
   return k_exit_ok;
 }
 

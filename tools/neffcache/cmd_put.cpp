@@ -21,7 +21,7 @@ void setup_put(CLI::App& app, int& exit_code) {
 }
 
 int run_put(const PutOptions& opts) {
-  auto cache = open_cache(opts.cache);
+  auto cache = open_cache(opts.cache, Access::change);
   if (!cache) return report(cache.error());
   auto graph = read_graph(opts.graph);
   if (!graph) return report(graph.error());

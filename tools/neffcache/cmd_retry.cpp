@@ -28,7 +28,7 @@ void setup_retry(CLI::App& app, int& exit_code) {
 }
 
 int run_retry(const RetryOptions& opts) {
-  auto cache = open_cache(opts.cache);
+  auto cache = open_cache(opts.cache, Access::change);
   if (!cache) return report(cache.error());
   std::vector<store::Entry> targets;
   if (opts.all) {

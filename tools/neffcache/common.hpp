@@ -45,10 +45,19 @@ inline int report(std::string_view message) {
   return k_exit_error;
 }
 
+// What a command does with its cache: reads it, or changes entries (which a read-only
+// cache refuses at once, in one line).
+enum class Access { read, change };
+
 // The cache a command works on: `given` (--cache: a folder, a neffcachefs mount or an
 // s3:// URL), else the Neuron precedence (--cache_dir in NEURON_CC_FLAGS,
 // NEURON_COMPILE_CACHE_URL, the default).
-inline Result<std::unique_ptr<store::Store>> open_cache(const std::string& given) { return store::open_store(given); }
+inline Result<std::unique_ptr<store::Store>> open_cache(const std::string& given, Access access = Access::read) {
+  auto cache = store::open_store(given);
+  if (cache && access == Access::change)
+    if (auto why = (*cache)->unchangeable()) return *why;
+  return cache;
+}
 
 // A cache and its entries, as most maintenance commands begin.
 struct ListedCache {
@@ -56,11 +65,18 @@ struct ListedCache {
   std::vector<EntryInfo> entries;
 };
 
-inline Result<ListedCache> open_listed(const std::string& given) {
-  auto cache = open_cache(given);
+// To change entries, only those of layer 0 are listed: over layers (a neffcachefs mount
+// with --upper or --lower) the read-only layers' entries are left as they are, and a line
+// on stderr says how many.
+inline Result<ListedCache> open_listed(const std::string& given, Access access = Access::read) {
+  auto cache = open_cache(given, access);
   if (!cache) return cache.error();
   auto entries = (*cache)->list();
   if (!entries) return entries.error();
+  if (access == Access::change)
+    if (auto lower = std::erase_if(*entries, [](const EntryInfo& e) { return e.layer != 0; }); lower > 0)
+      fmt::print(stderr, "neffcache: {} entr{} of read-only layers left as {} (remove one through the mount to hide it)\n",
+                 lower, lower == 1 ? "y" : "ies", lower == 1 ? "it is" : "they are");
   return ListedCache{std::move(*cache), std::move(*entries)};
 }
 

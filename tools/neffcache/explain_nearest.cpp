@@ -62,7 +62,7 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
   // The identities of the same graph already reported (compiler folder + flags hash):
   // another entry of one of them would say the same again.
   std::set<std::string, std::less<>> same_ids;
-  auto dir_of = [&](const std::string& entry) { return fmt::format("{}/{}", index.root(), entry); };
+  auto dir_of = [&](const std::string& entry) { return index.entry_dir(entry); };
 
   // The index's records of the same graph under other flags or compilers.
   for (const auto& id : index.ids_of_graph(asked.id.graph_sha256)) {
@@ -86,7 +86,8 @@ std::vector<Nearest> nearest_entries(const ContentIndex& index, const AskedGraph
   const std::string name_prefix = fmt::format("{}{}", k_module_dir_prefix,
                                               asked.id.graph_sha256.substr(0, k_graph_hash_digits));
   std::vector<Candidate> named, sized;
-  (void)for_each_entry(index.root(), [&](const EntryRef& ref) {
+  (void)for_each_entry(index.layers(), [&](const LayerEntryRef& at) {
+    const EntryRef& ref = at.ref;
     if ((!ref.files.done() && !ref.files.failed()) || !ref.files.has_hlo()) return;
     std::string entry = ref.relative_path();
     if (seen.contains(entry)) return;
