@@ -178,6 +178,10 @@ class Filesystem {
   // The names of the folder `dir` merged over the layers.
   std::shared_ptr<const Listing> list_merged(Inode& dir, int& err);
   int unlink_layered(Inode& parent, const char* name, bool dir);
+  int rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
+                     PathRef& npfd);
+  // The path below the root of `name` in `folder`.
+  std::string rel_of(Inode& folder, const char* name);
   // Whether the folder `rel` shows no names in any layer (whiteouts applied).
   bool merged_empty(const std::string& rel);
   // mkdirat of `name` in `dir` as an opaque folder (layers.hpp): 0, or -1 with errno.

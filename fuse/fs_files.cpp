@@ -61,10 +61,17 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
   }
   ++stats_.misses;
   if ((fi.flags & O_ACCMODE) != O_RDONLY) return Errno{EACCES};
+  if (opts_.scratch) {
+    // A read-only cache without an upper layer: nowhere to put a NEFF, and the scheduler
+    // is never given a folder of a read-only layer (it would lock and publish there).
+    ++stats_.refused;
+    stats_.eio(EioSite::compile_refused, fmt::format("{}/{}: not compiled: {}", inodes_.path_of(*i.parent), i.name,
+                                                     opts_.scheduler.settings.compiles_off));
+    return Errno{EIO};
+  }
   int err = 0;
-  // An entry of a lower layer compiles in its copy in layer 0 (over a read-only cache
-  // without one, nothing compiles: the compile is refused before it writes).
-  PathRef dir = opts_.scratch ? inodes_.path_fd(*i.parent, err) : upper_dir(*i.parent, err);
+  // An entry of a lower layer compiles in its copy in layer 0.
+  PathRef dir = upper_dir(*i.parent, err);
   if (!dir) return Errno{err};
   return compile_.open(req, ino, inodes_.id_of(i.parent), i.name, dir->get(), fi);
 }

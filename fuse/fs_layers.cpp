@@ -62,6 +62,7 @@ int copy_file(int from, const char* name, int to, const char* to_name, bool as_r
     if (as_root) ::fchownat(to, to_name, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW);
     return 0;
   }
+  if (S_ISDIR(st.st_mode)) return 0;  // (an entry has no folders of its own: one is not carried)
   if (!S_ISREG(st.st_mode)) {  // a FIFO or socket: made anew
     if (::mknodat(to, to_name, st.st_mode, 0) != 0) return errno;
     UniqueFd made(::openat(to, to_name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
@@ -154,11 +155,16 @@ bool Filesystem::below(Inode& parent, const char* name) {
 int Filesystem::writable(Inode& i) {
   if (!layered() || inodes_.layer_of(i) == 0) return 0;
   if (opts_.scratch && !is_lock_file_name(inodes_.name_of(i))) return EROFS;
-  return copy_up(i);
+  if (int e = copy_up(i)) return e;
+  // (Never a lower layer's file, whatever happened meanwhile.)
+  return inodes_.layer_of(i) == 0 ? 0 : ESTALE;
 }
 
 PathRef Filesystem::upper_dir(Inode& dir, int& err) {
-  if (layered() && (err = copy_up(dir)) != 0) return nullptr;
+  if (layered()) {
+    if ((err = copy_up(dir)) != 0) return nullptr;
+    if (inodes_.layer_of(dir) != 0) return err = ESTALE, nullptr;
+  }
   return inodes_.path_fd(dir, err);
 }
 
@@ -168,7 +174,20 @@ int Filesystem::copy_up(Inode& i) {
   const auto slash = rel.rfind('/');
   const std::string parent_rel = slash == std::string::npos ? std::string() : rel.substr(0, slash);
   const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
-  Inode& parent = *inodes_.parent_of(i);
+  // Pinned: a lookup or rename elsewhere may move `i` to another folder meanwhile.
+  struct Pin {
+    InodeTable& table;
+    Inode* in;
+    ~Pin() { table.unpin(in); }
+  } pin{inodes_, inodes_.pin_parent(i)};
+  Inode& parent = *pin.in;
+  // The inode is the copy from now on; false when another inode is (a lookup met the copy
+  // first), and then the kernel is told to look the name up again.
+  auto rebind = [&](UniqueFd fd) {
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) return ESTALE;
+    return inodes_.rebind(i, std::move(fd), st, 0) ? 0 : ESTALE;
+  };
   int err = 0;
   PathRef lower = inodes_.path_fd(i, err);
   if (!lower) return err;
@@ -177,11 +196,7 @@ int Filesystem::copy_up(Inode& i) {
     if ((err = copy_up(parent)) != 0) return err;
     PathRef dir = inodes_.path_fd(parent, err);
     if (!dir) return err;
-    UniqueFd fd(::openat(dir->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0) return ESTALE;
-    inodes_.rebind(i, std::move(fd), st, 0);
-    return 0;
+    return rebind(UniqueFd(::openat(dir->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)));
   }
   PathRef to = upper_dir(parent, err);
   if (!to) return err;
@@ -197,7 +212,11 @@ int Filesystem::copy_up(Inode& i) {
     }
     // An entry goes up with its files; any other folder empty, its names merging in.
     UniqueFd made(::openat(to->get(), tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!made) return errno;
+    if (!made) {
+      err = errno;
+      detail::remove_tree_at(to->get(), tmp);
+      return err;
+    }
     if (is_whole_folder(rel)) {
       for_each_name(lower->get(), [&](const dirent& e) {
         if (err || e.d_type == DT_DIR || std::strcmp(e.d_name, ".") == 0 || std::strcmp(e.d_name, "..") == 0) return;
@@ -214,10 +233,7 @@ int Filesystem::copy_up(Inode& i) {
     err = errno;  // EEXIST: another request copied it up first
   detail::remove_tree_at(to->get(), tmp);
   if (err) return err;
-  UniqueFd fd(::openat(to->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd || ::fstat(fd.get(), &st) != 0) return ESTALE;
-  inodes_.rebind(i, std::move(fd), st, 0);
-  return 0;
+  return rebind(UniqueFd(::openat(to->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)));
 }
 
 std::shared_ptr<const Listing> Filesystem::list_merged(Inode& i, int& err) {

@@ -42,7 +42,7 @@ Answer<fuse_entry_param> Filesystem::mknod_like(fuse_req_t req, fuse_ino_t paren
   // (An entry folder is taken whole from one layer anyway.)
   const bool opaque = layered() && S_ISDIR(mode) &&
                       ::faccessat(dir->get(), whiteout_of(name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
-                      !is_whole_folder(&p == &inodes_.root() ? name : inodes_.rel_path(p) + "/" + name);
+                      !is_whole_folder(rel_of(p, name));
   int rc;
   {
     CallersMode exact;
@@ -71,22 +71,36 @@ int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
   return ::unlinkat(pfd->get(), name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno;
 }
 
-// A removal over layers: from layer 0 (an entry of a lower layer is copied up first), and
-// a whiteout when a lower layer still shows the name.
+namespace {
+
+// Makes the whiteout of `name` in the folder `dir` (layer 0's copy); 0 or an errno.
+int make_whiteout(int dir, const char* name) {
+  UniqueFd wh(::openat(dir, whiteout_of(name).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+  return wh ? 0 : errno;
+}
+
+}  // namespace
+
+std::string Filesystem::rel_of(Inode& folder, const char* name) {
+  const std::string rel = &folder == &inodes_.root() ? std::string() : inodes_.rel_path(folder);
+  return rel.empty() ? std::string(name) : rel + "/" + name;
+}
+
+// A removal over layers: from layer 0 (a file of an entry of a lower layer: from the
+// entry's copy there), with a whiteout first when a lower layer shows the name too, so
+// that no failure halfway ever shows the lower name again.
 int Filesystem::unlink_layered(Inode& p, const char* name, bool dir) {
   if (is_layer_name(name)) return ENOENT;
   Found found;
   if (int e = find(p, name, found)) return e;
-  if (opts_.scratch && (found.layer != 0 || !is_lock_file_name(name)) && !dir) return EROFS;
-  if (opts_.scratch && dir) return EROFS;
-  if (dir) {
-    const std::string rel = inodes_.rel_path(p);
-    if (!merged_empty(rel.empty() ? name : rel + "/" + name)) return ENOTEMPTY;
-  }
+  if (opts_.scratch && (dir || found.layer != 0 || !is_lock_file_name(name))) return EROFS;
+  if (dir && !merged_empty(rel_of(p, name))) return ENOTEMPTY;
+  const bool hide = below(p, name);
   int err = 0;
   PathRef up = upper_dir(p, err);
   if (!up) return err;
-  if (found.layer == 0 || !below(p, name)) {  // (an entry's file: its copy in layer 0 now)
+  if (hide && (err = make_whiteout(up->get(), name)) != 0) return err;
+  if (found.layer == 0 || !hide) {  // (an entry's file: its copy in layer 0 now)
     if (dir) {  // the layers' own files in it go with it
       UniqueFd d(::openat(up->get(), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (d) (void)detail::list_dir(::dup(d.get()), name, [&](std::string_view n, bool) {
@@ -97,10 +111,54 @@ int Filesystem::unlink_layered(Inode& p, const char* name, bool dir) {
     }
     if (::unlinkat(up->get(), name, dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) return errno;
   }
-  if (below(p, name)) {
-    UniqueFd wh(::openat(up->get(), whiteout_of(name).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!wh) return errno;
+  return 0;
+}
+
+// A rename over layers: only what lives in layer 0 alone moves. Something of a lower layer
+// (a file, an entry, a merged folder with names below) answers EXDEV, and mv copies and
+// removes it. `pfd`, `npfd`: layer 0's copies of both folders, made here.
+int Filesystem::rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,
+                               PathRef& pfd, PathRef& npfd) {
+  if (int e = may_make(newname)) return e;
+  if (opts_.scratch) return EROFS;
+  if (is_layer_name(name)) return ENOENT;
+  Found from, to;
+  if (int e = find(p, name, from)) return e;
+  struct stat fst {}, tst {};
+  if (::fstat(from.fd.get(), &fst) != 0) return errno;
+  const bool from_merged = S_ISDIR(fst.st_mode) && !is_whole_folder(rel_of(p, name));
+  // (An opaque folder shows nothing of the layers below: it moves, leaving a whiteout.)
+  const bool opaque =
+      from_merged && ::faccessat(from.fd.get(), std::string(k_opaque_name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  if (from.layer != 0 || (from_merged && !opaque && below(p, name))) return EXDEV;
+  const bool to_exists = find(np, newname, to) == 0;
+  if (to_exists && ::fstat(to.fd.get(), &tst) != 0) return errno;
+  const bool to_below = below(np, newname);
+  if (flags & RENAME_EXCHANGE) {
+    if (!to_exists || to.layer != 0 || to_below || below(p, name)) return to_exists ? EXDEV : ENOENT;
+  } else if (to_exists && to.layer != 0) {
+    if (flags & RENAME_NOREPLACE) return EEXIST;
+    if (S_ISDIR(tst.st_mode) && !S_ISDIR(fst.st_mode)) return EISDIR;
+    if (!S_ISDIR(tst.st_mode) && S_ISDIR(fst.st_mode)) return ENOTDIR;
   }
+  // A folder in place of one that shows names of lower layers: only if those are none, as
+  // on a disk (LNL's save_cache() onto a key a layer has: ENOTEMPTY).
+  if (to_exists && S_ISDIR(tst.st_mode) && !(flags & RENAME_EXCHANGE) && !merged_empty(rel_of(np, newname)))
+    return ENOTEMPTY;
+  int err = 0;
+  if (!(pfd = upper_dir(p, err)) || !(npfd = upper_dir(np, err))) return err;
+  // The moved folder hides what lower layers have under its new name; the old name stays
+  // hidden where a lower layer has it too. Both are made before the rename, harmless
+  // while layer 0 still has the names.
+  if (from_merged && !opaque && to_below && !(flags & RENAME_EXCHANGE)) {
+    UniqueFd dir(::openat(pfd->get(), name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd marker(dir ? ::openat(dir.get(), std::string(k_opaque_name).c_str(),
+                                   O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644)
+                        : -1);
+    if (!marker) return errno;
+  }
+  if (!(flags & RENAME_EXCHANGE) && below(p, name))
+    if (int e = make_whiteout(pfd->get(), name)) return e;
   return 0;
 }
 
@@ -110,29 +168,12 @@ int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent
   int err = 0;
   PathRef pfd = inodes_.path_fd(p, err), npfd = pfd ? inodes_.path_fd(np, err) : nullptr;
   if (!pfd || !npfd) return p.special != Inode::Special::none || np.special != Inode::Special::none ? EACCES : err;
-  if (layered()) {
-    // Only what is in layer 0 moves; the rest is copied and removed by mv (EXDEV).
-    if (int e = may_make(newname)) return e;
-    if (opts_.scratch) return EROFS;
-    if (is_layer_name(name)) return ENOENT;
-    if (!(pfd = upper_dir(p, err)) || !(npfd = upper_dir(np, err))) return err;
-    Found from, to;
-    if (int e = find(p, name, from)) return e;
-    if (from.layer != 0) return EXDEV;
-    if (find(np, newname, to) == 0 && to.layer != 0) {
-      struct stat st {};
-      if (flags & RENAME_NOREPLACE) return EEXIST;
-      if ((flags & RENAME_EXCHANGE) || (::fstat(to.fd.get(), &st) == 0 && S_ISDIR(st.st_mode))) return EXDEV;
-    }
-    ::unlinkat(npfd->get(), whiteout_of(newname).c_str(), 0);
-  }
+  if (layered())
+    if (int e = rename_layered(p, name, np, newname, flags, pfd, npfd)) return e;
   if (&np == &inodes_.root() && is_lnl_key(newname) && !(flags & RENAME_EXCHANGE) && opts_.store->has_remote())
     if (int e = promote(pfd->get(), name, npfd->get(), newname, flags); e != 0) return e;
   if (::syscall(SYS_renameat2, pfd->get(), name, npfd->get(), newname, flags) != 0) return errno;
-  if (layered() && !(flags & RENAME_EXCHANGE) && below(p, name)) {
-    UniqueFd wh(::openat(pfd->get(), whiteout_of(name).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!wh) return errno;
-  }
+  if (layered()) ::unlinkat(npfd->get(), whiteout_of(newname).c_str(), 0);  // (it shadows the lower name now)
   // The kernel keeps the moved inodes under their new names: so does this process.
   inodes_.moved(np, npfd->get(), newname);
   if (flags & RENAME_EXCHANGE) inodes_.moved(p, pfd->get(), name);

@@ -81,9 +81,13 @@ std::string InodeTable::path_of(Inode& i) {
   return fd ? path_of_fd(fd->get()) : std::string();
 }
 
-PathRef InodeTable::keep_open(Inode& i, PathRef fd) {
-  std::vector<PathRef> closing;  // closed after the lock is let go
-  std::lock_guard lk(fds_mu_);
+PathRef InodeTable::keep_open(Inode& i, PathRef fd, dev_t dev, ino_t ino) {
+  std::vector<PathRef> closing;  // closed after the locks are let go
+  std::lock_guard lk(inodes_mu_);
+  // A copy up may have rebound the inode to another file meanwhile (rebind): then this
+  // descriptor is not its own any more.
+  if (i.dev != dev || i.ino != ino) return nullptr;
+  std::lock_guard fk(fds_mu_);
   if (i.fd) {  // opened by another request meanwhile
     open_lru_.splice(open_lru_.begin(), open_lru_, i.lru);
     closing.push_back(std::move(fd));
@@ -138,7 +142,8 @@ PathRef InodeTable::path_fd(Inode& i, int& err) {
     const int open_errno = errno;
     struct stat st {};
     if (fd && ::fstat(fd.get(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) {
-      result = keep_open(i, std::make_shared<PathFd>(std::move(fd)));
+      result = keep_open(i, std::make_shared<PathFd>(std::move(fd)), dev, ino);
+      if (!result) err = ESTALE;
     } else {
       // Gone or replaced by another process: the kernel looks the name up again.
       err = !fd && open_errno != ENOENT && open_errno != ENOTDIR && open_errno != ELOOP && open_errno != EXDEV
@@ -231,7 +236,7 @@ Inode* InodeTable::intern(Inode& parent, const char* name, UniqueFd path_fd, con
     set_parent(in, parent, name, doomed);
   }
   destroy(doomed);
-  keep_open(*in, std::make_shared<PathFd>(std::move(path_fd)));
+  keep_open(*in, std::make_shared<PathFd>(std::move(path_fd)), st.st_dev, st.st_ino);
   return in;
 }
 
@@ -240,9 +245,19 @@ int InodeTable::layer_of(Inode& i) {
   return i.layer;
 }
 
-Inode* InodeTable::parent_of(Inode& i) {
+Inode* InodeTable::pin_parent(Inode& i) {
   std::lock_guard lk(inodes_mu_);
+  ++i.parent->refs;
   return i.parent;
+}
+
+void InodeTable::unpin(Inode* in) {
+  std::vector<Inode*> doomed;
+  {
+    std::lock_guard lk(inodes_mu_);
+    unref(in, 0, doomed);
+  }
+  destroy(doomed);
 }
 
 std::string InodeTable::rel_path_locked(const Inode& i) const {
@@ -273,16 +288,16 @@ PathRef InodeTable::dir_in_layer(Inode& dir, std::size_t k, int& err) {
 
 bool InodeTable::rebind(Inode& i, UniqueFd fd, const struct stat& st, int layer) {
   std::vector<PathRef> closing;  // closed after the locks are let go
-  {
-    std::lock_guard lk(inodes_mu_);
-    auto [it, fresh] = inodes_.try_emplace({st.st_dev, st.st_ino}, &i);
-    if (!fresh) return it->second == &i;
-    inodes_.erase({i.dev, i.ino});
-    i.dev = st.st_dev;
-    i.ino = st.st_ino;
-    i.layer = layer;
-  }
-  std::lock_guard lk(fds_mu_);
+  std::lock_guard lk(inodes_mu_);
+  auto [it, fresh] = inodes_.try_emplace({st.st_dev, st.st_ino}, &i);
+  if (!fresh) return it->second == &i;
+  inodes_.erase({i.dev, i.ino});
+  i.dev = st.st_dev;
+  i.ino = st.st_ino;
+  i.layer = layer;
+  // The descriptor changes under the same lock: no request sees the new layer with the
+  // old file's descriptor.
+  std::lock_guard fk(fds_mu_);
   if (i.fd) {
     closing.push_back(std::move(i.fd));
     open_lru_.erase(i.lru);

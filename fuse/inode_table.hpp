@@ -111,15 +111,18 @@ class InodeTable {
   std::size_t layers() const { return layer_roots_.size(); }
   const PathRef& layer_root(std::size_t k) const { return layer_roots_[k]; }
   int layer_of(Inode& i);
-  // The folder inode `i` was last seen in (alive while `i` is).
-  Inode* parent_of(Inode& i);
+  // The folder inode `i` was last seen in, with a reference of ours that keeps it alive
+  // (a rename or a lookup elsewhere may move `i` meanwhile) until unpin().
+  Inode* pin_parent(Inode& i);
+  void unpin(Inode* in);
   std::string rel_path(Inode& i);
   // The O_PATH descriptor of folder `dir`'s copy in layer `k`: its own when it is there,
   // else its path below that layer's root, through no link; null with `err` (ENOENT:
   // that layer has no such folder).
   PathRef dir_in_layer(Inode& dir, std::size_t k, int& err);
   // After a copy up: inode `i` is now the file `fd` (`st`) of layer `layer`. False (and
-  // nothing changed) when another inode already is that file.
+  // nothing changed) when another inode already is that file (a lookup met the copy
+  // first): the caller answers ESTALE, and the kernel looks the name up again.
   bool rebind(Inode& i, neffcache::detail::UniqueFd fd, const struct stat& st, int layer);
   // The placeholder `name` in `parent` (no backing file yet), one more kernel lookup.
   Inode* intern_placeholder(Inode& parent, const char* name);
@@ -142,7 +145,9 @@ class InodeTable {
   Census census();
 
  private:
-  PathRef keep_open(Inode& i, PathRef fd);
+  // Keeps `fd` as the inode's descriptor if the inode is still the file (`dev`, `ino`) it
+  // was opened as; nullptr when a copy up rebound it meanwhile.
+  PathRef keep_open(Inode& i, PathRef fd, dev_t dev, ino_t ino);
   // Under inodes_mu_: drops `nlookup` kernel references, or one of ours when it is 0;
   // inodes no longer referenced are unlisted and appended to `doomed`.
   void unref(Inode* in, uint64_t nlookup, std::vector<Inode*>& doomed);
@@ -158,12 +163,13 @@ class InodeTable {
   std::vector<PathRef> layer_roots_;  // [0] is root_fd_
   std::size_t max_open_ = 0;
   // Rank 50 (see fs.hpp): guards inodes_, placeholders_ and each Inode's parent, name,
-  // nlookup and refs. A leaf: never held across I/O or with another lock.
+  // nlookup, refs, dev, ino and layer. Never held across I/O; only keep_open and rebind
+  // take fds_mu_ under it, so that an inode's file and its descriptor change together.
   std::mutex inodes_mu_;
   std::map<std::pair<dev_t, ino_t>, Inode*> inodes_;
   std::map<std::pair<Inode*, std::string>, Inode*> placeholders_;
   // Rank 60: guards open_lru_ and each Inode's fd and lru. A leaf: never held across
-  // I/O (descriptors are closed after it is let go) or with another lock.
+  // I/O (descriptors are closed after it is let go); taken alone or under inodes_mu_.
   std::mutex fds_mu_;
   std::list<Inode*> open_lru_;  // most recent first
 };

@@ -1,7 +1,9 @@
 // neffcachefs [OPTIONS] BACKING MOUNTPOINT: mounts a Neuron compile cache so that opening
 // a missing model.neff compiles it. main parses options, checks the ground and runs the
 // FUSE loop.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +47,24 @@ bool is_mounted(const std::string& dir) {
   struct stat a {}, b {};
   if (::stat(dir.c_str(), &a) != 0 || ::stat((dir + "/..").c_str(), &b) != 0) return false;
   return a.st_dev != b.st_dev || a.st_ino == b.st_ino;
+}
+
+}  // namespace
+
+namespace {
+
+// The private folders that hold the lock files of read-only caches (Options::scratch).
+constexpr std::string_view k_scratch_prefix = "neffcachefs-locks-";
+
+// Removes the scratch folders in `tmp` whose daemon is gone (kill -9, a crash): nobody
+// holds their flock. Their lock files locked nothing since.
+void sweep_scratch_dirs(const std::string& tmp) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(tmp, ec)) {
+    if (!e.path().filename().string().starts_with(k_scratch_prefix) || !e.is_directory(ec)) continue;
+    neffcache::detail::UniqueFd dir(::open(e.path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir && ::flock(dir.get(), LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(e.path(), ec);
+  }
 }
 
 }  // namespace
@@ -172,6 +193,7 @@ int main(int argc, char** argv) {
   // Over a read-only cache without --upper: the lock files clients make, gone with the daemon.
   struct Scratch {
     std::string dir;
+    neffcache::detail::UniqueFd held;
     ~Scratch() {
       std::error_code ignored;
       if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
@@ -185,9 +207,16 @@ int main(int argc, char** argv) {
     if (!is_dir(opts.backing, R_OK | W_OK | X_OK))
       return fail(fmt::format("--upper {} is missing or not readable and writable", upper));
   } else if (!s3_url && is_dir(opts.backing, R_OK | X_OK) && !is_dir(opts.backing, W_OK)) {
-    scratch = fmt::format("{}/neffcachefs-locks-XXXXXX", neffcache::detail::getenv_or("TMPDIR", "/tmp"));
+    const std::string tmp = neffcache::detail::getenv_or("TMPDIR", "/tmp");
+    sweep_scratch_dirs(tmp);
+    scratch = fmt::format("{}/{}XXXXXX", tmp, k_scratch_prefix);
     if (!::mkdtemp(scratch.data())) return fail(fmt::format("cannot create {}: {}", scratch, std::strerror(errno)));
     scratch_dir.dir = scratch;
+    // Held for the daemon's life (a fork keeps it): the folder of a daemon that is gone is
+    // one nobody holds.
+    scratch_dir.held = neffcache::detail::UniqueFd(::open(scratch.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!scratch_dir.held || ::flock(scratch_dir.held.get(), LOCK_EX | LOCK_NB) != 0)
+      return fail(fmt::format("cannot lock {}: {}", scratch, std::strerror(errno)));
     // The mount's root is the scratch folder's: it shows the cache's mode and owner.
     struct stat cache_root {};
     if (::stat(opts.backing.c_str(), &cache_root) != 0 || ::chmod(scratch.c_str(), cache_root.st_mode & 07777) != 0 ||
@@ -239,7 +268,8 @@ int main(int argc, char** argv) {
   if (no_compile) opts.scheduler.settings.compiles_off = "compiles are off (neffcachefs --no-compile)";
   no_compile |= opts.scratch;
   opts.eager = eager && !no_compile;
-  opts.scheduler.settings.content_index = content_index;
+  // (Over a read-only cache without --upper no twin can be served: nowhere to put it.)
+  opts.scheduler.settings.content_index = content_index && !opts.scratch;
   opts.index_scan = index_scan;
   opts.scheduler.settings.log = [](std::string_view line) { fmt::print(stderr, "neffcachefs: {}\n", line); };
 

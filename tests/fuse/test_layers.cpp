@@ -261,6 +261,74 @@ TEST_CASE("with --upper, the content index looks through every layer: a twin of 
   CHECK(test::slurp(dir / "upper" / twin / "model.neff") == test::slurp(dir / "ro" / original / "model.neff"));
 }
 
+TEST_CASE("with --upper, renames over layers answer as a disk would, and never bring a removed lower name back",
+          "[fuse][layers]") {
+  test::TempDir dir;
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  const std::string key(32, 'c');  // an LNL entry the lower cache has
+  test::spit(dir / "cache" / key / "graph.hlo", "x");
+  test::spit(dir / "cache" / "notes.txt", "shipped");
+  const auto before = test::snapshot_tree(dir / "cache");
+  const fs::path compilers = fs::path(pending).parent_path();
+  fs::create_directories(dir / "upper");
+  Mount m({}, {"--upper", (dir / "upper").string()}, dir / "cache");
+  auto rename = [&](const fs::path& a, const fs::path& b) { return errno_of(::rename((m.mnt() / a).c_str(), (m.mnt() / b).c_str())); };
+  // A folder whose names are in a lower layer moves as across file systems (mv copies).
+  CHECK(rename(compilers, "moved") == EXDEV);
+  // LNL's save_cache(): a staging folder renamed onto a key a layer has is refused as on a disk.
+  REQUIRE(fs::create_directory(m.mnt() / "staging"));
+  test::spit(m.mnt() / "staging" / "graph.hlo", "y");
+  CHECK(rename("staging", key) == ENOTEMPTY);
+  CHECK(test::slurp(m.mnt() / key / "graph.hlo") == "x");
+  // A file of the upper layer replaces a lower one.
+  test::spit(m.mnt() / "new.txt", "mine");
+  CHECK(rename("new.txt", "notes.txt") == 0);
+  CHECK(test::slurp(m.mnt() / "notes.txt") == "mine");
+  CHECK_FALSE(fs::exists(m.mnt() / "new.txt"));
+  // A folder removed, then another renamed to its name: nothing of the removed one shows.
+  // (rm -rf: a pending entry's placeholders are no files to remove, ENOENT.)
+  REQUIRE(test::run({"rm", "-rf", (m.mnt() / compilers).string()}).exit_code == 0);
+  REQUIRE_FALSE(fs::exists(m.mnt() / compilers));
+  REQUIRE(fs::create_directory(m.mnt() / "t"));
+  test::spit(m.mnt() / "t" / "x", "x");
+  CHECK(rename("t", compilers) == 0);
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(m.mnt() / compilers)) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"x"});
+  // A folder of the upper layer alone moves, and takes its whiteouts along.
+  CHECK(rename(compilers, "elsewhere") == 0);
+  CHECK_FALSE(fs::exists(m.mnt() / compilers));
+  CHECK(fs::exists(m.mnt() / "elsewhere" / "x"));
+  CHECK(test::snapshot_tree(dir / "cache") == before);
+}
+
+TEST_CASE("a read-only cache with a writable --lower: a pending entry is refused without a write, even with a twin below",
+          "[fuse][layers]") {
+  test::TempDir dir;
+  // The lower cache is writable and indexed: a done entry and a pending twin of it.
+  const fs::path lower = dir / "lower";
+  std::string done;
+  {
+    Mount m({}, {}, lower);
+    done = m.entry("rocm08_normal_9.hlo_proto.pb", "done+0");
+    REQUIRE(reader_process(m.mnt() / done / "model.neff")->wait() == 0);
+  }
+  const std::string twin = "neuronxcc-2.21.0/MODULE_twin+0";
+  fs::create_directories(lower / twin);
+  fs::copy_file(test::k_corpus / "rocm08_normal_9.hlo_proto.pb", lower / twin / "model.hlo_module.pb");
+  const auto before = test::snapshot_tree(lower);
+  fs::create_directories(dir / "cache");
+  ReadOnlyBind ro(dir / "cache", dir / "ro");
+  Mount m({}, {"--lower", lower.string()}, dir / "ro");
+  auto start = std::chrono::steady_clock::now();
+  CHECK(reader_process(m.mnt() / twin / "model.neff")->wait() == 5);  // EIO
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(m.daemon().stats()["eio"]["07"] == 1);
+  CHECK(reader_process(m.mnt() / done / "model.neff")->wait() == 0);
+  CHECK(m.compiles() == 0);
+  CHECK(test::snapshot_tree(lower) == before);
+}
+
 TEST_CASE("neffcache commands on a read-only cache and on layers: reads see every layer, changes act on the top or refuse in one line",
           "[fuse][layers][cli]") {
   test::TempDir dir;
