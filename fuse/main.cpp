@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
                  "a folder that takes everything written through the mount, new entries and compiles; BACKING "
                  "becomes a read-only layer under it");
   app.add_option("--lower", lowers, "another read-only cache under BACKING (repeatable; the first that has a name "
-                                    "wins)")
+                                    "wins); or one s3:// bucket, read-only, with BACKING as its local folder")
       ->allow_extra_args(false);
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
   try {
@@ -152,6 +153,19 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   std::optional<neffcache::CacheUrl> s3_url;
+  // A bucket as a read-only layer under BACKING (--lower s3://...): BACKING is its local
+  // folder, which takes what the bucket lacks (s3/tier.hpp, Options::read_only).
+  bool bucket_lower = false;
+  if (std::any_of(lowers.begin(), lowers.end(), [](const auto& l) { return l.starts_with("s3://"); })) {
+    if (lowers.size() > 1 || !upper.empty() || backing.starts_with("s3://") || !local_cache.empty())
+      return fail("--lower s3://... is the only layer under BACKING, which is its local folder: no --upper, no "
+                  "other --lower, no --local-cache");
+    bucket_lower = true;
+    local_cache = backing;
+    std::filesystem::create_directories(local_cache, ec);
+    backing = lowers.front();
+    lowers.clear();
+  }
   if (backing.starts_with("s3://")) {
     auto url = neffcache::parse_cache_url(backing);
     if (!url) return fail(url.error().message);
@@ -183,7 +197,8 @@ int main(int argc, char** argv) {
   };
   opts.backing = absolute(backing);
   if (s3_url && (!upper.empty() || !lowers.empty()))
-    return fail("--upper and --lower are for directory caches (a bucket as a layer is not supported yet)");
+    return fail("--upper and --lower DIR are for directory caches (a bucket under a local folder: BACKING with "
+                "--lower s3://...)");
   // Layers (fuse/layers.hpp): the backing is written unless it is read-only or --upper
   // takes the writes; read-only caches lie under it.
   for (auto& lower : lowers) {
@@ -294,6 +309,7 @@ int main(int argc, char** argv) {
     t.root = opts.backing;
     t.cap_bytes = *cap;
     t.compile_slots = opts.scheduler.jobs;
+    t.read_only = bucket_lower;
     t.compile.lease_ttl = std::chrono::seconds(static_cast<int64_t>(lease_ttl));
     if (!nki_kernels.empty()) t.compile.nki_kernels = nki_kernels;
     if (!t.compile.nki_kernels.starts_with('/'))
@@ -361,6 +377,7 @@ int main(int argc, char** argv) {
     return fail(fmt::format("cannot mount on {}", mountpoint));
   }
   std::string served = opts.store->name();
+  if (bucket_lower) served = fmt::format("{} over {} (read-only)", opts.backing, served);
   if (!opts.lowers.empty())
     served = opts.scratch ? fmt::format("{} (read-only)", opts.lowers.front())
                           : fmt::format("{} over {}", served, fmt::join(opts.lowers, ", "));

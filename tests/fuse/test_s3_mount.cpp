@@ -315,3 +315,53 @@ TEST_CASE("the local tier keeps its NEFFs under the cap, least recently used lea
   CHECK(fs::file_size(fs::path(entry(1)) / "model.neff") == 1000);
   CHECK(tier.stats()["fetches"] == 4);
 }
+
+TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are fetched, the rest compiles into the local "
+          "folder, and nothing is written to the bucket",
+          "[s3][mount][layers]") {
+  auto s3 = test::fresh_bucket("lowerbucket");
+  put_pending(*s3, 2);
+  const std::string neff = random_bytes(1 << 20, 11);
+  REQUIRE(s3->put(rel_of(0) + "/model.neff", neff).has_value());
+  REQUIRE(s3->put(rel_of(0) + "/model.done", "").has_value());
+  auto objects = [&] {
+    auto l = s3->list("");
+    REQUIRE(l.has_value());
+    std::map<std::string, std::string> out;
+    for (const auto& o : l->objects) out[o.key] = o.etag;
+    return out;
+  };
+  const auto before = objects();
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  const std::string fresh = k_compiler_dir + "/MODULE_9999+4f2d9c1a";
+  {
+    S3Mount m(fmt::format("s3://{}", s3->bucket()), log, {}, {}, test::BucketAs::lower);
+    // Done in the bucket: fetched into the local folder.
+    auto got = read_all(m.mnt() / rel_of(0) / "model.neff");
+    CHECK(got.first == 0);
+    CHECK(got.second == neff);
+    // Pending in the bucket: compiled here, once, and kept here.
+    CHECK(read_all(m.mnt() / rel_of(1) / "model.neff").first == 0);
+    CHECK(test::count_lines(log) == 1);
+    CHECK(fs::exists(m.local() / rel_of(1) / "model.done"));
+    // A graph the bucket does not have, written through the mount: compiled here.
+    REQUIRE(fs::create_directory(m.mnt() / fresh));
+    test::spit(m.mnt() / fresh / "compile_flags.json", R"(["--target=trn1"])");
+    fs::copy_file(test::corpus_files()[5], m.mnt() / fresh / "model.hlo_module.pb");
+    CHECK(read_all(m.mnt() / fresh / "model.neff").first == 0);
+    CHECK(test::count_lines(log) == 2);
+    CHECK(fs::exists(m.local() / fresh / "model.done"));
+    auto stats = m.stats();
+    CHECK(stats["s3"]["read_only"] == true);
+    CHECK(stats["s3"]["uploads"] == 0);
+    CHECK(stats["s3"]["fetches"] == 1);
+    // The bucket is as it was: no input, no lease, no result.
+    CHECK(objects() == before);
+  }
+  // Refused in one line: a bucket is the only layer under its local folder.
+  auto r = test::run({"env", k_daemon, "--lower", fmt::format("s3://{}", s3->bucket()), "--upper", dir.path().string(),
+                      (dir / "x").string(), (dir / "y").string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, ContainsSubstring("is the only layer under BACKING"));
+}

@@ -17,20 +17,26 @@
 
 namespace test {
 
+// What the bucket is to the mount: its cache (with local() as the tier), or a read-only
+// layer under local() (--lower s3://...).
+enum class BucketAs { cache, lower };
+
 class S3Mount {
  public:
   // `extra`: more daemon options; `env`: more environment for the daemon (and its compiles,
   // whose fake compiler logs each compile to `compile_log`).
   S3Mount(const std::string& url, const std::filesystem::path& compile_log, std::vector<std::string> extra = {},
-          std::vector<std::string> env = {}) {
+          std::vector<std::string> env = {}, BucketAs as = BucketAs::cache) {
     std::filesystem::create_directories(dir_ / "work");
     env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
                            "NEFFCACHE_FAKE_RATE=0"});
     DaemonSpec spec;
-    spec.backing = url;
+    spec.backing = as == BucketAs::cache ? url : local().string();
     spec.mnt = mnt();
     spec.env = s3_env_words(env);
-    spec.options = {"--compiler", k_fake_template, "-j", "2", "--local-cache", local().string()};
+    spec.options = {"--compiler", k_fake_template, "-j", "2"};
+    if (as == BucketAs::cache) spec.options.insert(spec.options.end(), {"--local-cache", local().string()});
+    else spec.options.insert(spec.options.end(), {"--lower", url});
     spec.options.insert(spec.options.end(), extra.begin(), extra.end());
     daemon_.emplace(spec);
   }

@@ -23,6 +23,12 @@
 // - A folder renamed to an LNL key in the root is LNL's save_cache() publishing an entry
 //   to a shared disk (promote): it goes to S3 first, under the entry's lease, and only
 //   if S3 has no such entry.
+//
+// With Options::read_only the bucket is a read-only layer under the local folder
+// (neffcachefs --lower s3://...): it is only read (listed, fetched from), never written,
+// not even a lease. What it lacks, or has pending, is compiled here, into the local
+// entry, and stays here: those NEFFs are never evicted (only entries the bucket has done
+// are), and nothing is uploaded.
 #pragma once
 
 #include <sys/stat.h>
@@ -58,6 +64,8 @@ class S3Tier {
     std::string root;                  // the local folder (absolute)
     uint64_t cap_bytes = 50ull << 30;  // NEFF bytes kept here
     int compile_slots = 1;
+    // The bucket is a read-only layer (see the top): nothing is written to it.
+    bool read_only = false;
     // An entry used this recently stays, whatever the cap: a reader may be about to
     // open the NEFF it was just fetched for.
     std::chrono::seconds keep_after_use{60};
@@ -122,8 +130,10 @@ class S3Tier {
     }
   }
 
-  // Uploads the inputs of the local entry `entry_dir` if S3 has no HLO for it.
+  // Uploads the inputs of the local entry `entry_dir` if S3 has no HLO for it (nothing
+  // to a read-only bucket).
   Result<void> upload_inputs(const std::string& entry_dir) {
+    if (o_.read_only) return {};
     auto rel = entry_rel(entry_dir);
     if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
     auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
@@ -141,14 +151,21 @@ class S3Tier {
     auto names = detail::s3_entry_names(*s3_, base);
     if (!names) return transient(names.error().message);
     EntryFiles remote = detail::files_named(*rel, *names);
-    auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
-    if (!uploaded) return transient(uploaded.error().message);
-    if (*uploaded) remote.add(EntryFile::hlo_module);
+    if (!o_.read_only) {
+      auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
+      if (!uploaded) return transient(uploaded.error().message);
+      if (*uploaded) remote.add(EntryFile::hlo_module);
+    }
     if (remote.done()) return fetch(entry_dir, base, remote);
     if (remote.failed() && !s.retry_failed)
       return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                       s3_->describe(base), remote.failure_name()));
     if (!take_slot(s)) return transient("cancelled");
+    if (o_.read_only) {  // compiled here, as a directory cache's entry, and kept here
+      CompileResult r = compile_entry(entry_dir, s);
+      give_slot();
+      return r;
+    }
     CompileSettings local = s;
     local.workdir_root = staging();
     S3CompileOptions co = o_.compile;
@@ -171,8 +188,10 @@ class S3Tier {
   // or compiling it), so that a rename onto a taken name fails and overwrites nothing,
   // whichever host came first; others when S3 cannot be reached, and then what was
   // uploaded is removed again.
+  // A read-only bucket takes nothing: the rename stays a local one.
   Result<void> promote(const std::string& folder, const std::string& key) {
     if (!is_lnl_key(key)) return Error{Errc::invalid_argument, fmt::format("{}: not an LNL key", key)};
+    if (o_.read_only) return {};
     auto names = publishable_files(folder);
     if (!names) return names.error();
     const std::string base = s3_key(o_.prefix, key);
@@ -236,8 +255,9 @@ class S3Tier {
     return {{"fetches", counters_.fetches.load()},   {"fetched_bytes", counters_.fetched_bytes.load()},
             {"uploads", counters_.uploads.load()},   {"lookups", counters_.lookups.load()},
             {"evictions", counters_.evictions.load()}, {"local_neff_bytes", bytes},
-            {"local_cap_bytes", o_.cap_bytes}};
+            {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only}};
   }
+  bool read_only() const { return o_.read_only; }
 
  private:
   struct Kept {
