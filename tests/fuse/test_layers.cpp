@@ -379,6 +379,10 @@ TEST_CASE("neffcache commands on a read-only cache and on layers: reads see ever
   auto explained = test::run_tool({"explain", "--cache", m.mnt().string(), "--json", (m.mnt() / shipped).string()});
   REQUIRE(explained.exit_code == 0);
   CHECK(nlohmann::json::parse(explained.output)["verdict"] == "hit");
+  // analyze reads every layer's graphs.
+  REQUIRE(test::run_tool({"analyze", "--cache", m.mnt().string(), "--output", (dir / "analysis").string()}).exit_code == 0);
+  const std::string analysis = test::slurp(dir / "analysis" / "result.json");
+  for (const auto& [path, e] : listed) CHECK(analysis.find(path) != std::string::npos);
   // Changes act on the upper layer; the shipped entries are left as they are, and said so.
   auto cleared = test::run_tool({"clear-neffs", "--cache", m.mnt().string()});
   CHECK(cleared.exit_code == 0);
