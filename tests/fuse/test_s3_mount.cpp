@@ -21,6 +21,7 @@
 #include <neffcache/s3_cache.hpp>
 #include <neffcache/s3_tier.hpp>
 
+#include "nki.hpp"
 #include "s3_mount.hpp"
 #include "s3_support.hpp"
 #include "support.hpp"
@@ -324,6 +325,12 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
   const std::string neff = random_bytes(1 << 20, 11);
   REQUIRE(s3->put(rel_of(0) + "/model.neff", neff).has_value());
   REQUIRE(s3->put(rel_of(0) + "/model.done", "").has_value());
+  // A pending graph calling an NKI kernel that the bucket has and this host lacks.
+  test::TempDir dir;
+  const fs::path kernels = dir / "nki", kernel = kernels / "ab" / "k.klir";
+  REQUIRE(s3->put(rel_of(2) + "/compile_flags.json", R"(["--target=trn1"])").has_value());
+  REQUIRE(s3->put(rel_of(2) + "/model.hlo_module.pb", test::graph_calling(kernel.string())).has_value());
+  REQUIRE(s3->put(".neffcache/nki-kernels/ab/k.klir", "a kernel binary").has_value());
   auto objects = [&] {
     auto l = s3->list("");
     REQUIRE(l.has_value());
@@ -332,11 +339,11 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
     return out;
   };
   const auto before = objects();
-  test::TempDir dir;
   const fs::path log = dir / "compiles.log";
   const std::string fresh = k_compiler_dir + "/MODULE_9999+4f2d9c1a";
   {
-    S3Mount m(fmt::format("s3://{}", s3->bucket()), log, {}, {}, test::BucketAs::lower);
+    S3Mount m(fmt::format("s3://{}", s3->bucket()), log, {"--nki-kernels", kernels.string()}, {},
+              test::BucketAs::lower);
     // Done in the bucket: fetched into the local folder.
     auto got = read_all(m.mnt() / rel_of(0) / "model.neff");
     CHECK(got.first == 0);
@@ -352,6 +359,10 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
     CHECK(read_all(m.mnt() / fresh / "model.neff").first == 0);
     CHECK(test::count_lines(log) == 2);
     CHECK(fs::exists(m.local() / fresh / "model.done"));
+    // The kernel comes from the bucket before the compile here.
+    CHECK(read_all(m.mnt() / rel_of(2) / "model.neff").first == 0);
+    CHECK(test::slurp(kernel) == "a kernel binary");
+    CHECK(test::count_lines(log) == 3);
     auto stats = m.stats();
     CHECK(stats["s3"]["read_only"] == true);
     CHECK(stats["s3"]["uploads"] == 0);

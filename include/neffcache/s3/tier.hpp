@@ -162,6 +162,14 @@ class S3Tier {
                                                                       s3_->describe(base), remote.failure_name()));
     if (!take_slot(s)) return transient("cancelled");
     if (o_.read_only) {  // compiled here, as a directory cache's entry, and kept here
+      // The NKI kernels its graph calls come from the bucket when this host lacks them
+      // (reads only), as for a compile under a lease.
+      if (auto here = read_entry_files(entry_dir); here && here->hlo_name())
+        if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *here->hlo_name())))
+          if (auto fetched = fetch_nki_kernels(*s3_, o_.prefix, o_.compile.nki_kernels, *called); !fetched) {
+            give_slot();
+            return transient(fetched.error().message);
+          }
       CompileResult r = compile_entry(entry_dir, s);
       give_slot();
       return r;
