@@ -153,6 +153,8 @@ bool Filesystem::below(Inode& parent, const char* name) {
 }
 
 int Filesystem::writable(Inode& i) {
+  // (The root of a read-only cache is the scratch folder's, dressed as the cache's root.)
+  if (opts_.scratch && &i == &inodes_.root()) return EROFS;
   if (!layered() || inodes_.layer_of(i) == 0) return 0;
   if (opts_.scratch && !is_lock_file_name(inodes_.name_of(i))) return EROFS;
   if (int e = copy_up(i)) return e;

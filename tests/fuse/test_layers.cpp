@@ -128,6 +128,10 @@ TEST_CASE("a read-only cache: a client that locks <root>/lock reads its hits; a 
   CHECK(errno_of(::rename((m.mnt() / done).c_str(), (m.mnt() / "moved").c_str())) == EROFS);
   CHECK(errno_of(::truncate((m.mnt() / done / "model.neff").c_str(), 0)) == EROFS);
   CHECK(errno_of(::open((m.mnt() / "notes.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) == EROFS);
+  CHECK(errno_of(::chmod((m.mnt() / done / "model.neff").c_str(), 0600)) == EROFS);
+  CHECK(errno_of(::chmod(m.mnt().c_str(), 0700)) == EROFS);
+  // The mount's root shows the cache's own mode.
+  CHECK((fs::status(m.mnt()).permissions() & fs::perms::all) == (fs::status(dir / "ro").permissions() & fs::perms::all));
   // An entry's lock file may be made and removed, as a client waiting on it would.
   int entry_lock = ::open((m.mnt() / done / "model.hlo_module.pb.lock").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   CHECK(entry_lock >= 0);
