@@ -29,7 +29,10 @@ cmake --build build-tsan -j"$jobs" --target neffcache_tests neffcache_s3_tests l
 
 echo "== build with ASan + UBSan and test"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_SANITIZE=ON -DNEFFCACHE_BUILD_BENCH=OFF >/dev/null
-cmake --build build-asan -j"$jobs"
+# Everything that runs; not the headers compiled one by one (header_self_contained), which
+# is a compile check the Release stage made already and has nothing to run.
+cmake --build build-asan -j"$jobs" --target neffcache_tests neffcache_s3_tests lock_helper fuse_reader fake-neuronx-cc \
+  neffcache neuron_parallel_compile neuron-client-sim neffcachefs
 # install_consumer builds a plain (uninstrumented) program from the installed package:
 # it tests packaging, which the first run already covered. The two largest load tests (1,000
 # instrumented reader processes; 10,000 entries, 90 s instrumented) run in the first stage
