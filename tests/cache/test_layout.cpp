@@ -15,7 +15,7 @@ using namespace neffcache;
 namespace {
 
 // Creates `names` (empty files) in <root>/<compiler>/<module>.
-test::fs::path make_entry(const test::fs::path& root, const std::string& rel,
+test::fs::path make_layout_entry(const test::fs::path& root, const std::string& rel,
                           std::initializer_list<std::string_view> names) {
   auto dir = root / rel;
   test::fs::create_directories(dir);
@@ -98,24 +98,24 @@ TEST_CASE("an entry's state follows from its files", "[layout]") {
 TEST_CASE("the walk finds every entry with its state and nothing else", "[layout]") {
   test::TempDir root;
   const std::string c = "neuronxcc-2.21.0/";
-  make_entry(root.path(), c + "MODULE_a+1", {"model.hlo_module.pb", "compile_flags.json"});
-  make_entry(root.path(), c + "MODULE_b+1", {"model.hlo.pb"});
-  make_entry(root.path(), c + "MODULE_c+1", {"model.hlo_module.pb", "model.neff", "model.done"});
-  make_entry(root.path(), c + "MODULE_d+1", {"model.hlo_module.pb", "model.log"});
-  make_entry(root.path(), c + "MODULE_e+1", {"model.hlo_module.pb", "model.hlo_module.pb.lock"});
-  auto stale = make_entry(root.path(), c + "MODULE_f+1", {"model.hlo.pb", "model.hlo.pb.lock"});
+  make_layout_entry(root.path(), c + "MODULE_a+1", {"model.hlo_module.pb", "compile_flags.json"});
+  make_layout_entry(root.path(), c + "MODULE_b+1", {"model.hlo.pb"});
+  make_layout_entry(root.path(), c + "MODULE_c+1", {"model.hlo_module.pb", "model.neff", "model.done"});
+  make_layout_entry(root.path(), c + "MODULE_d+1", {"model.hlo_module.pb", "model.log"});
+  make_layout_entry(root.path(), c + "MODULE_e+1", {"model.hlo_module.pb", "model.hlo_module.pb.lock"});
+  auto stale = make_layout_entry(root.path(), c + "MODULE_f+1", {"model.hlo.pb", "model.hlo.pb.lock"});
   age(stale / "model.hlo.pb.lock", k_anonymous_lock_stale_after + std::chrono::seconds(60));
-  make_entry(root.path(), c + "MODULE_g+1", {});
-  make_entry(root.path(), "neuronxcc-2.12.0/MODULE_h+2", {"model.hlo.pb", "model.neff"});
+  make_layout_entry(root.path(), c + "MODULE_g+1", {});
+  make_layout_entry(root.path(), "neuronxcc-2.12.0/MODULE_h+2", {"model.hlo.pb", "model.neff"});
   // Not entries: other folders, files where folders belong, our private folders.
-  make_entry(root.path(), c + "not_a_module", {"model.hlo_module.pb"});
-  make_entry(root.path(), "other-tree/MODULE_x+1", {"model.hlo_module.pb"});
-  make_entry(root.path(), c + ".neffcache-tmp", {"model.hlo_module.pb"});
+  make_layout_entry(root.path(), c + "not_a_module", {"model.hlo_module.pb"});
+  make_layout_entry(root.path(), "other-tree/MODULE_x+1", {"model.hlo_module.pb"});
+  make_layout_entry(root.path(), c + ".neffcache-tmp", {"model.hlo_module.pb"});
   test::spit(root / "lock", "");
   test::spit(root.path() / c / "MODULE_file+1", "");
   // A symlinked compiler tree is not followed: it could lead outside the root.
   test::TempDir outside;
-  make_entry(outside.path(), "MODULE_out+1", {"model.hlo_module.pb"});
+  make_layout_entry(outside.path(), "MODULE_out+1", {"model.hlo_module.pb"});
   test::fs::create_directory_symlink(outside.path(), root / "neuronxcc-9.9.9");
 
   auto states = walk_states(root.path());
@@ -154,7 +154,7 @@ TEST_CASE("the walk handles thousands of entries in one pass", "[layout]") {
   test::TempDir root;
   constexpr int k_entries = 3000;
   for (int i = 0; i < k_entries; ++i)
-    make_entry(root.path(), fmt::format("neuronxcc-1/MODULE_{}+0", i),
+    make_layout_entry(root.path(), fmt::format("neuronxcc-1/MODULE_{}+0", i),
                {i % 3 ? "model.hlo_module.pb" : "model.neff", "model.done"});
   int pending = 0, done = 0;
   REQUIRE(for_each_entry(root.path().string(), [&](const EntryRef& e) {

@@ -23,7 +23,7 @@ namespace {
 const std::string k_neff_bytes(4096, 'n');
 
 // An entry folder with an HLO and flags and, by `state`, its results.
-fs::path make_entry(const test::TempDir& root, EntryState state) {
+fs::path make_state_entry(const test::TempDir& root, EntryState state) {
   fs::path dir = root / "neuronxcc-2.21.0" / "MODULE_1+aa";
   fs::create_directories(dir);
   test::spit(dir / "model.hlo_module.pb", "hlo");
@@ -40,7 +40,7 @@ fs::path make_entry(const test::TempDir& root, EntryState state) {
 }
 
 // Holds the entry's lock, as a compile in another process would.
-EntryLock hold(const fs::path& dir) {
+EntryLock hold_lock(const fs::path& dir) {
   auto files = read_entry_files(dir.string());
   REQUIRE(files.has_value());
   auto lock = EntryLock::try_acquire(entry_lock_path(dir.string(), *files));
@@ -48,7 +48,7 @@ EntryLock hold(const fs::path& dir) {
   return std::move(*lock);
 }
 
-EntryState state_of(const fs::path& dir) {
+EntryState state_of_dir(const fs::path& dir) {
   auto files = read_entry_files(dir.string());
   REQUIRE(files.has_value());
   return classify(*files, [] { return true; });
@@ -65,7 +65,7 @@ std::map<std::string, std::string> snapshot(const fs::path& dir) {
 // leaves every file as it was.
 template <class Change>
 void check_refused_while_held(const fs::path& dir, Change change) {
-  auto held = hold(dir);
+  auto held = hold_lock(dir);
   auto before = snapshot(dir);
   auto r = change();
   REQUIRE_FALSE(r);
@@ -77,7 +77,7 @@ void check_refused_while_held(const fs::path& dir, Change change) {
 
 TEST_CASE("clearing a failure makes the entry pending; an entry without one is left alone", "[maintenance]") {
   test::TempDir root;
-  auto dir = make_entry(root, EntryState::failed);
+  auto dir = make_state_entry(root, EntryState::failed);
   auto e = EntryPaths::plain(dir.string());
   check_refused_while_held(dir, [&] { return clear_failure(e); });
   auto cleared = clear_failure(e);
@@ -85,7 +85,7 @@ TEST_CASE("clearing a failure makes the entry pending; an entry without one is l
   CHECK(*cleared);
   CHECK_FALSE(fs::exists(dir / "model.log"));
   CHECK(fs::exists(dir / "model.hlo_module.pb"));
-  CHECK(state_of(dir) == EntryState::pending);
+  CHECK(state_of_dir(dir) == EntryState::pending);
   auto again = clear_failure(e);
   REQUIRE(again.has_value());
   CHECK_FALSE(*again);
@@ -93,7 +93,7 @@ TEST_CASE("clearing a failure makes the entry pending; an entry without one is l
 
 TEST_CASE("clearing a lock refuses a live one and says when there is none", "[maintenance]") {
   test::TempDir root;
-  auto dir = make_entry(root, EntryState::pending);
+  auto dir = make_state_entry(root, EntryState::pending);
   auto e = EntryPaths::plain(dir.string());
   auto none = clear_stale_lock(e);
   REQUIRE_FALSE(none);
@@ -103,7 +103,7 @@ TEST_CASE("clearing a lock refuses a live one and says when there is none", "[ma
 
 TEST_CASE("clearing results keeps the graph and its flags: the entry is pending again", "[maintenance]") {
   test::TempDir root;
-  auto dir = make_entry(root, EntryState::done);
+  auto dir = make_state_entry(root, EntryState::done);
   auto e = EntryPaths::plain(dir.string());
   check_refused_while_held(dir, [&] { return clear_results(e); });
   REQUIRE(clear_results(e).has_value());
@@ -111,13 +111,13 @@ TEST_CASE("clearing results keeps the graph and its flags: the entry is pending 
     CHECK_FALSE(fs::exists(dir / gone));
   CHECK(test::slurp(dir / "model.hlo_module.pb") == "hlo");
   CHECK(test::slurp(dir / "compile_flags.json") == "[]");
-  CHECK(state_of(dir) == EntryState::pending);
+  CHECK(state_of_dir(dir) == EntryState::pending);
   CHECK(clear_results(e).has_value());  // nothing left to clear is fine
 }
 
 TEST_CASE("removing an entry removes its folder, unless someone holds it", "[maintenance]") {
   test::TempDir root;
-  auto dir = make_entry(root, EntryState::done);
+  auto dir = make_state_entry(root, EntryState::done);
   auto e = EntryPaths::plain(dir.string());
   check_refused_while_held(dir, [&] { return remove_entry(e); });
   REQUIRE(remove_entry(e).has_value());
@@ -127,7 +127,7 @@ TEST_CASE("removing an entry removes its folder, unless someone holds it", "[mai
 
 TEST_CASE("a published NEFF is checked against the size and checksum recorded for it", "[maintenance]") {
   test::TempDir root;
-  auto dir = make_entry(root, EntryState::done);
+  auto dir = make_state_entry(root, EntryState::done);
   CHECK(verify_neff(dir.string()).check == NeffCheck::ok);
 
   // Same size, one byte changed: only the checksum can tell.

@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_fake;
 
 // An entry holding a corpus HLO (and compile_flags.json when flags are given).
 std::string make_entry(const test::fs::path& root, const std::string& corpus_file,

@@ -26,7 +26,7 @@ namespace {
 
 constexpr uint64_t MiB = 1 << 20;
 
-void put(const test::fs::path& p, const std::string& text) {
+void put_text(const test::fs::path& p, const std::string& text) {
   test::fs::create_directories(p.parent_path());
   REQUIRE(detail::write_file_atomic(p.string(), text));
 }
@@ -40,7 +40,7 @@ std::string key_of(int n, const std::string& flags = "0badcafe") {
 
 TEST_CASE("the host's memory is the tightest of RAM and the cgroup limits, v2 and v1", "[memory]") {
   test::TempDir t;
-  put(t / "proc/meminfo", "MemTotal:       24576000 kB\nMemFree:  1 kB\n");
+  put_text(t / "proc/meminfo", "MemTotal:       24576000 kB\nMemFree:  1 kB\n");
   SECTION("no cgroup file: RAM") {
     auto m = host_memory((t / "proc").string(), (t / "cg").string());
     CHECK(m.ram == 24576000ull << 10);
@@ -48,10 +48,10 @@ TEST_CASE("the host's memory is the tightest of RAM and the cgroup limits, v2 an
     CHECK(default_mem_budget(m) == static_cast<uint64_t>(static_cast<double>(m.ram) * 0.85));
   }
   SECTION("v2: the tightest of memory.max and memory.high up the tree") {
-    put(t / "proc/self/cgroup", "0::/jobs/build\n");
-    put(t / "cg/jobs/build/memory.max", "max\n");
-    put(t / "cg/jobs/build/memory.high", "3221225472\n");
-    put(t / "cg/jobs/memory.max", "2147483648\n");
+    put_text(t / "proc/self/cgroup", "0::/jobs/build\n");
+    put_text(t / "cg/jobs/build/memory.max", "max\n");
+    put_text(t / "cg/jobs/build/memory.high", "3221225472\n");
+    put_text(t / "cg/jobs/memory.max", "2147483648\n");
     auto m = host_memory((t / "proc").string(), (t / "cg").string());
     REQUIRE(m.cgroup_max);
     CHECK(*m.cgroup_max == 2147483648ull);
@@ -59,16 +59,16 @@ TEST_CASE("the host's memory is the tightest of RAM and the cgroup limits, v2 an
     CHECK(m.limit() == 2147483648ull);
   }
   SECTION("v1: memory.limit_in_bytes, 'unlimited' ignored") {
-    put(t / "proc/self/cgroup", "12:cpu,cpuacct:/x\n7:memory:/batch/one\n0::/\n");
-    put(t / "cg/memory/batch/one/memory.limit_in_bytes", "9223372036854771712\n");
-    put(t / "cg/memory/batch/memory.limit_in_bytes", "1610612736\n");
+    put_text(t / "proc/self/cgroup", "12:cpu,cpuacct:/x\n7:memory:/batch/one\n0::/\n");
+    put_text(t / "cg/memory/batch/one/memory.limit_in_bytes", "9223372036854771712\n");
+    put_text(t / "cg/memory/batch/memory.limit_in_bytes", "1610612736\n");
     auto m = host_memory((t / "proc").string(), (t / "cg").string());
     REQUIRE(m.cgroup_max);
     CHECK(*m.cgroup_max == 1610612736ull);
   }
   SECTION("a limit above RAM does not raise it") {
-    put(t / "proc/self/cgroup", "0::/big\n");
-    put(t / "cg/big/memory.max", "99999999999999\n");
+    put_text(t / "proc/self/cgroup", "0::/big\n");
+    put_text(t / "cg/big/memory.max", "99999999999999\n");
     CHECK(host_memory((t / "proc").string(), (t / "cg").string()).limit() == 24576000ull << 10);
   }
 }
@@ -108,7 +108,7 @@ TEST_CASE("processes see each other's reservations in the ledger; a dead one's a
   if (child == 0) ::_exit(0);
   const auto start = detail::process_start_time(child);
   ::waitpid(child, nullptr, 0);
-  put(test::fs::path(dir) / fmt::format("{}-{}-0", child, start.value_or(1)), R"({"reserved": 700000000})");
+  put_text(test::fs::path(dir) / fmt::format("{}-{}-0", child, start.value_or(1)), R"({"reserved": 700000000})");
   take(*a, 0, &seen);
   CHECK(seen == 500 * MiB);
   CHECK_FALSE(test::fs::exists(test::fs::path(dir) / fmt::format("{}-{}-0", child, start.value_or(1))));
@@ -198,7 +198,7 @@ struct FakeCompiles {
 
 // Another process's reservation of `bytes`. (The name is written a character at a
 // time: GCC 12 at -O3 warns falsely (-Wrestrict) about a literal assigned once inlined.)
-uint64_t hold(MemoryLedger& ledger, uint64_t bytes) {
+uint64_t hold_bytes(MemoryLedger& ledger, uint64_t bytes) {
   return ledger.admit([bytes](MemoryLedger::Admission& a) -> uint64_t {
     a.what.push_back('x');
     return bytes;
@@ -260,7 +260,7 @@ TEST_CASE("a large graph waiting for memory is passed by smaller ones at most ma
   auto ledger = MemoryLedger::open(dir, 1000 * MiB).value();
   // Another process holds half the budget.
   auto other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
-  auto held = hold(*other, 500 * MiB);
+  auto held = hold_bytes(*other, 500 * MiB);
   auto peaks = std::make_shared<PeakHistory>();
   peaks->add(key_of(100), 10'000, 0, 700 * 1024);  // the big one: 840 MiB predicted
   for (int i = 0; i < 10; ++i) peaks->add(key_of(i), 100, 0, 50 * 1024);  // small: 60 MiB
@@ -288,7 +288,7 @@ TEST_CASE("a job that would not fit beside the waiting large graph does not pass
   const std::string dir = (t / "ledger").string();
   auto ledger = MemoryLedger::open(dir, 1000 * MiB).value();
   auto other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
-  auto held = hold(*other, 500 * MiB);
+  auto held = hold_bytes(*other, 500 * MiB);
   auto peaks = std::make_shared<PeakHistory>();
   peaks->add(key_of(100), 10'000, 0, 700 * 1024);  // big: 840 MiB predicted
   peaks->add(key_of(50), 5'000, 0, 250 * 1024);    // medium: 300 MiB, fits now, not beside big

@@ -19,9 +19,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_fake;
 
-std::string make_entry(const test::fs::path& root, const std::string& corpus_file, const std::string& name = "") {
+std::string make_sched_entry(const test::fs::path& root, const std::string& corpus_file, const std::string& name = "") {
   auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + (name.empty() ? corpus_file : name));
   test::fs::create_directories(dir);
   test::fs::copy_file(test::k_corpus / corpus_file, dir / "model.hlo_module.pb");
@@ -104,7 +104,7 @@ TEST_CASE("64 concurrent requests for one entry cause one compile", "[scheduler]
   test::TempDir root, work;
   test::ScopedEnv seconds("NEFFCACHE_FAKE_SECONDS", "0.3");
   test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
-  auto entry = make_entry(root.path(), "spu_credit_fraud_test.hlo.pb");
+  auto entry = make_sched_entry(root.path(), "spu_credit_fraud_test.hlo.pb");
   Scheduler sched(fake_compiler_options(work, 2));
   std::atomic<bool> go{false};
   std::atomic<int> callbacks{0};
@@ -130,9 +130,9 @@ TEST_CASE("entries with canonically equal graphs compile once and all get the NE
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
   test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
-  auto a = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "a+0");
-  auto b = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "b+0");
-  auto c = make_entry(root.path(), "spu_tf_jit_comp.hlo.pb", "c+0");
+  auto a = make_sched_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "a+0");
+  auto b = make_sched_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "b+0");
+  auto c = make_sched_entry(root.path(), "spu_tf_jit_comp.hlo.pb", "c+0");
   REQUIRE(prepare_job(a).dedup_key == prepare_job(b).dedup_key);
   REQUIRE(prepare_job(a).dedup_key != prepare_job(c).dedup_key);
   {
@@ -161,8 +161,8 @@ TEST_CASE("a failure of a shared graph is recorded in every entry that has it", 
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
   test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "5");
   test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());
-  auto a = make_entry(root.path(), "gopjrt_tuple.hlo.pb", "a+0");
-  auto b = make_entry(root.path(), "gopjrt_tuple.hlo.pb", "b+0");
+  auto a = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb", "a+0");
+  auto b = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb", "b+0");
   Scheduler sched(fake_compiler_options(work, 2));
   auto fa = sched.submit(prepare_job(a), Priority::background);
   auto fb = sched.submit(prepare_job(b), Priority::background);
@@ -183,7 +183,7 @@ TEST_CASE("running compiles never exceed jobs", "[scheduler]") {
   {
     Scheduler sched(recording_options(work, runner, 3));
     for (const auto& f : test::corpus_files())
-      futures.push_back(sched.submit(prepare_job(make_entry(root.path(), f.filename().string())), Priority::background));
+      futures.push_back(sched.submit(prepare_job(make_sched_entry(root.path(), f.filename().string())), Priority::background));
     for (auto& f : futures) CHECK(f.get().outcome == CompileOutcome::success);
   }
   CHECK(runner.max_ == 3);
@@ -196,7 +196,7 @@ TEST_CASE("waited-on requests go first, then the largest graphs, deferred work l
   RecordingRunner runner;
   runner.hold_first();
   Scheduler sched(recording_options(work, runner, 1));
-  auto entry = [&](const char* file) { return prepare_job(make_entry(root.path(), file)); };
+  auto entry = [&](const char* file) { return prepare_job(make_sched_entry(root.path(), file)); };
   // Instruction counts: x_squared 2, tuple 4, empty_return_tuple 6, normal_9 311, cnn 6612.
   auto first = sched.submit(entry("gopjrt_jax_xp1.hlo.pb"), Priority::background);
   runner.wait_first_started();  // it holds the only slot while the rest queue up
@@ -229,13 +229,13 @@ TEST_CASE("an entry already done or failed is answered at submit, not behind the
   RecordingRunner runner;
   runner.hold_first();
   Scheduler sched(recording_options(work, runner, 1));
-  auto first = sched.submit(prepare_job(make_entry(root.path(), "gopjrt_jax_xp1.hlo.pb")), Priority::background);
+  auto first = sched.submit(prepare_job(make_sched_entry(root.path(), "gopjrt_jax_xp1.hlo.pb")), Priority::background);
   runner.wait_first_started();  // the only worker is busy until the gate opens
-  auto queued = sched.submit(prepare_job(make_entry(root.path(), "gopjrt_x_squared.hlo.pb")), Priority::waiting);
-  auto done = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto queued = sched.submit(prepare_job(make_sched_entry(root.path(), "gopjrt_x_squared.hlo.pb")), Priority::waiting);
+  auto done = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb");
   test::spit(test::fs::path(done) / "model.neff", "neff");
   test::spit(test::fs::path(done) / "model.done", "");
-  auto failed = make_entry(root.path(), "spu_tf_jit_comp.hlo.pb");
+  auto failed = make_sched_entry(root.path(), "spu_tf_jit_comp.hlo.pb");
   test::spit(test::fs::path(failed) / "model.log", "it failed");
   int called = 0;
   auto d = sched.submit(prepare_job(done), Priority::waiting, [&](const CompileResult&) { ++called; });
@@ -261,7 +261,7 @@ TEST_CASE("an entry locked elsewhere waits as locked and is re-checked on the cl
   test::TempDir root, work;
   RecordingRunner runner;
   test::FakeClock clock;
-  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto entry = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb");
   auto other = EntryLock::try_acquire(entry + "/model.hlo_module.pb.lock");
   REQUIRE(other.has_value());
   auto o = recording_options(work, runner, 1);
@@ -290,7 +290,7 @@ TEST_CASE("shutdown stops running compiles and drops queued ones, recording noth
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
   std::vector<std::string> entries;
   for (const char* f : {"gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb", "spu_tf_jit_comp.hlo.pb"})
-    entries.push_back(make_entry(root.path(), f));
+    entries.push_back(make_sched_entry(root.path(), f));
   std::vector<std::shared_future<CompileResult>> futures;
   auto start = std::chrono::steady_clock::now();
   {
@@ -310,8 +310,8 @@ TEST_CASE("shutdown stops running compiles and drops queued ones, recording noth
 
 TEST_CASE("job keys follow graph, flags and compiler; jobs default as the Neuron tool's pool", "[scheduler]") {
   test::TempDir root;
-  auto a = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "a");
-  auto b = make_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "b");
+  auto a = make_sched_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "a");
+  auto b = make_sched_entry(root.path(), "rocm_normal_9.hlo_proto.pb", "b");
   REQUIRE(write_compile_flags(b + "/compile_flags.json", {"-O1"}).has_value());
   CHECK(prepare_job(a).dedup_key != prepare_job(b).dedup_key);
   CHECK(prepare_job(a, {"-O1"}).dedup_key == prepare_job(b).dedup_key);
@@ -327,8 +327,8 @@ TEST_CASE("job keys follow graph, flags and compiler; jobs default as the Neuron
 TEST_CASE("progress counts compiler runs, not copies", "[scheduler]") {
   test::TempDir root, work;
   test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
-  auto a = make_entry(root.path(), "gopjrt_tuple.hlo.pb", "a+0");
-  auto b = make_entry(root.path(), "gopjrt_tuple.hlo.pb", "b+0");
+  auto a = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb", "a+0");
+  auto b = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb", "b+0");
   Scheduler sched(fake_compiler_options(work, 1));
   auto fa = sched.submit(prepare_job(a), Priority::background);
   auto fb = sched.submit(prepare_job(b), Priority::background);
@@ -352,7 +352,7 @@ TEST_CASE("a request made after a result was delivered starts afresh", "[schedul
   test::touch(gate);
   test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "1");
   test::ScopedEnv while_gate("NEFFCACHE_FAKE_FAIL_WHILE", gate.string());
-  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto entry = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb");
   Scheduler sched(fake_compiler_options(work, 1));
   std::promise<std::shared_future<CompileResult>> again;
   auto first = sched.submit(prepare_job(entry), Priority::waiting, [&](const CompileResult& r) {
@@ -371,9 +371,9 @@ TEST_CASE("a batch takes entries while it compiles and reports each one", "[sche
   test::TempDir root, work;
   RecordingRunner runner;
   runner.hold_first();
-  auto a = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
-  auto b = make_entry(root.path(), "rocm08_normal_9.hlo_proto.pb");
-  auto failed = make_entry(root.path(), "gopjrt_x_squared.hlo.pb");
+  auto a = make_sched_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto b = make_sched_entry(root.path(), "rocm08_normal_9.hlo_proto.pb");
+  auto failed = make_sched_entry(root.path(), "gopjrt_x_squared.hlo.pb");
   test::spit(test::fs::path(failed) / "model.log", "an earlier failure");  // recorded: not compiled again
   const auto start = std::chrono::system_clock::now();
   Batch batch(recording_options(work, runner, 1), {});

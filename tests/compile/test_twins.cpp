@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_fake;
 constexpr const char* k_graph = "spu_jax_cnn.hlo.pb";
 
 // A pending entry holding `hlo` under the cache `root`.

@@ -45,8 +45,8 @@ namespace fs = std::filesystem;
 using test::mounted;
 using test::read_all;
 
-inline const std::string k_daemon = NEFFCACHE_DAEMON;
-inline const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_daemon;
+using test::k_fake;
 
 // A daemon mounted for the scope of a test over a backing folder of its own (or a shared
 // one), compiling with the fake compiler, which logs each compile; always unmounted

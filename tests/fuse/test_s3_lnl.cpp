@@ -36,8 +36,8 @@ namespace {
 
 using Host = test::S3Mount;  // one host of the fleet
 
-const std::string k_daemon = NEFFCACHE_DAEMON;
-const std::string k_sim = NEFFCACHE_CLIENT_SIM;
+using test::k_daemon;
+using test::k_sim;
 using test::k_fake_template;
 using test::read_all;
 

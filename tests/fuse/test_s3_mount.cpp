@@ -35,11 +35,11 @@ namespace {
 
 using test::S3Mount;
 
-const std::string k_daemon = NEFFCACHE_DAEMON;
+using test::k_daemon;
 const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
 using test::k_fake_template;
 
-std::string rel_of(int i) { return test::fake_entry(i, 2000); }
+std::string mount_rel_of(int i) { return test::fake_entry(i, 2000); }
 
 using test::mounted;
 using test::read_all;
@@ -63,8 +63,8 @@ TEST_CASE("an s3:// mount fetches a done entry once for concurrent readers, then
   auto s3 = test::fresh_bucket("mountfetch");
   put_pending(*s3, 1);
   const std::string neff = random_bytes(3 << 20, 7);
-  REQUIRE(s3->put(rel_of(0) + "/model.neff", neff).has_value());
-  REQUIRE(s3->put(rel_of(0) + "/model.done", "").has_value());
+  REQUIRE(s3->put(mount_rel_of(0) + "/model.neff", neff).has_value());
+  REQUIRE(s3->put(mount_rel_of(0) + "/model.done", "").has_value());
   test::TempDir dir;
   S3Mount m(fmt::format("s3://{}", s3->bucket()), dir / "compiles.log");
 
@@ -73,7 +73,7 @@ TEST_CASE("an s3:// mount fetches a done entry once for concurrent readers, then
   for (const auto& e : fs::directory_iterator(m.mnt())) roots.push_back(e.path().filename().string());
   CHECK(std::find(roots.begin(), roots.end(), k_compiler_dir) != roots.end());
 
-  const fs::path path = m.mnt() / rel_of(0) / "model.neff";
+  const fs::path path = m.mnt() / mount_rel_of(0) / "model.neff";
   std::vector<std::pair<int, std::string>> got(8);
   std::vector<std::thread> readers;
   for (auto& g : got) readers.emplace_back([&g, path] { g = read_all(path); });
@@ -86,8 +86,8 @@ TEST_CASE("an s3:// mount fetches a done entry once for concurrent readers, then
   INFO(stats.dump());
   CHECK(stats["s3"]["fetches"] == 1);
   CHECK(stats["s3"]["fetched_bytes"] == neff.size());
-  CHECK(test::slurp(m.local() / rel_of(0) / "model.neff") == neff);
-  CHECK(fs::exists(m.local() / rel_of(0) / "model.done"));
+  CHECK(test::slurp(m.local() / mount_rel_of(0) / "model.neff") == neff);
+  CHECK(fs::exists(m.local() / mount_rel_of(0) / "model.done"));
   CHECK_FALSE(fs::exists(dir / "compiles.log"));  // nothing compiled
 
   // Later opens are served from the local tier: no new fetch.
@@ -105,7 +105,7 @@ TEST_CASE("an HLO written through an s3:// mount is uploaded, compiled once, and
   test::TempDir dir;
   const fs::path log = dir / "compiles.log";
   S3Mount m(fmt::format("s3://{}/team", s3->bucket()), log);
-  const fs::path entry = m.mnt() / rel_of(0);
+  const fs::path entry = m.mnt() / mount_rel_of(0);
   fs::create_directories(entry);
   test::spit(entry / "compile_flags.json", R"(["--target=trn1"])");
   fs::copy_file(test::corpus_files()[0], entry / "model.hlo_module.pb");
@@ -113,7 +113,7 @@ TEST_CASE("an HLO written through an s3:// mount is uploaded, compiled once, and
   REQUIRE(err == 0);
   CHECK_FALSE(bytes.empty());
 
-  const std::string base = "team/" + rel_of(0);
+  const std::string base = "team/" + mount_rel_of(0);
   CHECK(s3->get(base + "/model.hlo_module.pb").value() == test::slurp(test::corpus_files()[0]));
   CHECK(s3->get(base + "/compile_flags.json").value() == R"(["--target=trn1"])");
   CHECK(s3->get(base + "/model.neff").value() == bytes);
@@ -124,18 +124,18 @@ TEST_CASE("an HLO written through an s3:// mount is uploaded, compiled once, and
   auto stats = m.stats();
   CHECK(stats["s3"]["fetches"] == 0);
   CHECK(stats["s3"]["uploads"] == 1);
-  CHECK(test::slurp(m.local() / rel_of(0) / "model.neff") == bytes);
+  CHECK(test::slurp(m.local() / mount_rel_of(0) / "model.neff") == bytes);
 }
 
 TEST_CASE("without eager compiles, HLOs written or renamed into an s3:// mount are still uploaded", "[s3][mount]") {
   auto s3 = test::fresh_bucket("mountlazy");
   test::TempDir dir;
   S3Mount m(fmt::format("s3://{}", s3->bucket()), dir / "compiles.log", {"--no-eager"});
-  const fs::path entry = m.mnt() / rel_of(0);
+  const fs::path entry = m.mnt() / mount_rel_of(0);
   fs::create_directories(entry);
   fs::copy_file(test::corpus_files()[1], entry / "model.hlo_module.pb");
   bool up = false;
-  for (int i = 0; i < 200 && !(up = has_object(*s3, rel_of(0) + "/model.hlo_module.pb")); ++i)
+  for (int i = 0; i < 200 && !(up = has_object(*s3, mount_rel_of(0) + "/model.hlo_module.pb")); ++i)
     std::this_thread::sleep_for(50ms);
   CHECK(up);
   // Written as neffcache put writes (a temporary file renamed into place): uploaded too.
@@ -149,7 +149,7 @@ TEST_CASE("without eager compiles, HLOs written or renamed into an s3:// mount a
     std::this_thread::sleep_for(50ms);
   CHECK(renamed_up);
   CHECK_FALSE(fs::exists(dir / "compiles.log"));
-  CHECK_FALSE(has_object(*s3, rel_of(0) + "/model.neff"));
+  CHECK_FALSE(has_object(*s3, mount_rel_of(0) + "/model.neff"));
 }
 
 TEST_CASE("three daemons over one bucket compile each entry once for many readers", "[s3][mount]") {
@@ -177,7 +177,7 @@ TEST_CASE("three daemons over one bucket compile each entry once for many reader
   std::vector<std::thread> threads;
   for (auto& r : reads)
     threads.emplace_back([&r, &mounts] {
-      std::tie(r.err, r.bytes) = read_all(mounts[static_cast<std::size_t>(r.mount)]->mnt() / rel_of(r.entry) / "model.neff");
+      std::tie(r.err, r.bytes) = read_all(mounts[static_cast<std::size_t>(r.mount)]->mnt() / mount_rel_of(r.entry) / "model.neff");
     });
   for (auto& t : threads) t.join();
 
@@ -190,7 +190,7 @@ TEST_CASE("three daemons over one bucket compile each entry once for many reader
     CHECK(it->second == r.bytes);  // one NEFF per entry, whichever daemon compiled it
   }
   test::check_compiled_once(log, dir / "exclusive", n);
-  for (int e = 0; e < n; ++e) CHECK(s3->get(rel_of(e) + "/model.neff").value() == neff_of[e]);
+  for (int e = 0; e < n; ++e) CHECK(s3->get(mount_rel_of(e) + "/model.neff").value() == neff_of[e]);
 }
 
 TEST_CASE("a daemon killed mid-compile loses its S3 lease and another daemon finishes the entry", "[s3][mount]") {
@@ -205,8 +205,8 @@ TEST_CASE("a daemon killed mid-compile loses its S3 lease and another daemon fin
   S3Mount other(url, log, ttl);
 
   // A reader starts the compile on the slow daemon; its lease appears.
-  test::Child reader({"cat", (slow->mnt() / rel_of(0) / "model.neff").string()});
-  const std::string lease_key = rel_of(0) + "/model.hlo_module.pb.lock";
+  test::Child reader({"cat", (slow->mnt() / mount_rel_of(0) / "model.neff").string()});
+  const std::string lease_key = mount_rel_of(0) + "/model.hlo_module.pb.lock";
   bool leased = false;
   for (int i = 0; i < 200 && !(leased = has_object(*s3, lease_key) && fs::exists(slow_log)); ++i)
     std::this_thread::sleep_for(50ms);
@@ -225,14 +225,14 @@ TEST_CASE("a daemon killed mid-compile loses its S3 lease and another daemon fin
   CHECK(reader.wait() != 0);
 
   auto t0 = std::chrono::steady_clock::now();
-  auto [err, bytes] = read_all(other.mnt() / rel_of(0) / "model.neff");
+  auto [err, bytes] = read_all(other.mnt() / mount_rel_of(0) / "model.neff");
   auto waited = std::chrono::steady_clock::now() - t0;
   CHECK(err == 0);
   CHECK_FALSE(bytes.empty());
   CHECK(test::count_lines(log) == 1);  // the other daemon compiled it
   CHECK(waited < 60s);                 // by taking the lease over, not by outwaiting the slow compile
-  CHECK(s3->get(rel_of(0) + "/model.neff").value() == bytes);
-  CHECK(has_object(*s3, rel_of(0) + "/model.done"));
+  CHECK(s3->get(mount_rel_of(0) + "/model.neff").value() == bytes);
+  CHECK(has_object(*s3, mount_rel_of(0) + "/model.done"));
 }
 
 TEST_CASE("neuron_parallel_compile on an s3:// mount: the graphs go to the bucket and compile there", "[s3][mount]") {
@@ -284,8 +284,8 @@ TEST_CASE("the local tier keeps its NEFFs under the cap, least recently used lea
   auto s3 = test::fresh_bucket("tiercap");
   put_pending(*s3, 3);
   for (int i = 0; i < 3; ++i) {
-    REQUIRE(s3->put(rel_of(i) + "/model.neff", random_bytes(1000, static_cast<unsigned>(i))).has_value());
-    REQUIRE(s3->put(rel_of(i) + "/model.done", "").has_value());
+    REQUIRE(s3->put(mount_rel_of(i) + "/model.neff", random_bytes(1000, static_cast<unsigned>(i))).has_value());
+    REQUIRE(s3->put(mount_rel_of(i) + "/model.done", "").has_value());
   }
   test::TempDir dir;
   S3Tier::Options o;
@@ -296,10 +296,10 @@ TEST_CASE("the local tier keeps its NEFFs under the cap, least recently used lea
   auto client = S3Client::open(*url, test::S3Env{}.lookup());
   REQUIRE(client.has_value());
   S3Tier tier(std::move(*client), o);
-  auto entry = [&](int i) { return (dir / rel_of(i)).string(); };
+  auto entry = [&](int i) { return (dir / mount_rel_of(i)).string(); };
   CompileSettings s;
   for (int i = 0; i < 3; ++i) {
-    REQUIRE(tier.fill((dir / k_compiler_dir).string(), fs::path(rel_of(i)).filename().string()));
+    REQUIRE(tier.fill((dir / k_compiler_dir).string(), fs::path(mount_rel_of(i)).filename().string()));
     if (i == 2) tier.opened(entry(0));  // 0 read again: 1 is now the least recently used
     CHECK(is_success(tier.settle(entry(i), s).outcome));
     std::this_thread::sleep_for(10ms);
@@ -310,7 +310,7 @@ TEST_CASE("the local tier keeps its NEFFs under the cap, least recently used lea
   CHECK(fs::exists(fs::path(entry(1)) / "model.hlo_module.pb"));  // pending again here
   CHECK(fs::exists(fs::path(entry(2)) / "model.neff"));
   CHECK(tier.stats()["evictions"] == 1);
-  CHECK(has_object(tier.s3(), rel_of(1) + "/model.neff"));  // S3 keeps it
+  CHECK(has_object(tier.s3(), mount_rel_of(1) + "/model.neff"));  // S3 keeps it
   // Asked for again, it is fetched again.
   CHECK(is_success(tier.settle(entry(1), s).outcome));
   CHECK(fs::file_size(fs::path(entry(1)) / "model.neff") == 1000);
@@ -323,13 +323,13 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
   auto s3 = test::fresh_bucket("lowerbucket");
   put_pending(*s3, 2);
   const std::string neff = random_bytes(1 << 20, 11);
-  REQUIRE(s3->put(rel_of(0) + "/model.neff", neff).has_value());
-  REQUIRE(s3->put(rel_of(0) + "/model.done", "").has_value());
+  REQUIRE(s3->put(mount_rel_of(0) + "/model.neff", neff).has_value());
+  REQUIRE(s3->put(mount_rel_of(0) + "/model.done", "").has_value());
   // A pending graph calling an NKI kernel that the bucket has and this host lacks.
   test::TempDir dir;
   const fs::path kernels = dir / "nki", kernel = kernels / "ab" / "k.klir";
-  REQUIRE(s3->put(rel_of(2) + "/compile_flags.json", R"(["--target=trn1"])").has_value());
-  REQUIRE(s3->put(rel_of(2) + "/model.hlo_module.pb", test::graph_calling(kernel.string())).has_value());
+  REQUIRE(s3->put(mount_rel_of(2) + "/compile_flags.json", R"(["--target=trn1"])").has_value());
+  REQUIRE(s3->put(mount_rel_of(2) + "/model.hlo_module.pb", test::graph_calling(kernel.string())).has_value());
   REQUIRE(s3->put(".neffcache/nki-kernels/ab/k.klir", "a kernel binary").has_value());
   auto objects = [&] {
     auto l = s3->list("");
@@ -345,13 +345,13 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
     S3Mount m(fmt::format("s3://{}", s3->bucket()), log, {"--nki-kernels", kernels.string()}, {},
               test::BucketAs::lower);
     // Done in the bucket: fetched into the local folder.
-    auto got = read_all(m.mnt() / rel_of(0) / "model.neff");
+    auto got = read_all(m.mnt() / mount_rel_of(0) / "model.neff");
     CHECK(got.first == 0);
     CHECK(got.second == neff);
     // Pending in the bucket: compiled here, once, and kept here.
-    CHECK(read_all(m.mnt() / rel_of(1) / "model.neff").first == 0);
+    CHECK(read_all(m.mnt() / mount_rel_of(1) / "model.neff").first == 0);
     CHECK(test::count_lines(log) == 1);
-    CHECK(fs::exists(m.local() / rel_of(1) / "model.done"));
+    CHECK(fs::exists(m.local() / mount_rel_of(1) / "model.done"));
     // A graph the bucket does not have, written through the mount: compiled here.
     REQUIRE(fs::create_directory(m.mnt() / fresh));
     test::spit(m.mnt() / fresh / "compile_flags.json", R"(["--target=trn1"])");
@@ -360,7 +360,7 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
     CHECK(test::count_lines(log) == 2);
     CHECK(fs::exists(m.local() / fresh / "model.done"));
     // The kernel comes from the bucket before the compile here.
-    CHECK(read_all(m.mnt() / rel_of(2) / "model.neff").first == 0);
+    CHECK(read_all(m.mnt() / mount_rel_of(2) / "model.neff").first == 0);
     CHECK(test::slurp(kernel) == "a kernel binary");
     CHECK(test::count_lines(log) == 3);
     auto stats = m.stats();

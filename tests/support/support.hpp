@@ -40,6 +40,9 @@ namespace fs = std::filesystem;
 inline const fs::path k_corpus = NEFFCACHE_CORPUS_DIR;
 inline const fs::path k_data = NEFFCACHE_TEST_DATA_DIR;
 inline const std::string k_tool = NEFFCACHE_TOOL;
+inline const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+inline const std::string k_sim = NEFFCACHE_CLIENT_SIM;
+inline const std::string k_daemon = NEFFCACHE_DAEMON;
 // The fake compiler as a compile template (tools' --compiler, the daemon's).
 inline const std::string k_fake_template =
     std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";

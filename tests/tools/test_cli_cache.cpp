@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_fake;
 using test::k_fake_template;
 
 // Runs the tool with a clean Neuron environment plus `env` (NAME=value words).

@@ -26,12 +26,12 @@ namespace {
 
 using test::k_fake_template;
 
-test::ToolRun tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+test::ToolRun lnl_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   return test::run_tool(args, env);
 }
 
 // The JSON document that ends a run's output (see test_cli_cache.cpp).
-nlohmann::json last_json(const std::string& output) {
+nlohmann::json lnl_last_json(const std::string& output) {
   auto begin = output.rfind('{', 0) == 0 ? 0 : output.find("\n{") + 1;
   auto end = output.rfind("\n}");
   REQUIRE(end != std::string::npos);
@@ -49,7 +49,7 @@ struct MixedCache {
               failed = test::lnl_key("failed");
 
   MixedCache() {
-    auto r = tool({"put", "--cache", root.string(), "--compiler-version", "2.21.0",
+    auto r = lnl_tool({"put", "--cache", root.string(), "--compiler-version", "2.21.0",
                    (test::k_corpus / "gopjrt_tuple.hlo.pb").string()});
     REQUIRE(r.exit_code == 0);
     neuron = r.output.substr(0, r.output.size() - 1);
@@ -71,7 +71,7 @@ struct MixedCache {
 
   std::string neuron_path() const { return fs::relative(neuron, root).string(); }
   std::map<std::string, nlohmann::json> ls() const {
-    auto r = tool({"ls", "--cache", root.string(), "--json"});
+    auto r = lnl_tool({"ls", "--cache", root.string(), "--json"});
     REQUIRE(r.exit_code == 0);
     std::map<std::string, nlohmann::json> by_path;
     for (auto& e : nlohmann::json::parse(r.output)) by_path[e["path"]] = e;
@@ -103,18 +103,18 @@ TEST_CASE("neffcache ls, scan and stats show both dialects and LNL's states", "[
   CHECK(by_path[c.done]["neff_bytes"] == 3000);  // its NEFF is graph_<key>.neff
   CHECK(by_path[c.pending]["bytes"].get<uint64_t>() > fs::file_size(c.root / c.pending / "graph.hlo"));
 
-  auto r = tool({"ls", "--cache", c.root.string(), "--state", "partial", "--json"});
+  auto r = lnl_tool({"ls", "--cache", c.root.string(), "--state", "partial", "--json"});
   REQUIRE(r.exit_code == 0);
   auto partial = nlohmann::json::parse(r.output);
   REQUIRE(partial.size() == 1);
   CHECK(partial[0]["path"] == c.partial);
-  r = tool({"ls", "--cache", c.root.string()});
+  r = lnl_tool({"ls", "--cache", c.root.string()});
   REQUIRE(r.exit_code == 0);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 6);  // a header and five entries
   CHECK(r.output.find("partial") != std::string::npos);
   CHECK(r.output.find(" " + c.failed + "\n") != std::string::npos);  // an LNL entry's path is its key
 
-  r = tool({"scan", "--cache", c.root.string(), "--json"});
+  r = lnl_tool({"scan", "--cache", c.root.string(), "--json"});
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.output);
   CHECK(j["remaining"] == 3);  // the Neuron entry, LNL's pending and partial ones
@@ -124,13 +124,13 @@ TEST_CASE("neffcache ls, scan and stats show both dialects and LNL's states", "[
   CHECK(j["lnl_entries"] == 4);
   CHECK(j["states"]["partial"] == 1);
   CHECK(j["compiler_dirs"] == std::vector<std::string>{"neuronxcc-2.21.0"});  // no key is a compiler folder
-  r = tool({"scan", "--cache", c.root.string()});
+  r = lnl_tool({"scan", "--cache", c.root.string()});
   CHECK(r.output.find("Current remaining items are 3, locked are 0, failed are 1, done are 1, total is 5\n") !=
         std::string::npos);
   CHECK(r.output.find("and 4 LNL entries") != std::string::npos);
   CHECK(r.output.find("Of the remaining items 1 are partial") != std::string::npos);
 
-  r = tool({"stats", "--cache", c.root.string(), "--json"});
+  r = lnl_tool({"stats", "--cache", c.root.string(), "--json"});
   REQUIRE(r.exit_code == 0);
   j = nlohmann::json::parse(r.output);
   CHECK(j["entries"] == 5);
@@ -139,7 +139,7 @@ TEST_CASE("neffcache ls, scan and stats show both dialects and LNL's states", "[
   CHECK(j["dialects"]["lnl"] == 4);
   CHECK(j["dialects"]["neuron"] == 1);
   CHECK(j["neff_bytes"] == 3000 + std::string("the first half of a NEFF").size());
-  r = tool({"stats", "--cache", c.root.string()});
+  r = lnl_tool({"stats", "--cache", c.root.string()});
   CHECK(r.output.find("5 (2 pending, 0 compiling, 1 done, 1 failed, 0 stale locks, 1 partial)") != std::string::npos);
   CHECK(r.output.find("1 Neuron, 4 LNL") != std::string::npos);
 
@@ -148,7 +148,7 @@ TEST_CASE("neffcache ls, scan and stats show both dialects and LNL's states", "[
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX) == 0);
     CHECK(c.ls()[c.pending]["state"] == "compiling");
-    r = tool({"clear-locks", "--cache", c.root.string()});
+    r = lnl_tool({"clear-locks", "--cache", c.root.string()});
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("0 stale locks removed, 0 live locks left alone") != std::string::npos);
     ::close(fd);
@@ -161,9 +161,9 @@ TEST_CASE("neffcache compile and retry compile LNL entries with their own argume
   MixedCache c;
   const auto log = c.dir / "compiles.log";
   const std::vector<std::string> env{"NEFFCACHE_FAKE_LOG=" + log.string()};
-  auto r = tool({"compile", "--cache", c.root.string(), "-j", "2", "--compiler", k_fake_template, "--json"}, env);
+  auto r = lnl_tool({"compile", "--cache", c.root.string(), "-j", "2", "--compiler", k_fake_template, "--json"}, env);
   CHECK(r.exit_code == 0);
-  auto report = last_json(r.output);
+  auto report = lnl_last_json(r.output);
   CHECK(report["compilation_summary"]["true"] == 3);
   CHECK_FALSE(report["compilation_summary"].contains("false"));
   CHECK(report["compilation_report"].contains((c.root / c.pending / "graph.hlo").string()));
@@ -191,13 +191,13 @@ TEST_CASE("neffcache compile and retry compile LNL entries with their own argume
   c.check_lnl_root_files();
 
   // retry forgets the failure of an entry named by its key (relative to the cache)...
-  r = tool({"retry", "--cache", c.root.string(), c.failed});
+  r = lnl_tool({"retry", "--cache", c.root.string(), c.failed});
   CHECK(r.exit_code == 0);
   CHECK(r.output.find((c.root / c.failed).string()) != std::string::npos);
   CHECK_FALSE(fs::exists(c.root / c.failed / ".neffcache-failed.log"));
   CHECK(c.ls()[c.failed]["state"] == "pending");
   // ...and the next run compiles it, it alone.
-  r = tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template}, env);
+  r = lnl_tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template}, env);
   CHECK(r.exit_code == 0);
   CHECK(test::count_lines(log) == 4);
   CHECK(fs::exists(c.root / c.failed / ".compilation_complete"));
@@ -207,11 +207,11 @@ TEST_CASE("neffcache compile and retry compile LNL entries with their own argume
     const std::string key = test::lnl_key("failed again");
     test::make_lnl_entry(c.root, "gopjrt_tuple.hlo.pb", key);
     test::spit(c.root / key / ".neffcache-failed.log", "ERROR\n");
-    r = tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template, (c.root / key / "graph.hlo").string()},
+    r = lnl_tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template, (c.root / key / "graph.hlo").string()},
              env);
     CHECK(r.exit_code == 1);  // a recorded failure is the answer without --retry-failed
     CHECK(test::count_lines(log) == 4);
-    r = tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template, "--retry-failed", key}, env);
+    r = lnl_tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template, "--retry-failed", key}, env);
     CHECK(r.exit_code == 0);
     CHECK(test::count_lines(log) == 5);
     CHECK(c.ls()[key]["state"] == "done");
@@ -220,8 +220,8 @@ TEST_CASE("neffcache compile and retry compile LNL entries with their own argume
 
 TEST_CASE("neffcache verify checks an LNL NEFF against its marker, and --repair makes it pending", "[cli][lnl]") {
   MixedCache c;
-  REQUIRE(tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template}).exit_code == 0);
-  auto r = tool({"verify", "--cache", c.root.string()});
+  REQUIRE(lnl_tool({"compile", "--cache", c.root.string(), "--compiler", k_fake_template}).exit_code == 0);
+  auto r = lnl_tool({"verify", "--cache", c.root.string()});
   CHECK(r.exit_code == 0);
   // LNL published `done` with no record of ours: its marker's size is the record.
   CHECK(r.output.find("4 checked, 0 broken, 0 repaired, 0 without a record") != std::string::npos);
@@ -230,12 +230,12 @@ TEST_CASE("neffcache verify checks an LNL NEFF against its marker, and --repair 
   const auto size = fs::file_size(neff);
   fs::resize_file(neff, size / 2);  // cut, as a full disk or a killed copy leaves it
   fs::resize_file(c.root / c.done / lnl_neff_name(c.done), 100);
-  r = tool({"verify", "--cache", c.root.string()});
+  r = lnl_tool({"verify", "--cache", c.root.string()});
   CHECK(r.exit_code == 1);
   CHECK(r.output.find(fmt::format("broken {}: {} has {} bytes, its .compilation_complete says {}\n", c.pending,
                                   lnl_neff_name(c.pending), size / 2, size)) != std::string::npos);
   CHECK(r.output.find(fmt::format("broken {}: ", c.done)) != std::string::npos);
-  r = tool({"verify", "--cache", c.root.string(), "--repair"});
+  r = lnl_tool({"verify", "--cache", c.root.string(), "--repair"});
   CHECK(r.exit_code == 0);
   CHECK_FALSE(fs::exists(neff));
   CHECK_FALSE(fs::exists(c.root / c.pending / ".compilation_complete"));
@@ -251,7 +251,7 @@ TEST_CASE("neffcache clear-neffs, gc and clean take LNL entries and leave LNL's 
           "[cli][lnl]") {
   MixedCache c;
   SECTION("clear-neffs: done and failed LNL entries are pending again") {
-    auto r = tool({"clear-neffs", "--cache", c.root.string()});
+    auto r = lnl_tool({"clear-neffs", "--cache", c.root.string()});
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("2 entries are pending again, 0 left alone") != std::string::npos);
     CHECK_FALSE(fs::exists(c.root / c.done / lnl_neff_name(c.done)));
@@ -265,15 +265,15 @@ TEST_CASE("neffcache clear-neffs, gc and clean take LNL entries and leave LNL's 
     c.check_lnl_root_files();
   }
   SECTION("gc --keep-compilers drops old compilers' trees, never an LNL entry") {
-    auto r = tool({"put", "--cache", c.root.string(), "--compiler-version", "2.22.0",
+    auto r = lnl_tool({"put", "--cache", c.root.string(), "--compiler-version", "2.22.0",
                    (test::k_corpus / "gopjrt_x_squared.hlo.pb").string()});
     REQUIRE(r.exit_code == 0);
-    r = tool({"gc", "--cache", c.root.string(), "--max-size", "1T", "--keep-compilers", "1"});
+    r = lnl_tool({"gc", "--cache", c.root.string(), "--max-size", "1T", "--keep-compilers", "1"});
     CHECK(r.exit_code == 0);
     CHECK(c.ls().size() == 5);  // one Neuron tree went; the four LNL entries stayed
     CHECK(fs::exists(c.root / c.done / lnl_neff_name(c.done)));
     // By size, LNL's done entry goes as any done entry would.
-    r = tool({"gc", "--cache", c.root.string(), "--max-size", "0"});
+    r = lnl_tool({"gc", "--cache", c.root.string(), "--max-size", "0"});
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("removed " + c.done + " ") != std::string::npos);
     CHECK_FALSE(fs::exists(c.root / c.done));
@@ -283,7 +283,7 @@ TEST_CASE("neffcache clear-neffs, gc and clean take LNL entries and leave LNL's 
     int fd = ::open((c.root / (c.pending + ".lock")).c_str(), O_RDWR);  // a client compiles it
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX) == 0);
-    auto r = tool({"clean", "--cache", c.root.string(), "--yes"});
+    auto r = lnl_tool({"clean", "--cache", c.root.string(), "--yes"});
     ::close(fd);
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("4 entries removed") != std::string::npos);
@@ -291,7 +291,7 @@ TEST_CASE("neffcache clear-neffs, gc and clean take LNL entries and leave LNL's 
     CHECK(fs::exists(c.root / c.pending / "graph.hlo"));
     for (const auto& key : {c.partial, c.done, c.failed}) CHECK_FALSE(fs::exists(c.root / key));
     CHECK_FALSE(fs::exists(c.root / "neuronxcc-2.21.0"));
-    r = tool({"clean", "--cache", c.root.string(), "--yes"});
+    r = lnl_tool({"clean", "--cache", c.root.string(), "--yes"});
     CHECK(r.exit_code == 0);
     CHECK(c.ls().empty());
     CHECK(fs::is_directory(c.root));
@@ -307,24 +307,24 @@ TEST_CASE("a bad LNL name is a one-line error; explain and analyze read an LNL e
     std::vector<std::string> args{cmd, "--cache", c.root.string(), missing};
     if (std::string(cmd) == "compile") args.insert(args.end(), {"--compiler", k_fake_template});
     if (std::string(cmd) == "analyze") args.insert(args.end(), {"--output", (c.dir / "out").string()});
-    test::check_one_line_error(tool(args), "not a cache entry (a MODULE_* folder, or an LNL entry's");
+    test::check_one_line_error(lnl_tool(args), "not a cache entry (a MODULE_* folder, or an LNL entry's");
   }
   // Upper-case hex is no LNL key; nor is a key folder inside a compiler folder.
   std::string upper = c.pending;
   for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   fs::create_directories(c.root / upper);
-  test::check_one_line_error(tool({"retry", "--cache", c.root.string(), upper}), "not a cache entry");
+  test::check_one_line_error(lnl_tool({"retry", "--cache", c.root.string(), upper}), "not a cache entry");
   fs::create_directories(c.root / "neuronxcc-2.21.0" / missing);
-  test::check_one_line_error(tool({"retry", "--cache", c.root.string(), "neuronxcc-2.21.0/" + missing}),
+  test::check_one_line_error(lnl_tool({"retry", "--cache", c.root.string(), "neuronxcc-2.21.0/" + missing}),
                              "not an entry of the cache");
 
   // explain: an entry its client compiled names no compiler version, so it has no identity;
   // a pending one is explained as the compiler that would compile it here sees it.
-  test::check_one_line_error(tool({"explain", "--cache", c.root.string(), (c.root / c.done / "graph.hlo").string()}),
+  test::check_one_line_error(lnl_tool({"explain", "--cache", c.root.string(), (c.root / c.done / "graph.hlo").string()}),
                              "its client compiled it, and nothing says with which compiler version");
-  test::check_one_line_error(tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", "no-such-compiler"}),
+  test::check_one_line_error(lnl_tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", "no-such-compiler"}),
                              "cannot tell the compiler version");
-  auto explained = tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
+  auto explained = lnl_tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
   INFO(explained.output);
   REQUIRE(explained.exit_code == 0);
   auto verdict = nlohmann::json::parse(explained.output);
@@ -332,12 +332,12 @@ TEST_CASE("a bad LNL name is a one-line error; explain and analyze read an LNL e
   CHECK(verdict["entry"].get<std::string>().ends_with(c.pending));
   CHECK(verdict["identity"].get<std::string>().starts_with("neuronxcc-2.21.0.0+fake/"));
 
-  auto r = tool({"analyze", "--cache", c.root.string(), "--output", (c.dir / "out").string(), c.pending});
+  auto r = lnl_tool({"analyze", "--cache", c.root.string(), "--output", (c.dir / "out").string(), c.pending});
   CHECK(r.exit_code == 0);
   auto result = nlohmann::json::parse(test::slurp(c.dir / "out" / "result.json"));
   REQUIRE(result["graphs"].contains((c.root / c.pending / "graph.hlo").string()));
   CHECK(result["graphs"][(c.root / c.pending / "graph.hlo").string()]["state"] == "pending");
-  r = tool({"analyze", "--cache", c.root.string(), "--output", (c.dir / "all").string()});
+  r = lnl_tool({"analyze", "--cache", c.root.string(), "--output", (c.dir / "all").string()});
   CHECK(r.exit_code == 0);
   CHECK(nlohmann::json::parse(test::slurp(c.dir / "all" / "result.json"))["total"]["graphs"] == 5);
 }
@@ -349,7 +349,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   const std::vector<std::string> env{"NEFFCACHE_FAKE_LOG=" + log.string(), "NEFFCACHE_FAKE_RATE=0"};
   auto compile = [&](std::vector<std::string> more_env = {}) {
     more_env.insert(more_env.end(), env.begin(), env.end());
-    auto r = tool({"compile", "--cache", root.string(), "--compiler", k_fake_template}, more_env);
+    auto r = lnl_tool({"compile", "--cache", root.string(), "--compiler", k_fake_template}, more_env);
     INFO(r.output);
     CHECK(r.exit_code == 0);
     return test::count_lines(log);
@@ -357,7 +357,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   auto meta = [&](const fs::path& entry) { return nlohmann::json::parse(test::slurp(entry / ".neffcache-meta.json")); };
   // A torch-xla entry whose flags name the target, as NEURON_CC_FLAGS="--target=trn1 -O1" makes
   // them, under the fake compiler's own version...
-  auto put = tool({"put", "--cache", root.string(), "--compiler-version", "2.21.0.0+fake",
+  auto put = lnl_tool({"put", "--cache", root.string(), "--compiler-version", "2.21.0.0+fake",
                    (test::k_corpus / "gopjrt_tuple.hlo.pb").string()},
                   {"NEURON_CC_FLAGS=--target=trn1 -O1"});
   REQUIRE(put.exit_code == 0);
@@ -380,7 +380,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   // Later runs find the result in the index: a new LNL entry of that program compiles nothing.
   const std::string later = test::lnl_key("later");
   test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", later, {"-O1"});
-  auto explained = tool({"explain", "--cache", root.string(), later, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
+  auto explained = lnl_tool({"explain", "--cache", root.string(), later, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
   INFO(explained.output);
   REQUIRE(explained.exit_code == 0);
   CHECK(nlohmann::json::parse(explained.output)["verdict"] == "twin");
@@ -395,7 +395,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", newer, {"-O1"});
   CHECK(compile({"NEFFCACHE_FAKE_VERSION=2.22.0.0"}) == 4);
   CHECK(meta(root / newer)["compiler_version"] == "2.22.0.0");
-  auto put2 = tool({"put", "--cache", root.string(), "--compiler-version", "2.22.0.0",
+  auto put2 = lnl_tool({"put", "--cache", root.string(), "--compiler-version", "2.22.0.0",
                     (test::k_corpus / "gopjrt_tuple.hlo.pb").string()},
                    {"NEURON_CC_FLAGS=--target=trn1 -O1"});
   REQUIRE(put2.exit_code == 0);
@@ -411,7 +411,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   test::spit(root / client / ".compilation_complete", lnl_marker(1, 17));
   const std::string twin_of_client = test::lnl_key("twin of the client's");
   test::make_lnl_entry(root, "gopjrt_x_squared.hlo.pb", twin_of_client, {"-O1"});
-  auto index = tool({"index", "--cache", root.string(), "--rebuild"});
+  auto index = lnl_tool({"index", "--cache", root.string(), "--rebuild"});
   CHECK(index.exit_code == 0);
   CHECK(compile() == 5);
   CHECK(test::slurp(root / twin_of_client / lnl_neff_name(twin_of_client)) != "the client's NEFF");

@@ -15,8 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string k_sim = NEFFCACHE_CLIENT_SIM;
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_sim;
+using test::k_fake;
 const std::string k_template = k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 const std::vector<std::string> k_graphs{"spu_tf_jit_comp.hlo.pb", "rocm08_normal_9.hlo_proto.pb", "gopjrt_tuple.hlo.pb"};
 

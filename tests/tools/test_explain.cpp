@@ -14,13 +14,13 @@ namespace {
 
 using test::k_fake_template;
 
-// Runs the tool with a clean Neuron environment plus `env` (NAME=value words).
-test::ToolRun tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+// Runs the explain_tool with a clean Neuron environment plus `env` (NAME=value words).
+test::ToolRun explain_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   return test::run_tool(args, env);
 }
 
 // `bytes` with every `from` replaced by `to` of the same length.
-std::string replace_all(std::string bytes, std::string_view from, std::string_view to) {
+std::string explain_replace_all(std::string bytes, std::string_view from, std::string_view to) {
   REQUIRE(from.size() == to.size());
   auto at = bytes.find(from);
   REQUIRE(at != std::string::npos);
@@ -44,21 +44,21 @@ TEST_CASE("neffcache explain: hit, twin, failure, and what a miss differs in", "
   const std::string x_squared = (test::k_corpus / "gopjrt_x_squared.hlo.pb").string();
   const std::string tuple = (test::k_corpus / "gopjrt_tuple.hlo.pb").string();
   auto put = [&](const std::string& hlo) {
-    auto r = tool({"put", "--cache", cache.string(), "--compiler-version", "2.21.0", hlo});
+    auto r = explain_tool({"put", "--cache", cache.string(), "--compiler-version", "2.21.0", hlo});
     REQUIRE(r.exit_code == 0);
     return fs::path(r.output.substr(0, r.output.size() - 1));
   };
   const fs::path done = put(x_squared), failed = put(tuple);
   // The tuple graph fails, deterministically: a recorded failure.
   const std::string bad = failed.filename().string().substr(7, 20);
-  auto compiled = tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template},
+  auto compiled = explain_tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template},
                 {"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=" + bad});
   CHECK(compiled.exit_code == 1);  // one graph failed
   REQUIRE(fs::exists(done / "model.done"));
   REQUIRE(fs::exists(failed / "model.log"));
   auto explain = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"explain", "--cache", cache.string()});
-    return tool(args);
+    return explain_tool(args);
   };
 
   SECTION("the graph's own entry is done: a hit") {
@@ -74,7 +74,7 @@ TEST_CASE("neffcache explain: hit, twin, failure, and what a miss differs in", "
 
   SECTION("an entry of the same graph with other debug metadata: a twin, named") {
     const std::string bytes = test::slurp(x_squared);
-    const std::string variant = replace_all(bytes, "x*x.3", "a+b.7");  // names only
+    const std::string variant = explain_replace_all(bytes, "x*x.3", "a+b.7");  // names only
     REQUIRE(variant != bytes);
     REQUIRE(sha256_of(variant) == sha256_of(bytes));
     const fs::path twin = cache / "neuronxcc-2.21.0/MODULE_00000000000000000001+d7517139";
@@ -126,7 +126,7 @@ TEST_CASE("neffcache explain: hit, twin, failure, and what a miss differs in", "
 
   SECTION("one changed opcode: the nearest graph differs in one instruction") {
     const std::string bytes = test::slurp(x_squared);
-    const std::string edited = replace_all(bytes, "\x08multiply", "\x08subtract");
+    const std::string edited = explain_replace_all(bytes, "\x08multiply", "\x08subtract");
     REQUIRE(sha256_of(edited) != sha256_of(bytes));
     test::spit(dir / "subtract.pb", edited);
     auto r = explain({"--compiler-version", "2.21.0", (dir / "subtract.pb").string()});
@@ -149,8 +149,8 @@ TEST_CASE("neffcache explain: hit, twin, failure, and what a miss differs in", "
     test::check_one_line_error(explain({"--compiler-version", "2.21.0", (dir / "junk.pb").string()}), "junk.pb");
     test::check_one_line_error(explain({"--compiler-version", "2.21.0", (dir / "missing.pb").string()}), "missing.pb");
     test::check_one_line_error(explain({(cache / "neuronxcc-2.21.0").string()}), "not a cache entry");
-    test::check_one_line_error(tool({"explain", "--cache", "s3://bucket/prefix", x_squared}),
+    test::check_one_line_error(explain_tool({"explain", "--cache", "s3://bucket/prefix", x_squared}),
                                "explain works on a directory cache");
-    CHECK(tool({"explain", "--cache", cache.string()}).exit_code == 2);
+    CHECK(explain_tool({"explain", "--cache", cache.string()}).exit_code == 2);
   }
 }

@@ -17,7 +17,7 @@ using namespace neffcache;
 using test::run;
 
 namespace {
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_fake;
 
 test::ToolRun compile(const test::fs::path& in, const test::fs::path& out,
                       std::vector<std::string> env = {}, std::vector<std::string> extra = {}) {

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string k_npc = NEFFCACHE_NPC;
-const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
+using test::k_fake;
 const std::string k_client_sim = NEFFCACHE_CLIENT_SIM;
 
 // A stand-in training script: writes each graph into the cache with `neffcache put` and
