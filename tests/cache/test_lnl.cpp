@@ -142,6 +142,43 @@ TEST_CASE("command.txt is read back: the input, the target apart, the arguments 
   CHECK(late->flags.empty());
 }
 
+TEST_CASE("a compile command line is read in each form its callers write it", "[lnl][shim]") {
+  // The Neuron wrapper: options first, the input after them, its flags and --verbose last.
+  auto neuron = parse_compile_words({"neuronx-cc", "compile", "--target=trn1", "--framework=XLA", "/w/model.MODULE_1+2.hlo_module.pb",
+                                     "--output", "/w/model.MODULE_1+2.neff", "--auto-cast", "none", "-O1", "--verbose=35"});
+  REQUIRE(neuron.has_value());
+  CHECK(neuron->input == "/w/model.MODULE_1+2.hlo_module.pb");
+  CHECK(neuron->output == "/w/model.MODULE_1+2.neff");
+  CHECK(neuron->logfile.empty());
+  CHECK(lnl_key_flags(*neuron) == std::vector<std::string>{"--target=trn1", "--auto-cast", "none", "-O1"});
+  // LNL: the input first, a log file asked for.
+  auto lnl = parse_compile_words({"neuronx-cc", "compile", "/c/k/graph.hlo", "--framework", "XLA", "--target", "trn2",
+                                  "--output", "/c/k/graph_k.neff", "--logfile", "/c/k/log-neuron-cc.txt", "-O1"});
+  REQUIRE(lnl.has_value());
+  CHECK(lnl->input == "/c/k/graph.hlo");
+  CHECK(lnl->logfile == "/c/k/log-neuron-cc.txt");
+  CHECK(lnl_key_flags(*lnl) == std::vector<std::string>{"--target=trn2", "-O1"});
+  // A value of an unknown option is never taken for the input.
+  auto valued = parse_compile_words({"neuronx-cc", "compile", "--model-type", "transformer", "/w/m.pb", "--output", "o"});
+  REQUIRE(valued.has_value());
+  CHECK(valued->input == "/w/m.pb");
+  CHECK(valued->flags == std::vector<std::string>{"--model-type", "transformer"});
+  // The wrapper's older order: an option before "compile".
+  auto older = parse_compile_words({"neuronx-cc", "--target=trn1", "compile", "--framework=XLA", "/w/m.pb", "--output", "o"});
+  REQUIRE(older.has_value());
+  CHECK(older->input == "/w/m.pb");
+  CHECK(older->target == "trn1");
+  CHECK(older->output == "o");
+  auto unsure = parse_compile_words({"neuronx-cc", "compile", "-O1", "/w/m.pb", "--output", "o"});
+  CHECK_FALSE(unsure.has_value());
+  for (const auto& w : std::vector<std::vector<std::string>>{
+           {"neuronx-cc", "--version"}, {"neuronx-cc", "compile"}, {"neuronx-cc", "compile", "--help"},
+           {"neuronx-cc", "list-operators", "--framework", "XLA"}, {"neuronx-cc", "compile", "m.pb", "--output"}}) {
+    CAPTURE(w);
+    CHECK_FALSE(parse_compile_words(w).has_value());
+  }
+}
+
 TEST_CASE("a bad command.txt is one clear error", "[lnl]") {
   for (std::string_view text : {"", "neuronx-cc", "neuronx-cc --version", "neuronx-cc compile --target",
                                 "neuronx-cc compile --framework XLA -O1", "neuronx-cc compile 'graph.hlo"}) {

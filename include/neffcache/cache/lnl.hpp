@@ -5,6 +5,7 @@
 // in a work folder of its own, and so that the arguments can key the result.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -26,6 +27,8 @@ struct LnlCommand {
   std::string framework = "XLA";   // --framework
   std::string target;              // --target; empty when not given
   std::vector<std::string> flags;  // everything else, in order, as written
+  std::string output;              // --output; empty when not given
+  std::string logfile;             // --logfile; empty when not given
 };
 
 namespace detail {
@@ -46,34 +49,52 @@ inline bool lnl_take_option(const std::vector<std::string>& w, std::size_t& i, s
 }
 }  // namespace detail
 
-// Parses command.txt: a shell-quoted command line whose first word is the compiler (any
-// name or path) and whose second is "compile". The input is the word after "compile"
-// when it is no option, else the first word naming a graph.hlo. Errors
-// (Errc::invalid_argument) say what is missing.
-inline Result<LnlCommand> parse_lnl_command(std::string_view text) {
-  auto bad = [](std::string_view why) { return Error{Errc::invalid_argument, fmt::format("command.txt: {}", why)}; };
-  auto words = shell_split(text);
-  if (!words) return bad(words.error().message);
-  const auto& w = *words;
-  if (w.size() < 3 || w[1] != "compile") return bad("not a 'neuronx-cc compile ...' command");
+// Parses the words of a compile command: the first is the compiler (any name or path),
+// the second "compile" (or, in the wrapper's older order, options written "--name=value"
+// come before it: they count as if written after it). The input is the word after "compile" when it is no option, else
+// the first word that is no option and does not follow an option that may take a value
+// (one of ours, or an unknown one without "="), else the first word naming a graph.hlo.
+// Errors (Errc::invalid_argument) say what is missing.
+inline Result<LnlCommand> parse_compile_words(std::vector<std::string> w) {
+  auto bad = [](std::string why) { return Error{Errc::invalid_argument, std::move(why)}; };
+  auto sub = std::find(w.begin() + std::min<std::size_t>(w.size(), 1), w.end(), "compile");
+  if (sub == w.end() || std::any_of(w.begin() + 1, sub, [](const std::string& o) {
+        return !o.starts_with("--") || o.find('=') == std::string::npos;
+      }))
+    return bad("not a 'neuronx-cc compile ...' command");
+  std::rotate(w.begin() + 1, sub, sub + 1);  // "compile" second, the options before it after it
+  if (w.size() < 3) return bad("not a 'neuronx-cc compile ...' command");
   LnlCommand c;
-  std::string ignored;
   std::size_t input_at = w[2].starts_with('-') ? 0 : 2;
+  bool may_be_value = false;  // the word before was an unknown option without "="
   for (std::size_t i = 2; i < w.size(); ++i) {
     if (i == input_at) continue;
     if (detail::lnl_take_option(w, i, "--framework", c.framework) || detail::lnl_take_option(w, i, "--target", c.target) ||
-        detail::lnl_take_option(w, i, "--output", ignored) || detail::lnl_take_option(w, i, "--logfile", ignored))
+        detail::lnl_take_option(w, i, "--output", c.output) || detail::lnl_take_option(w, i, "--logfile", c.logfile)) {
+      may_be_value = false;
       continue;
+    }
     if (w[i] == "--framework" || w[i] == "--target" || w[i] == "--output" || w[i] == "--logfile")
       return bad(fmt::format("{} without a value", w[i]));
-    if (input_at == 0 && !w[i].starts_with('-') && (w[i] == "graph.hlo" || w[i].ends_with("/graph.hlo"))) {
+    const bool option = w[i].starts_with('-');
+    if (input_at == 0 && !option && (!may_be_value || w[i] == "graph.hlo" || w[i].ends_with("/graph.hlo"))) {
       input_at = i;
       continue;
     }
+    may_be_value = option && w[i].find('=') == std::string::npos;
     c.flags.push_back(w[i]);
   }
   if (input_at == 0) return bad("no input HLO named");
   c.input = w[input_at];
+  return c;
+}
+
+// Parses command.txt, a shell-quoted compile command (parse_compile_words). Errors
+// (Errc::invalid_argument) begin "command.txt: ".
+inline Result<LnlCommand> parse_lnl_command(std::string_view text) {
+  auto words = shell_split(text);
+  auto c = words ? parse_compile_words(*words) : Result<LnlCommand>(words.error());
+  if (!c) return Error{Errc::invalid_argument, fmt::format("command.txt: {}", c.error().message)};
   return c;
 }
 
