@@ -43,6 +43,7 @@
 #include <neffcache/cache/key.hpp>
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/core/detail/digest.hpp>
+#include <neffcache/core/detail/xxh3.hpp>
 #include <neffcache/compile/runner.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
@@ -73,6 +74,7 @@ struct Options {
   std::string dialect = "neuron";
   std::string target = "trn1";
   bool save_cache = false;
+  std::string key = "canonical";
 };
 
 enum class Outcome { extracted, hit, waited, fetched, compiled, failed };
@@ -441,6 +443,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"neuron", "lnl"}))
       ->capture_default_str();
   app.add_option("--target", opts.target, "lnl: the platform target its compiles name")->capture_default_str();
+  app.add_option("--key", opts.key,
+                 "how entries are named: canonical (our key: graphs that differ only in debug information share "
+                 "one) or raw (as the real clients name them: a hash of the HLO's bytes as written, debug "
+                 "information included, and of the flags)")
+      ->check(CLI::IsMember({"canonical", "raw"}))
+      ->capture_default_str();
   app.add_flag("--save-cache", opts.save_cache,
                "lnl: after a compile, save_cache() it to NEURON_LIBTORCH_REMOTE_CACHE (a staging copy there, renamed "
                "to the key; a key taken already is left alone)");
@@ -487,9 +495,13 @@ int main(int argc, char** argv) {
     if (!hlo) return fail(fmt::format("{}: {}", f, hlo.error().message));
     auto key = entry_key(*bytes, flags->compiler_flags, *version);
     if (!key) return fail(fmt::format("{}: {}", f, key.error().message));
+    // --key raw: the graph is named as the real clients name it, by its bytes as
+    // written, debug information included (torch-xla: a decimal 64-bit number).
+    const std::string raw_hash = fmt::format("{}", detail::xxh3_64(*bytes + "\n" + python_json_list(flags->compiler_flags)));
+    if (opts.key == "raw") key->graph_hash = raw_hash;
     // LNL's key, 32 hex digits: every rank of a job computes the same from the same
     // graph, compiler arguments, compiler and target.
-    std::string path = lnl ? detail::md5_hex(fmt::format("{}|{}|{}|{}", hlo->canonical_sha256,
+    std::string path = lnl ? detail::md5_hex(fmt::format("{}|{}|{}|{}", opts.key == "raw" ? raw_hash : hlo->canonical_sha256,
                                                          python_json_list(flags->compiler_flags), *version, opts.target))
                            : key->relative_path();
     auto entry = (*cache)->at(path);

@@ -36,6 +36,9 @@ class Xxh3 {
   std::unique_ptr<XXH3_state_t, Free> state_;
 };
 
+// The XXH3-64 of `bytes`.
+inline uint64_t xxh3_64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
 // A checksum written as publish() records it and the content index compares it:
 // 16 lowercase hex digits.
 inline std::string xxh3_hex(uint64_t h) { return fmt::format("{:016x}", h); }
