@@ -19,7 +19,7 @@ cmake --build build -j"$jobs"
 echo "== build with TSan and run the concurrency tests (locks, compile jobs, scheduler, the daemon, S3)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_TSAN=ON -DNEFFCACHE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target neffcache_tests neffcache_s3_tests lock_helper fake-neuronx-cc neffcache \
-  neuron_parallel_compile neuron-client-sim neffcachefs fuse_reader
+  neuron_parallel_compile neuron-client-sim neffcachefs fuse_reader neffcache-cc
 # Catch2's tag filter selects them (the Catch2 in bookworm-backports cannot turn tags into ctest labels).
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/../tests/support/tsan.supp" \
    ./tests/neffcache_tests '[lock],[compile],[scheduler],[index],[fuse]~[load]')
@@ -32,7 +32,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_SANITIZE=ON -DNEFF
 # Everything that runs; not the headers compiled one by one (header_self_contained), which
 # is a compile check the Release stage made already and has nothing to run.
 cmake --build build-asan -j"$jobs" --target neffcache_tests neffcache_s3_tests lock_helper fuse_reader fake-neuronx-cc \
-  neffcache neuron_parallel_compile neuron-client-sim neffcachefs
+  neffcache neuron_parallel_compile neuron-client-sim neffcachefs neffcache-cc
 # install_consumer builds a plain (uninstrumented) program from the installed package:
 # it tests packaging, which the first run already covered. The two largest load tests (1,000
 # instrumented reader processes; 10,000 entries, 90 s instrumented) run in the first stage

@@ -1,0 +1,220 @@
+// neffcache-cc, the compiler shim, as just-in-time clients meet it: first in PATH as
+// `neuronx-cc`, with the real compiler (the fake) further on. The clients are the
+// simulator naming entries as the real client does (--key raw), so a graph that differs
+// only in debug information is a new entry to them.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "hlo_variants.hpp"
+#include "process.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using test::k_sim;
+using test::k_fake;
+const fs::path k_shim_dir = NEFFCACHE_SHIM_DIR;
+
+// A folder holding the real compiler under its real name, as an SDK install has it.
+fs::path real_compiler_dir(const test::TempDir& dir) {
+  const fs::path real = dir / "sdk-bin";
+  fs::create_directories(real);
+  fs::create_symlink(k_fake, real / "neuronx-cc");
+  return real;
+}
+
+// A clean Neuron environment for a client of `cache` whose PATH is `path`; the fake
+// compiler logs each real compile to `log`.
+std::vector<std::string> jit_env(const fs::path& cache, const fs::path& log, const std::string& path) {
+  return {"env",
+          "-u",
+          "NEURON_CC_FLAGS",
+          "-u",
+          "NEURON_EXTRACT_GRAPHS_ONLY",
+          "-u",
+          "NEFFCACHE_REAL_COMPILER",
+          "NEURON_COMPILE_CACHE_URL=" + cache.string(),
+          "NEFFCACHE_FAKE_RATE=0",
+          "NEFFCACHE_FAKE_LOG=" + log.string(),
+          "PATH=" + path};
+}
+
+std::string path_with(std::initializer_list<fs::path> first) {
+  std::string p;
+  for (const auto& d : first) p += d.string() + ":";
+  return p + "/usr/bin:/bin";
+}
+
+// `ranks` simulated training processes at once, each loading every graph of `graphs`
+// just in time (the default compiler command, neuronx-cc found on PATH). Their summaries.
+std::vector<nlohmann::json> train(int ranks, const std::vector<std::string>& env, const std::vector<fs::path>& graphs) {
+  std::vector<std::unique_ptr<test::Child>> children;
+  for (int r = 0; r < ranks; ++r) {
+    auto argv = env;
+    for (const auto& a : {k_sim, std::string("--json"), std::string("--key"), std::string("raw"),
+                          std::string("--flag=-O1"), std::string("--poll"), std::string("0.02")})
+      argv.push_back(a);
+    for (const auto& g : graphs) argv.push_back(g.string());
+    children.push_back(std::make_unique<test::Child>(argv, /*quiet_stderr=*/true));
+  }
+  std::vector<nlohmann::json> out;
+  for (auto& c : children) {
+    std::string text = c->rest();
+    CHECK(c->wait() == 0);
+    auto begin = text.find("{\n");
+    REQUIRE(begin != std::string::npos);
+    out.push_back(nlohmann::json::parse(text.substr(begin)));
+  }
+  return out;
+}
+
+int sum(const std::vector<nlohmann::json>& summaries, const char* field) {
+  int n = 0;
+  for (const auto& s : summaries) n += s[field].get<int>();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("neffcache-cc first in PATH: twins of compiled graphs never reach the real compiler, a new graph "
+          "reaches it once for four ranks",
+          "[shim]") {
+  test::TempDir dir;
+  const fs::path real = real_compiler_dir(dir);
+  const fs::path a = dir / "a.pb", b = dir / "b.pb", a2 = dir / "a-debug.pb", b2 = dir / "b-debug.pb", c = dir / "c.pb";
+  const std::string a_bytes = test::slurp(test::k_corpus / "spu_tf_jit_comp.hlo.pb");
+  const std::string b_bytes = test::slurp(test::k_corpus / "rocm08_normal_9.hlo_proto.pb");
+  test::spit(a, a_bytes);
+  test::spit(b, b_bytes);
+  test::spit(a2, test::debug_variant(a_bytes));
+  test::spit(b2, test::debug_variant(b_bytes));
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", c);
+
+  SECTION("with the shim") {
+    const fs::path cache = dir / "cache", log = dir / "compiles.log";
+    const auto env = jit_env(cache, log, path_with({k_shim_dir, real}));
+    auto first = train(4, env, {a, b});
+    CHECK(sum(first, "failed") == 0);
+    CHECK(test::count_lines(log) == 2);  // one per graph across the four ranks
+    // A later job whose graphs carry other debug information (new names to the client),
+    // and one new graph.
+    auto second = train(4, env, {a2, b2, c});
+    CHECK(sum(second, "failed") == 0);
+    CHECK(sum(second, "hits") + sum(second, "waited") + sum(second, "compiled") == 12);
+    CHECK(test::count_lines(log) == 3);  // only the new graph was compiled
+    for (const auto& s : second)
+      for (const auto& g : s["per_graph"]) CHECK(g["neff_bytes"].get<int>() > 0);  // each the right graph's NEFF
+    auto stats = nlohmann::json::parse(test::slurp(cache / ".neffcache/shim-stats.json"));
+    CHECK(stats["compiles"] == 3);
+    CHECK(stats.value("hits", 0) + stats.value("waited", 0) >= 2);
+  }
+  SECTION("without it (the contrast)") {
+    const fs::path cache = dir / "plain", log = dir / "plain.log";
+    const auto env = jit_env(cache, log, path_with({real}));
+    CHECK(sum(train(4, env, {a, b}), "failed") == 0);
+    CHECK(test::count_lines(log) == 2);
+    CHECK(sum(train(4, env, {a2, b2, c}), "failed") == 0);
+    CHECK(test::count_lines(log) == 5);  // the twins compiled again
+  }
+}
+
+TEST_CASE("neffcache-cc passes everything but a compile to the real compiler, and never runs itself", "[shim]") {
+  test::TempDir dir;
+  const fs::path real = real_compiler_dir(dir);
+  const fs::path cache = dir / "cache", log = dir / "compiles.log";
+  auto env = jit_env(cache, log, path_with({k_shim_dir, real}));
+  auto direct = test::run({k_fake, "--version"});
+  REQUIRE(direct.exit_code == 0);
+  for (const char* v : {"--version", "-V"}) {
+    auto argv = env;
+    argv.insert(argv.end(), {"neuronx-cc", v});
+    auto r = test::run(argv);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output == direct.output);
+  }
+  // Whatever the real compiler makes of an odd command line, it makes of it through us.
+  for (std::vector<std::string> odd : {std::vector<std::string>{"compile"}, {"compile", "--output"}, {"list-operators"}}) {
+    auto mine = env, theirs = env;
+    mine.push_back("neuronx-cc");
+    theirs.push_back((real / "neuronx-cc").string());  // the argv[0] the shim hands on
+    mine.insert(mine.end(), odd.begin(), odd.end());
+    theirs.insert(theirs.end(), odd.begin(), odd.end());
+    auto m = test::run(mine), t = test::run(theirs);
+    CAPTURE(odd);
+    CHECK(m.exit_code == t.exit_code);
+    CHECK(m.output == t.output);
+  }
+  CHECK_FALSE(fs::exists(cache));
+  // No real compiler but the shim itself: one line, the status a shell gives a missing command.
+  auto alone = jit_env(cache, log, path_with({k_shim_dir}));
+  alone.insert(alone.end(), {"neuronx-cc", "--version"});
+  auto r = test::run(alone);
+  CHECK(r.exit_code == 127);
+  CHECK(r.output.starts_with("neffcache-cc: error: no real neuronx-cc on PATH"));
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  auto loop = jit_env(cache, log, path_with({k_shim_dir, real}));
+  loop.insert(loop.end(), {"NEFFCACHE_REAL_COMPILER=" + (k_shim_dir / "neuronx-cc").string(), "neuronx-cc", "-V"});
+  r = test::run(loop);
+  CHECK(r.exit_code == 127);
+  CHECK(r.output.find("is neffcache-cc itself") != std::string::npos);
+}
+
+TEST_CASE("neffcache-cc: a hit prints what the compiler prints and writes the log asked for; a cache it cannot use "
+          "costs one warning, never the compile",
+          "[shim]") {
+  test::TempDir dir;
+  const fs::path real = real_compiler_dir(dir);
+  const fs::path log = dir / "compiles.log", hlo = dir / "graph.pb";
+  fs::copy_file(test::k_corpus / "gopjrt_x_squared.hlo.pb", hlo);
+  auto compile = [&](const fs::path& cache, const fs::path& out, std::vector<std::string> more = {}) {
+    auto argv = jit_env(cache, log, path_with({k_shim_dir, real}));
+    argv.insert(argv.end(), {"neuronx-cc", "compile", hlo.string(), "--framework", "XLA", "--target", "trn2", "--output",
+                             out.string()});
+    argv.insert(argv.end(), more.begin(), more.end());
+    return test::run(argv);
+  };
+  SECTION("a hit") {
+    const fs::path cache = dir / "cache";
+    auto first = compile(cache, dir / "1.neff", {"-O1"});
+    REQUIRE(first.exit_code == 0);
+    CHECK(test::count_lines(log) == 1);
+    auto second = compile(cache, dir / "2.neff", {"--logfile", (dir / "2.log").string(), "-O1", "--verbose=35"});
+    CHECK(second.exit_code == 0);
+    CHECK(test::count_lines(log) == 1);
+    CHECK(second.output.find("Compiler status PASS\n") != std::string::npos);
+    CHECK(test::slurp(dir / "2.neff") == test::slurp(dir / "1.neff"));
+    CHECK(test::slurp(dir / "2.log").find("Compiler status PASS") != std::string::npos);
+    // Other flags or another target are another result.
+    CHECK(compile(cache, dir / "3.neff", {"-O2"}).exit_code == 0);
+    CHECK(test::count_lines(log) == 2);
+  }
+  SECTION("a cache that cannot be made") {
+    test::spit(dir / "file", "");
+    auto r = compile(dir / "file" / "cache", dir / "1.neff");
+    CHECK(r.exit_code == 0);
+    CHECK(test::count_lines(log) == 1);
+    CHECK(fs::file_size(dir / "1.neff") > 0);
+    CHECK(r.output.starts_with("neffcache-cc: warning: "));
+  }
+  SECTION("an input that is no HLO: the real compiler's own failure") {
+    test::spit(hlo, "not a graph");
+    auto r = compile(dir / "cache", dir / "1.neff");
+    auto argv = jit_env(dir / "cache", log, path_with({real}));
+    argv.insert(argv.end(), {"neuronx-cc", "compile", hlo.string(), "--framework", "XLA", "--target", "trn2", "--output",
+                             (dir / "1.neff").string()});
+    auto t = test::run(argv);
+    CHECK(t.exit_code != 0);
+    CHECK(r.exit_code == t.exit_code);
+    CHECK(r.output.starts_with("neffcache-cc: warning: "));
+    CHECK(r.output.find(t.output) != std::string::npos);
+  }
+}

@@ -1,0 +1,391 @@
+// neffcache-cc: a stand-in for `neuronx-cc` that puts the compile cache in front of the
+// real compiler, for clients that compile just in time (torch-xla without
+// neuron_parallel_compile, vLLM Neuron, TorchNeuron). Installed also as `neuronx-cc` in
+// a folder of its own (<prefix>/lib/neffcache/bin) that users put first in PATH, as
+// ccache's "masquerade" folder.
+//
+//   - The real compiler: $NEFFCACHE_REAL_COMPILER, else the first `neuronx-cc` on PATH
+//     that is not this program (whatever link or folder leads to it).
+//   - Anything but a compile we understand (--version, help, other subcommands, a
+//     command line we cannot read) is exec'd to the real compiler unchanged.
+//   - A compile is keyed by its content identity: the real compiler's version, the
+//     canonical graph (debug information left out) and the flags that change the result
+//     (--target first, then the caller's flags without --verbose; no paths). Its result
+//     lives in the entry our key names in the caller's cache, MODULE_<canonical
+//     graph>+<flags hash> (the "shim entry"), and the content index knows it, so any
+//     twin (an entry compiled by the daemon, neuron_parallel_compile or a client under
+//     another name) serves too.
+//       hit: the NEFF is copied to --output (its checksum checked), the log file written
+//         if asked for, "Compiler status PASS" printed, exit 0;
+//       miss: the shim entry's lock is taken (waiting while another process, rank or
+//         daemon compiles the same identity, at most NEFFCACHE_COMPILE_TIMEOUT s), then
+//         the real compiler runs with the caller's arguments unchanged, its output and
+//         exit status passed through; a NEFF it makes is published in the shim entry
+//         and recorded in the index.
+//   - Whatever goes wrong on our side (an unreadable HLO, a cache we cannot read or
+//     write, a full disk) costs one warning line on stderr and the real compiler runs as
+//     if the shim were not there.
+// Counters (hits, compiles, fallbacks) are kept in <cache>/.neffcache/shim-stats.json.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/cache/index.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/lnl.hpp>
+#include <neffcache/cache/lock.hpp>
+#include <neffcache/compile/memory.hpp>
+#include <neffcache/compile/peaks.hpp>
+#include <neffcache/compile/publish.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/core/detail/xxh3.hpp>
+#include <neffcache/core/env.hpp>
+#include <neffcache/core/size.hpp>
+#include <neffcache/store/directory.hpp>
+#include <neffcache/store/open.hpp>
+
+namespace {
+
+using namespace neffcache;
+namespace fs = std::filesystem;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr const char* k_me = "neffcache-cc";
+constexpr const char* k_compiler_name = "neuronx-cc";
+constexpr double k_default_timeout_seconds = 4 * 3600;  // the longest graphs compile for about an hour
+
+std::string real_path(const std::string& p) {
+  std::error_code ec;
+  auto r = fs::canonical(p, ec);
+  return ec ? std::string() : r.string();
+}
+
+bool executable_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// The real compiler: $NEFFCACHE_REAL_COMPILER (a path, or a name looked up on PATH),
+// else the first neuronx-cc on PATH that is not this program. Never this program.
+Result<std::string> find_real_compiler(const std::string& self) {
+  auto is_self = [&](const std::string& p) { return !self.empty() && real_path(p) == self; };
+  auto on_path = [&](const std::string& name) -> std::optional<std::string> {
+    std::string_view path = process_env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+    while (true) {
+      auto colon = path.find(':');
+      std::string_view dir = path.substr(0, colon);
+      const std::string candidate = fmt::format("{}/{}", dir.empty() ? std::string_view(".") : dir, name);
+      if (executable_file(candidate) && !is_self(candidate)) return candidate;
+      if (colon == std::string_view::npos) return std::nullopt;
+      path.remove_prefix(colon + 1);
+    }
+  };
+  if (auto given = process_env("NEFFCACHE_REAL_COMPILER"); given && !given->empty()) {
+    std::optional<std::string> found = given->find('/') != std::string::npos
+                                           ? (executable_file(*given) ? std::optional(*given) : std::nullopt)
+                                           : on_path(*given);
+    if (!found) return Error{Errc::not_found, fmt::format("NEFFCACHE_REAL_COMPILER={}: no such program", *given)};
+    if (is_self(*found))
+      return Error{Errc::invalid_argument, fmt::format("NEFFCACHE_REAL_COMPILER={} is {} itself", *given, k_me)};
+    return *found;
+  }
+  if (auto found = on_path(k_compiler_name)) return *found;
+  return Error{Errc::not_found,
+               fmt::format("no real {} on PATH besides this one (set NEFFCACHE_REAL_COMPILER)", k_compiler_name)};
+}
+
+[[noreturn]] void exec_real(const std::string& real, int argc, char** argv) {
+  std::vector<char*> args{const_cast<char*>(real.c_str())};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  ::execv(real.c_str(), args.data());
+  fmt::print(stderr, "{}: error: cannot run {}: {}\n", k_me, real, std::strerror(errno));
+  std::exit(127);
+}
+
+// The cache the caller uses. LNL names its outputs graph_<32 hex key>.neff in its entry
+// folder, whose parent is its cache; anything else is the Neuron wrapper, whose cache is
+// --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else the default.
+std::string caller_cache(const LnlCommand& c) {
+  const fs::path out(c.output);
+  const std::string name = out.filename().string();
+  if (name.starts_with("graph_") && name.ends_with(".neff") &&
+      is_lnl_key(std::string_view(name).substr(6, name.size() - 6 - 5)))
+    return out.parent_path().parent_path().string();
+  return {};
+}
+
+// The real compiler's version, asked once per build of it: remembered in the cache's
+// private folder under the identity of the compiler's file (path, inode, size, times).
+Result<std::string> compiler_version(const std::string& real, const std::string& backing) {
+  struct stat st {};
+  const std::string resolved = real_path(real);
+  if (resolved.empty() || ::stat(resolved.c_str(), &st) != 0) return sys_error("stat", real);
+  const std::string id = detail::xxh3_hex(detail::xxh3_64(fmt::format(
+      "{}|{}|{}|{}|{}|{}", resolved, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec)));
+  const std::string memo = fmt::format("{}/{}/compilers/{}", backing, k_private_prefix, id);
+  if (auto text = detail::read_file(memo); text && check_compiler_version(*text)) return *text;
+  auto v = detect_compiler_version(real);
+  if (!v) return v;
+  std::error_code ec;
+  fs::create_directories(fs::path(memo).parent_path(), ec);
+  (void)detail::write_file_atomic(memo, *v);  // best effort: asked again next time
+  return v;
+}
+
+// Adds one to the counters named in <backing>/.neffcache/shim-stats.json (best effort).
+void count(const std::string& backing, std::initializer_list<std::string_view> names) {
+  const std::string path = fmt::format("{}/{}/shim-stats.json", backing, k_private_prefix);
+  detail::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd || ::flock(fd.get(), LOCK_EX) != 0) return;
+  auto j = nlohmann::ordered_json::parse(detail::read_fd(fd.get()), nullptr, false);
+  if (!j.is_object()) j = nlohmann::ordered_json::object();
+  for (auto n : names) j[std::string(n)] = j.value(std::string(n), uint64_t{0}) + 1;
+  const std::string text = j.dump(2) + "\n";
+  if (::ftruncate(fd.get(), 0) == 0) (void)!::pwrite(fd.get(), text.data(), text.size(), 0);
+}
+
+// Places the NEFF `twin` holds at `output` (a temporary file beside it, renamed), checked
+// against the checksum the index recorded.
+Result<void> place_output(const Twin& twin, const std::string& output) {
+  const std::string tmp = fmt::format("{}.{}-{}", output, k_me, detail::random_hex64());
+  detail::UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!out) return sys_error("create", tmp);
+  auto fail = [&](Error e) -> Result<void> {
+    ::unlink(tmp.c_str());
+    return e;
+  };
+  auto h = detail::copy_hashed(twin.neff.get(), twin.dir, out.get(), tmp);
+  if (!h) return fail(h.error());
+  if (detail::xxh3_hex(*h) != twin.record.xxh3)
+    return fail(Error{Errc::io, fmt::format("{}: the NEFF changed while it was copied", twin.dir)});
+  out.reset();
+  if (::rename(tmp.c_str(), output.c_str()) != 0) return fail(sys_error("rename", output));
+  return {};
+}
+
+// What the real compiler prints when it succeeds, and the log file it writes.
+void say_pass(const LnlCommand& c, const std::string& from) {
+  fmt::print("{}: served from the compile cache ({})\nCompiler status PASS\n", k_me, from);
+  std::fflush(stdout);
+  if (!c.logfile.empty())
+    (void)detail::write_file_atomic(c.logfile, fmt::format("{}: served from the compile cache ({})\nCompiler status PASS\n",
+                                                           k_me, from));
+}
+
+// Runs the real compiler with the caller's arguments, stdio shared, in our process group
+// (so a Ctrl-C reaches it as it would without us). `lock`, when held, stays held by the
+// compiler too (its descriptor is inherited) and its heartbeat is kept while it runs.
+// Returns the exit status the caller should see (128 + signal for a signal).
+int run_real(const std::string& real, int argc, char** argv, EntryLock* lock) {
+  std::vector<char*> args{const_cast<char*>(real.c_str())};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    fmt::print(stderr, "{}: error: fork: {}\n", k_me, std::strerror(errno));
+    return 127;
+  }
+  if (pid == 0) {
+    if (lock && lock->held()) ::fcntl(lock->descriptor(), F_SETFD, 0);
+    ::execv(real.c_str(), args.data());
+    fmt::print(stderr, "{}: error: cannot run {}: {}\n", k_me, real, std::strerror(errno));
+    ::_exit(127);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread heartbeat;
+  if (lock && lock->held())
+    heartbeat = std::thread([&] {
+      std::unique_lock lk(mu);
+      while (!cv.wait_for(lk, k_lock_stale_after / 4, [&] { return done; })) (void)lock->heartbeat();
+    });
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  {
+    std::lock_guard lk(mu);
+    done = true;
+  }
+  cv.notify_all();
+  if (heartbeat.joinable()) heartbeat.join();
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// Admits the compile against the host's memory ledger (shared with every neffcache
+// process on the host; NEFFCACHE_MEM_BUDGET, NEFFCACHE_MEM_LEDGER): waits until `need`
+// (at most the whole budget) fits beside what the others hold and what the process
+// waiting longest needs, saying so once. Returns the reservation (0: no ledger, or the
+// deadline passed: the compile runs anyway, as it would without the shim).
+uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, SteadyClock::time_point deadline) {
+  if (!ledger) return 0;
+  need = std::min(need, ledger->budget());
+  bool said = false;
+  for (;;) {
+    const uint64_t id = ledger->admit([&](MemoryLedger::Admission& a) -> uint64_t {
+      if (a.held == 0 || a.held + need + a.ahead <= ledger->budget()) {
+        a.what = what;
+        return need;
+      }
+      a.waiting = need;
+      return 0;
+    });
+    if (id != 0 || SteadyClock::now() >= deadline) return id;
+    if (!said)
+      fmt::print(stderr, "{}: waiting for {} of host memory (budget {}) before compiling\n", k_me, format_size(need),
+                 format_size(ledger->budget()));
+    said = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+[[noreturn]] int fallback(const std::string& real, int argc, char** argv, std::string_view why) {
+  fmt::print(stderr, "{}: warning: {}; running {} without the cache\n", k_me, why, real);
+  exec_real(real, argc, argv);
+}
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string self = real_path("/proc/self/exe");
+  auto real = find_real_compiler(self);
+  if (!real) {
+    fmt::print(stderr, "{}: error: {}\n", k_me, real.error().message);
+    return 127;
+  }
+  const std::vector<std::string> words(argv, argv + argc);
+  auto call = parse_compile_words(words);
+  // Not a compile we can read: the real compiler answers, exactly as it would.
+  if (!call || call->output.empty()) exec_real(*real, argc, argv);
+  if (auto off = process_env("NEFFCACHE_DISABLE"); off && !off->empty() && *off != "0") exec_real(*real, argc, argv);
+  if (call->framework != "XLA") return fallback(*real, argc, argv, fmt::format("framework {} is not cached", call->framework));
+  // A word that names an existing file besides the input: we may have taken the wrong
+  // word for the input. Never key a compile on a guess.
+  for (const auto& f : call->flags)
+    if (!f.starts_with('-') && f.find('/') != std::string::npos && ::access(f.c_str(), F_OK) == 0)
+      return fallback(*real, argc, argv, fmt::format("cannot tell the input among the arguments ({})", f));
+
+  auto cache = store::open_store(caller_cache(*call));
+  if (!cache) return fallback(*real, argc, argv, cache.error().message);
+  const auto* folder = dynamic_cast<const store::DirectoryStore*>(cache->get());
+  if (!folder) return fallback(*real, argc, argv, fmt::format("{}: only a local or mounted cache is served", (*cache)->name()));
+  const std::string backing = folder->backing();
+  const ContentIndex* index = folder->content_index();
+
+  auto bytes = detail::read_file(call->input);
+  if (!bytes) return fallback(*real, argc, argv, fmt::format("cannot read {}", call->input));
+  auto version = compiler_version(*real, backing);
+  if (!version) return fallback(*real, argc, argv, version.error().message);
+  const std::vector<std::string> flags = lnl_key_flags(*call);
+  auto key = entry_key(*bytes, flags, *version);
+  if (!key) return fallback(*real, argc, argv, fmt::format("{}: {}", call->input, key.error().message));
+  auto hlo = analyze_hlo(*bytes);
+  if (!hlo) return fallback(*real, argc, argv, fmt::format("{}: {}", call->input, hlo.error().message));
+  const ContentId id{key->compiler_dir(), hlo->canonical_sha256, key->flags_hash};
+  const std::string entry = key->relative_path();
+  const std::string entry_dir = fmt::format("{}/{}", folder->root(), entry);
+  // A result known to the index, or our entry done.
+  auto lookup = [&]() -> std::optional<Twin> {
+    if (auto twin = index->find(id, "", /*with_failures=*/false)) return twin;
+    auto files = read_entry_files(entry_dir);
+    if (!files || !files->done() || index->knows(entry)) return std::nullopt;
+    if (!index->add(id, entry)) return std::nullopt;  // done, but not by a publish of ours
+    return index->find(id, "", false);
+  };
+  auto serve = [&](const Twin& twin, bool waited) -> std::optional<int> {
+    if (auto placed = place_output(twin, call->output); !placed) {
+      fmt::print(stderr, "{}: warning: {}\n", k_me, placed.error().message);
+      return std::nullopt;
+    }
+    say_pass(*call, twin.record.entry);
+    count(backing, {waited ? "waited" : "hits"});
+    return 0;
+  };
+  if (auto twin = lookup())
+    if (auto served = serve(*twin, false)) return *served;
+  if (auto why = (*cache)->unchangeable()) return fallback(*real, argc, argv, why->message);
+  // The Neuron wrapper compiles into a work folder, naming the files after its entry
+  // (model.<MODULE key>.neff). If that entry is ours, the caller holds its lock already.
+  if (fs::path(call->output).filename() == fmt::format("model.{}.neff", key->module_dir()))
+    exec_real(*real, argc, argv);
+
+  // A miss: our entry's lock, then look again (whoever held it may have compiled it).
+  const auto t0 = SteadyClock::now();
+  std::error_code ec;
+  fs::create_directories(entry_dir, ec);
+  if (ec) return fallback(*real, argc, argv, fmt::format("cannot create {}: {}", entry_dir, ec.message()));
+  double timeout = k_default_timeout_seconds;
+  if (auto t = process_env("NEFFCACHE_COMPILE_TIMEOUT"); t && !t->empty()) timeout = std::atof(t->c_str());
+  auto lock = EntryLock::acquire(entry_lock_path(entry_dir, EntryFiles::of_entry_path(entry)),
+                                 t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout)));
+  if (!lock) {
+    count(backing, {"fallbacks"});
+    return fallback(*real, argc, argv, lock.error().message);
+  }
+  const bool waited = seconds_since(t0) > 0.05;
+  if (auto twin = lookup())
+    if (auto served = serve(*twin, waited)) return *served;
+
+  remove_publish_leftovers(entry_dir);
+  // Memory: what compiles of this graph (or graphs of its size) peaked at before.
+  auto ledger = open_memory_ledger("", "", k_me, [](std::string_view w) { fmt::print(stderr, "{}: warning: {}\n", k_me, w); });
+  if (!ledger) fmt::print(stderr, "{}: warning: {}; compiling without the memory budget\n", k_me, ledger.error().message);
+  PeakHistory peaks(fmt::format("{}/{}", backing, k_peaks_dir));
+  const auto predicted = peaks.predict(id.str(), hlo->stats.instructions, bytes->size());
+  const uint64_t reservation =
+      admit(ledger ? ledger->get() : nullptr, predicted.bytes, entry,
+            SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout)));
+  const auto compile_start = SteadyClock::now();
+  const int status = run_real(*real, argc, argv, &*lock);
+  const double compile_seconds = seconds_since(compile_start);
+  if (ledger && *ledger) (*ledger)->release(reservation);
+  struct rusage children {};
+  if (::getrusage(RUSAGE_CHILDREN, &children) == 0 && status == 0)
+    peaks.add(id.str(), hlo->stats.instructions, bytes->size(), static_cast<uint64_t>(children.ru_maxrss));
+  count(backing, {"compiles"});
+  struct stat out_st {};
+  if (status != 0 || ::stat(call->output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
+    lock->release();
+    ::rmdir(entry_dir.c_str());  // (only when nothing else is in it)
+    return status;
+  }
+  // Our entry: the graph and flags, then the NEFF, published; then the index record.
+  auto stored = store_graph(entry_dir, *bytes, flags);
+  nlohmann::ordered_json meta{{"compiler_version", *version}, {"compile_seconds", compile_seconds}, {"by", k_me}};
+  auto published = stored ? detail::publish(entry_dir, call->output, meta) : Result<std::string>(stored.error());
+  if (!published) {
+    fmt::print(stderr, "{}: warning: the NEFF was not cached: {}\n", k_me, published.error().message);
+    return status;
+  }
+  if (auto r = index->add(id, entry, compile_seconds); !r)
+    fmt::print(stderr, "{}: warning: the content index did not record {}: {}\n", k_me, entry, r.error().message);
+  return status;
+}
