@@ -1,11 +1,12 @@
 // Variants of a serialized HLO module made with the test-only HLO subset: the same graph
 // with other debug information (names, metadata, ids), or one opcode changed. Used by
-// the canonical-hash tests and by the content-index tests, which need twins.
+// the canonical-hash tests and by the content-index tests, which need twins, and by the
+// benchmarks (so no Catch2 here: what cannot be read throws).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
-#include <catch2/catch_test_macros.hpp>
 #include <fmt/format.h>
 
 #include <neffcache/hlo/hlo.hpp>
@@ -25,13 +26,13 @@ struct Graph {
   static Graph load(const std::string& bytes) {
     Graph g;
     auto a = neffcache::analyze_hlo(bytes);
-    REQUIRE(a.has_value());
+    if (!a) throw std::runtime_error("not HLO: " + a.error().message);
     g.wrapped = a->stats.format == neffcache::HloFormat::hlo_proto;
     if (g.wrapped) {
-      REQUIRE(g.wrapper.ParseFromString(bytes));
+      if (!g.wrapper.ParseFromString(bytes)) throw std::runtime_error("not an HloProto");
       g.module = g.wrapper.hlo_module();
     } else {
-      REQUIRE(g.module.ParseFromString(bytes));
+      if (!g.module.ParseFromString(bytes)) throw std::runtime_error("not an HloModuleProto");
     }
     return g;
   }

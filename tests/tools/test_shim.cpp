@@ -10,80 +10,20 @@
 
 #include <fmt/format.h>
 
-#include <memory>
 
+#include "../fuse/fuse_test.hpp"
 #include "hlo_variants.hpp"
-#include "process.hpp"
+#include "jit.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
 
-namespace {
-
-using test::k_sim;
+using test::jit_env;
 using test::k_fake;
-const fs::path k_shim_dir = NEFFCACHE_SHIM_DIR;
+using test::k_shim_dir;
+using test::path_with;
+using test::real_compiler_dir;
 
-// A folder holding the real compiler under its real name, as an SDK install has it.
-fs::path real_compiler_dir(const test::TempDir& dir) {
-  const fs::path real = dir / "sdk-bin";
-  fs::create_directories(real);
-  fs::create_symlink(k_fake, real / "neuronx-cc");
-  return real;
-}
-
-// A clean Neuron environment for a client of `cache` whose PATH is `path`; the fake
-// compiler logs each real compile to `log`.
-std::vector<std::string> jit_env(const fs::path& cache, const fs::path& log, const std::string& path) {
-  return {"env",
-          "-u",
-          "NEURON_CC_FLAGS",
-          "-u",
-          "NEURON_EXTRACT_GRAPHS_ONLY",
-          "-u",
-          "NEFFCACHE_REAL_COMPILER",
-          "NEURON_COMPILE_CACHE_URL=" + cache.string(),
-          "NEFFCACHE_FAKE_RATE=0",
-          "NEFFCACHE_FAKE_LOG=" + log.string(),
-          "PATH=" + path};
-}
-
-std::string path_with(std::initializer_list<fs::path> first) {
-  std::string p;
-  for (const auto& d : first) p += d.string() + ":";
-  return p + "/usr/bin:/bin";
-}
-
-// `ranks` simulated training processes at once, each loading every graph of `graphs`
-// just in time (the default compiler command, neuronx-cc found on PATH). Their summaries.
-std::vector<nlohmann::json> train(int ranks, const std::vector<std::string>& env, const std::vector<fs::path>& graphs) {
-  std::vector<std::unique_ptr<test::Child>> children;
-  for (int r = 0; r < ranks; ++r) {
-    auto argv = env;
-    for (const auto& a : {k_sim, std::string("--json"), std::string("--key"), std::string("raw"),
-                          std::string("--flag=-O1"), std::string("--poll"), std::string("0.02")})
-      argv.push_back(a);
-    for (const auto& g : graphs) argv.push_back(g.string());
-    children.push_back(std::make_unique<test::Child>(argv, /*quiet_stderr=*/true));
-  }
-  std::vector<nlohmann::json> out;
-  for (auto& c : children) {
-    std::string text = c->rest();
-    CHECK(c->wait() == 0);
-    auto begin = text.find("{\n");
-    REQUIRE(begin != std::string::npos);
-    out.push_back(nlohmann::json::parse(text.substr(begin)));
-  }
-  return out;
-}
-
-int sum(const std::vector<nlohmann::json>& summaries, const char* field) {
-  int n = 0;
-  for (const auto& s : summaries) n += s[field].get<int>();
-  return n;
-}
-
-}  // namespace
 
 TEST_CASE("neffcache-cc first in PATH: twins of compiled graphs never reach the real compiler, a new graph "
           "reaches it once for four ranks",
@@ -102,14 +42,14 @@ TEST_CASE("neffcache-cc first in PATH: twins of compiled graphs never reach the 
   SECTION("with the shim") {
     const fs::path cache = dir / "cache", log = dir / "compiles.log";
     const auto env = jit_env(cache, log, path_with({k_shim_dir, real}));
-    auto first = train(4, env, {a, b});
-    CHECK(sum(first, "failed") == 0);
+    auto first = test::train_jit(test::ranks_of(4, env), {a, b});
+    CHECK(test::sum_of(first, "failed") == 0);
     CHECK(test::count_lines(log) == 2);  // one per graph across the four ranks
     // A later job whose graphs carry other debug information (new names to the client),
     // and one new graph.
-    auto second = train(4, env, {a2, b2, c});
-    CHECK(sum(second, "failed") == 0);
-    CHECK(sum(second, "hits") + sum(second, "waited") + sum(second, "compiled") == 12);
+    auto second = test::train_jit(test::ranks_of(4, env), {a2, b2, c});
+    CHECK(test::sum_of(second, "failed") == 0);
+    CHECK(test::sum_of(second, "hits") + test::sum_of(second, "waited") + test::sum_of(second, "compiled") == 12);
     CHECK(test::count_lines(log) == 3);  // only the new graph was compiled
     for (const auto& s : second)
       for (const auto& g : s["per_graph"]) CHECK(g["neff_bytes"].get<int>() > 0);  // each the right graph's NEFF
@@ -120,9 +60,9 @@ TEST_CASE("neffcache-cc first in PATH: twins of compiled graphs never reach the 
   SECTION("without it (the contrast)") {
     const fs::path cache = dir / "plain", log = dir / "plain.log";
     const auto env = jit_env(cache, log, path_with({real}));
-    CHECK(sum(train(4, env, {a, b}), "failed") == 0);
+    CHECK(test::sum_of(test::train_jit(test::ranks_of(4, env), {a, b}), "failed") == 0);
     CHECK(test::count_lines(log) == 2);
-    CHECK(sum(train(4, env, {a2, b2, c}), "failed") == 0);
+    CHECK(test::sum_of(test::train_jit(test::ranks_of(4, env), {a2, b2, c}), "failed") == 0);
     CHECK(test::count_lines(log) == 5);  // the twins compiled again
   }
 }
@@ -217,4 +157,44 @@ TEST_CASE("neffcache-cc: a hit prints what the compiler prints and writes the lo
     CHECK(r.output.starts_with("neffcache-cc: warning: "));
     CHECK(r.output.find(t.output) != std::string::npos);
   }
+}
+
+TEST_CASE("neffcache-cc never waits for the entry its caller holds locked", "[shim]") {
+  // A client that names entries by our key, with --target first in its flags: its entry
+  // is the shim's own, whose lock it holds while it runs the compiler.
+  test::TempDir dir;
+  const fs::path real = real_compiler_dir(dir);
+  const fs::path cache = dir / "cache", log = dir / "compiles.log";
+  auto argv = jit_env(cache, log, path_with({k_shim_dir, real}));
+  argv.insert(argv.end(), {test::k_sim, "--flag=--target=trn1", "--flag=-O1", "--max-wait", "20",
+                           (test::k_corpus / "gopjrt_tuple.hlo.pb").string()});
+  auto r = test::run(argv);
+  CHECK(r.exit_code == 0);
+  CHECK(test::count_lines(log) == 1);
+  CHECK(r.output.find("1 compiled here") != std::string::npos);
+}
+
+TEST_CASE("neffcache-cc over a neffcachefs mount hands its compiles to the daemon: twins compile nowhere, a new "
+          "graph once for four ranks",
+          "[shim][fuse]") {
+  fusetest::Mount m;
+  test::TempDir dir;
+  const fs::path real = real_compiler_dir(dir);
+  const fs::path a = dir / "a.pb", a2 = dir / "a-debug.pb", c = dir / "c.pb";
+  const std::string a_bytes = test::slurp(test::k_corpus / "spu_tf_jit_comp.hlo.pb");
+  test::spit(a, a_bytes);
+  test::spit(a2, test::debug_variant(a_bytes));
+  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", c);
+  // The shim's real compiles and the daemon's go to one log.
+  const auto env = jit_env(m.mnt(), m.compile_log(), path_with({k_shim_dir, real}));
+  CHECK(test::sum_of(test::train_jit(test::ranks_of(4, env), {a}), "failed") == 0);
+  CHECK(m.compiles() == 1);
+  auto second = test::train_jit(test::ranks_of(4, env), {a2, c});
+  CHECK(test::sum_of(second, "failed") == 0);
+  for (const auto& s : second)
+    for (const auto& g : s["per_graph"]) CHECK(g["neff_bytes"].get<int>() > 0);
+  CHECK(m.compiles() == 2);  // the new graph; the twin was the daemon's to serve
+  // The daemon compiled our entries (its log names their work copies), the clients none.
+  CHECK(test::slurp(m.compile_log()).find("MODULE_" + fusetest::canonical_of("gopjrt_tuple.hlo.pb").substr(0, 20)) !=
+        std::string::npos);
 }

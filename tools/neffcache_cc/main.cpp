@@ -89,7 +89,8 @@ bool executable_file(const std::string& p) {
 Result<std::string> find_real_compiler(const std::string& self) {
   auto is_self = [&](const std::string& p) { return !self.empty() && real_path(p) == self; };
   auto on_path = [&](const std::string& name) -> std::optional<std::string> {
-    std::string_view path = process_env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+    const std::string path_var = process_env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+    std::string_view path = path_var;
     while (true) {
       auto colon = path.find(':');
       std::string_view dir = path.substr(0, colon);
@@ -142,7 +143,10 @@ Result<std::string> compiler_version(const std::string& real, const std::string&
   if (resolved.empty() || ::stat(resolved.c_str(), &st) != 0) return sys_error("stat", real);
   const std::string id = detail::xxh3_hex(detail::xxh3_64(fmt::format(
       "{}|{}|{}|{}|{}|{}", resolved, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec)));
-  const std::string memo = fmt::format("{}/{}/compilers/{}", backing, k_private_prefix, id);
+  // (A mount of a bucket has no local folder of ours to keep it in: the user's cache then.)
+  const std::string memo = backing.starts_with("s3://")
+                               ? fmt::format("{}/.cache/neffcache/compilers/{}", detail::getenv_or("HOME", "/root"), id)
+                               : fmt::format("{}/{}/compilers/{}", backing, k_private_prefix, id);
   if (auto text = detail::read_file(memo); text && check_compiler_version(*text)) return *text;
   auto v = detect_compiler_version(real);
   if (!v) return v;
@@ -263,6 +267,32 @@ uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, Ste
   }
 }
 
+// Over a neffcachefs mount the daemon compiles: our entry's graph is written through the
+// mount, and opening its NEFF waits for the daemon, which serves a twin from its index,
+// joins a compile already running (in this host's processes or, over a bucket, under
+// another host's lease) or compiles it once. The NEFF is copied to the caller's output.
+// Errors (a failed or refused compile: EIO) are the caller's to handle.
+Result<void> compile_through_mount(const store::Store& cache, const std::string& entry, std::string_view hlo_bytes,
+                                   const std::vector<std::string>& flags, const std::string& output) {
+  auto e = cache.at(entry);
+  if (!e) return e.error();
+  if (auto put = cache.put_graph(*e, hlo_bytes, flags); !put) return put.error();
+  const std::string neff = fmt::format("{}/{}", cache.view(*e), k_neff_file);
+  detail::UniqueFd in(::open(neff.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return sys_error("open", neff);
+  const std::string tmp = fmt::format("{}.{}-{}", output, k_me, detail::random_hex64());
+  detail::UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!out) return sys_error("create", tmp);
+  auto copied = detail::copy_hashed(in.get(), neff, out.get(), tmp);
+  out.reset();
+  if (!copied || ::rename(tmp.c_str(), output.c_str()) != 0) {
+    Error err = copied ? sys_error("rename", output) : copied.error();
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  return {};
+}
+
 [[noreturn]] int fallback(const std::string& real, int argc, char** argv, std::string_view why) {
   fmt::print(stderr, "{}: warning: {}; running {} without the cache\n", k_me, why, real);
   exec_real(real, argc, argv);
@@ -312,6 +342,18 @@ int main(int argc, char** argv) {
   const ContentId id{key->compiler_dir(), hlo->canonical_sha256, key->flags_hash};
   const std::string entry = key->relative_path();
   const std::string entry_dir = fmt::format("{}/{}", folder->root(), entry);
+  // The Neuron wrapper compiles into a work folder, naming the files after its entry
+  // (model.<MODULE key>.neff). If that entry is ours, the caller holds its lock already:
+  // waiting for it (or for a daemon that waits for it) would wait for ever.
+  const bool caller_holds_ours = fs::path(call->output).filename() == fmt::format("model.{}.neff", key->module_dir());
+  if (folder->compiles_on_open()) {
+    if (caller_holds_ours) exec_real(*real, argc, argv);
+    if (auto done = compile_through_mount(**cache, entry, *bytes, flags, call->output); !done)
+      return fallback(*real, argc, argv, done.error().message);
+    say_pass(*call, entry);
+    return 0;
+  }
+
   // A result known to the index, or our entry done.
   auto lookup = [&]() -> std::optional<Twin> {
     if (auto twin = index->find(id, "", /*with_failures=*/false)) return twin;
@@ -332,10 +374,7 @@ int main(int argc, char** argv) {
   if (auto twin = lookup())
     if (auto served = serve(*twin, false)) return *served;
   if (auto why = (*cache)->unchangeable()) return fallback(*real, argc, argv, why->message);
-  // The Neuron wrapper compiles into a work folder, naming the files after its entry
-  // (model.<MODULE key>.neff). If that entry is ours, the caller holds its lock already.
-  if (fs::path(call->output).filename() == fmt::format("model.{}.neff", key->module_dir()))
-    exec_real(*real, argc, argv);
+  if (caller_holds_ours) exec_real(*real, argc, argv);
 
   // A miss: our entry's lock, then look again (whoever held it may have compiled it).
   const auto t0 = SteadyClock::now();

@@ -1,0 +1,89 @@
+// Just-in-time clients for the compiler shim's tests: simulated training processes that
+// name entries as the real client does (neuron-client-sim --key raw) and run `neuronx-cc`
+// from PATH on a miss, with the shim's folder of links first in PATH or not.
+#pragma once
+
+#include <filesystem>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <nlohmann/json.hpp>
+
+#include "process.hpp"
+#include "support.hpp"
+
+namespace test {
+
+inline const fs::path k_shim_dir = NEFFCACHE_SHIM_DIR;
+
+// A folder holding the real compiler (the fake) under its real name, as an SDK has it.
+inline fs::path real_compiler_dir(const TempDir& dir) {
+  const fs::path real = dir / "sdk-bin";
+  fs::create_directories(real);
+  fs::create_symlink(k_fake, real / "neuronx-cc");
+  return real;
+}
+
+// PATH with `first` before the system's folders.
+inline std::string path_with(std::initializer_list<fs::path> first) {
+  std::string p;
+  for (const auto& d : first) p += d.string() + ":";
+  return p + "/usr/bin:/bin";
+}
+
+// A clean Neuron environment for a client of `cache` whose PATH is `path`; the fake
+// compiler logs each real compile to `log`.
+inline std::vector<std::string> jit_env(const fs::path& cache, const fs::path& log, const std::string& path) {
+  return {"env",
+          "-u",
+          "NEURON_CC_FLAGS",
+          "-u",
+          "NEURON_EXTRACT_GRAPHS_ONLY",
+          "-u",
+          "NEFFCACHE_REAL_COMPILER",
+          "NEURON_COMPILE_CACHE_URL=" + cache.string(),
+          "NEFFCACHE_FAKE_RATE=0",
+          "NEFFCACHE_FAKE_LOG=" + log.string(),
+          "PATH=" + path};
+}
+
+// One simulated rank per environment of `ranks`, all at once, each loading every graph of
+// `graphs` just in time. Their summaries; each must succeed.
+inline std::vector<nlohmann::json> train_jit(const std::vector<std::vector<std::string>>& ranks,
+                                             const std::vector<fs::path>& graphs) {
+  std::vector<std::unique_ptr<Child>> children;
+  for (const auto& env : ranks) {
+    auto argv = env;
+    for (const auto& a : {k_sim, std::string("--json"), std::string("--key"), std::string("raw"),
+                          std::string("--flag=-O1"), std::string("--poll"), std::string("0.02")})
+      argv.push_back(a);
+    for (const auto& g : graphs) argv.push_back(g.string());
+    children.push_back(std::make_unique<Child>(argv, /*quiet_stderr=*/true));
+  }
+  std::vector<nlohmann::json> out;
+  for (auto& c : children) {
+    std::string text = c->rest();
+    CHECK(c->wait() == 0);
+    auto begin = text.find("{\n");
+    REQUIRE(begin != std::string::npos);
+    out.push_back(nlohmann::json::parse(text.substr(begin)));
+  }
+  return out;
+}
+
+// `n` ranks with the same environment.
+inline std::vector<std::vector<std::string>> ranks_of(int n, const std::vector<std::string>& env) {
+  return std::vector<std::vector<std::string>>(static_cast<std::size_t>(n), env);
+}
+
+// A summary field added over the ranks.
+inline int sum_of(const std::vector<nlohmann::json>& summaries, const char* field) {
+  int n = 0;
+  for (const auto& s : summaries) n += s[field].get<int>();
+  return n;
+}
+
+}  // namespace test
