@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the benchmarks and runs the whole suite: key derivation (bench_keys), the batch
 # makespan (bench_makespan), memory admission in a memory cgroup (bench_memory; root,
-# else one row says it was skipped), then the mount against direct reads of its backing
+# else one row says it was skipped), just-in-time training start with and without the
+# compiler shim (bench_jit), then the mount against direct reads of its backing
 # directory, and over an S3 cache (bench_mount, with a radosgw started for it on
 # 127.0.0.1 and stopped after). Prints the machine,
 # the date and the markdown tables that the README's Performance section shows.
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target bench_keys bench_makespan bench_memory bench_mount >/dev/null
+cmake --build build -j"$(nproc)" --target bench_keys bench_makespan bench_memory bench_jit bench_mount >/dev/null
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r), $(df -T /var/tmp | awk 'NR==2 {print $2}') under /var/tmp."
 echo
 build/bench/bench_keys
@@ -18,6 +19,8 @@ echo
 build/bench/bench_makespan
 echo
 build/bench/bench_memory
+echo
+build/bench/bench_jit
 echo
 rgw=/var/tmp/neffcache-bench-rgw
 bash tests/s3/radosgw.sh start "$rgw" >/dev/null
