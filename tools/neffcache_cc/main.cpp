@@ -335,17 +335,17 @@ int main(int argc, char** argv) {
   auto version = compiler_version(*real, backing);
   if (!version) return fallback(*real, argc, argv, version.error().message);
   const std::vector<std::string> flags = lnl_key_flags(*call);
-  auto key = entry_key(*bytes, flags, *version);
-  if (!key) return fallback(*real, argc, argv, fmt::format("{}: {}", call->input, key.error().message));
+  // The graph is read and hashed once: our key (entry_key's) and the identity both come from it.
   auto hlo = analyze_hlo(*bytes);
   if (!hlo) return fallback(*real, argc, argv, fmt::format("{}: {}", call->input, hlo.error().message));
-  const ContentId id{key->compiler_dir(), hlo->canonical_sha256, key->flags_hash};
-  const std::string entry = key->relative_path();
+  const EntryKey key{*version, hlo->graph_hash, flags_hash(flags)};
+  const ContentId id{key.compiler_dir(), hlo->canonical_sha256, key.flags_hash};
+  const std::string entry = key.relative_path();
   const std::string entry_dir = fmt::format("{}/{}", folder->root(), entry);
   // The Neuron wrapper compiles into a work folder, naming the files after its entry
   // (model.<MODULE key>.neff). If that entry is ours, the caller holds its lock already:
   // waiting for it (or for a daemon that waits for it) would wait for ever.
-  const bool caller_holds_ours = fs::path(call->output).filename() == fmt::format("model.{}.neff", key->module_dir());
+  const bool caller_holds_ours = fs::path(call->output).filename() == fmt::format("model.{}.neff", key.module_dir());
   if (folder->compiles_on_open()) {
     if (caller_holds_ours) exec_real(*real, argc, argv);
     if (auto done = compile_through_mount(**cache, entry, *bytes, flags, call->output); !done)
