@@ -12,6 +12,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
+#include "hlo_variants.hpp"
 #include "process.hpp"
 #include "support.hpp"
 
@@ -25,6 +26,23 @@ inline fs::path real_compiler_dir(const TempDir& dir) {
   fs::create_directories(real);
   fs::create_symlink(k_fake, real / "neuronx-cc");
   return real;
+}
+
+// The graphs of a training job and of the job after it, as files in a folder: `a` and
+// `b` (the first job's), their twins `a2` and `b2` (the same graphs with other debug
+// metadata, so other names to the real client) and a new graph `c`.
+struct JitGraphs {
+  fs::path a, b, a2, b2, c;
+};
+inline JitGraphs jit_graphs(const TempDir& dir) {
+  JitGraphs g{dir / "a.pb", dir / "b.pb", dir / "a-debug.pb", dir / "b-debug.pb", dir / "c.pb"};
+  const std::string a = slurp(k_corpus / "spu_tf_jit_comp.hlo.pb"), b = slurp(k_corpus / "rocm08_normal_9.hlo_proto.pb");
+  spit(g.a, a);
+  spit(g.b, b);
+  spit(g.a2, debug_variant(a));
+  spit(g.b2, debug_variant(b));
+  spit(g.c, slurp(k_corpus / "gopjrt_tuple.hlo.pb"));
+  return g;
 }
 
 // PATH with `first` before the system's folders.
@@ -50,27 +68,34 @@ inline std::vector<std::string> jit_env(const fs::path& cache, const fs::path& l
           "PATH=" + path};
 }
 
+// One simulated rank with the environment `env`, started: it loads every graph of
+// `graphs` just in time.
+inline std::unique_ptr<Child> start_jit(const std::vector<std::string>& env, const std::vector<fs::path>& graphs) {
+  auto argv = env;
+  for (const auto& a : {k_sim, std::string("--json"), std::string("--key"), std::string("raw"),
+                        std::string("--flag=-O1"), std::string("--poll"), std::string("0.02")})
+    argv.push_back(a);
+  for (const auto& g : graphs) argv.push_back(g.string());
+  return std::make_unique<Child>(argv, /*quiet_stderr=*/true);
+}
+
+// The summary of a rank start_jit started, once it ends; it must succeed.
+inline nlohmann::json summary_of(Child& rank) {
+  std::string text = rank.rest();
+  CHECK(rank.wait() == 0);
+  auto begin = text.find("{\n");
+  REQUIRE(begin != std::string::npos);
+  return nlohmann::json::parse(text.substr(begin));
+}
+
 // One simulated rank per environment of `ranks`, all at once, each loading every graph of
 // `graphs` just in time. Their summaries; each must succeed.
 inline std::vector<nlohmann::json> train_jit(const std::vector<std::vector<std::string>>& ranks,
                                              const std::vector<fs::path>& graphs) {
   std::vector<std::unique_ptr<Child>> children;
-  for (const auto& env : ranks) {
-    auto argv = env;
-    for (const auto& a : {k_sim, std::string("--json"), std::string("--key"), std::string("raw"),
-                          std::string("--flag=-O1"), std::string("--poll"), std::string("0.02")})
-      argv.push_back(a);
-    for (const auto& g : graphs) argv.push_back(g.string());
-    children.push_back(std::make_unique<Child>(argv, /*quiet_stderr=*/true));
-  }
+  for (const auto& env : ranks) children.push_back(start_jit(env, graphs));
   std::vector<nlohmann::json> out;
-  for (auto& c : children) {
-    std::string text = c->rest();
-    CHECK(c->wait() == 0);
-    auto begin = text.find("{\n");
-    REQUIRE(begin != std::string::npos);
-    out.push_back(nlohmann::json::parse(text.substr(begin)));
-  }
+  for (auto& c : children) out.push_back(summary_of(*c));
   return out;
 }
 

@@ -12,7 +12,6 @@
 
 
 #include "../fuse/fuse_test.hpp"
-#include "hlo_variants.hpp"
 #include "jit.hpp"
 #include "support.hpp"
 
@@ -30,14 +29,7 @@ TEST_CASE("neffcache-cc first in PATH: twins of compiled graphs never reach the 
           "[shim]") {
   test::TempDir dir;
   const fs::path real = real_compiler_dir(dir);
-  const fs::path a = dir / "a.pb", b = dir / "b.pb", a2 = dir / "a-debug.pb", b2 = dir / "b-debug.pb", c = dir / "c.pb";
-  const std::string a_bytes = test::slurp(test::k_corpus / "spu_tf_jit_comp.hlo.pb");
-  const std::string b_bytes = test::slurp(test::k_corpus / "rocm08_normal_9.hlo_proto.pb");
-  test::spit(a, a_bytes);
-  test::spit(b, b_bytes);
-  test::spit(a2, test::debug_variant(a_bytes));
-  test::spit(b2, test::debug_variant(b_bytes));
-  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", c);
+  const auto [a, b, a2, b2, c] = test::jit_graphs(dir);
 
   SECTION("with the shim") {
     const fs::path cache = dir / "cache", log = dir / "compiles.log";
@@ -180,11 +172,8 @@ TEST_CASE("neffcache-cc over a neffcachefs mount hands its compiles to the daemo
   fusetest::Mount m;
   test::TempDir dir;
   const fs::path real = real_compiler_dir(dir);
-  const fs::path a = dir / "a.pb", a2 = dir / "a-debug.pb", c = dir / "c.pb";
-  const std::string a_bytes = test::slurp(test::k_corpus / "spu_tf_jit_comp.hlo.pb");
-  test::spit(a, a_bytes);
-  test::spit(a2, test::debug_variant(a_bytes));
-  fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", c);
+  const test::JitGraphs g = test::jit_graphs(dir);
+  const fs::path &a = g.a, &a2 = g.a2, &c = g.c;
   // The shim's real compiles and the daemon's go to one log.
   const auto env = jit_env(m.mnt(), m.compile_log(), path_with({k_shim_dir, real}));
   CHECK(test::sum_of(test::train_jit(test::ranks_of(4, env), {a}), "failed") == 0);
