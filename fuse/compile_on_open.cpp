@@ -233,7 +233,7 @@ void CompileOnOpen::prepare_loop() {
   while (auto item = queue_.pop()) {
     if (item->upload_only) {
       auto entry = opts_.store->of_folder(item->entry_dir);
-      auto up = entry ? opts_.store->publish_inputs(*entry) : Result<void>(entry.error());
+      auto up = entry ? opts_.store->publish_written(*entry) : Result<void>(entry.error());
       if (!up) fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
       continue;
     }

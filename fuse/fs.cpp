@@ -53,7 +53,7 @@ void remove_stale_lock(int entry_fd) {
 Filesystem::Filesystem(Options opts)
     : opts_(std::move(opts)),
       inodes_(opts_.backing, opts_.lowers),
-      inputs_(opts_.eager, opts_.store->publishes_inputs()),
+      inputs_(opts_.eager, opts_.store->publishes_writes()),
       compile_(opts_, stats_),
       indexer_(opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
                opts_.index_scan) {

@@ -60,7 +60,10 @@ InputAction InputPolicy::after_close(const std::string& path) const {
     return eager_ ? InputAction::compile : InputAction::upload;
   }
   if (!folder.starts_with(k_module_dir_prefix)) return InputAction::none;
-  // With an S3 cache the compile uploads the inputs first; without a compile they go up alone.
+  // With an S3 cache the compile uploads the inputs first; without a compile they go up
+  // alone. A client that compiled the entry itself writes model.done after its NEFF:
+  // the NEFF goes up then.
+  if (s3_ && name == k_done_file) return InputAction::upload;
   if (eager_ && is_hlo_name(name)) return InputAction::compile;
   if (s3_ && (is_hlo_name(name) || name == k_compile_flags_file)) return InputAction::upload;
   return InputAction::none;
@@ -69,7 +72,8 @@ InputAction InputPolicy::after_close(const std::string& path) const {
 InputAction InputPolicy::after_rename(std::string_view name) const {
   // An LNL input renamed into place: the compile finds out whether the other is there.
   if (is_lnl_input_name(name)) return eager_ ? InputAction::compile : InputAction::none;
-  // An HLO renamed into place is a finished write.
+  // An HLO renamed into place is a finished write; so is a client's model.done.
+  if (s3_ && name == k_done_file) return InputAction::upload;
   if (!is_hlo_name(name) || !(eager_ || s3_)) return InputAction::none;
   return eager_ ? InputAction::compile : InputAction::upload;
 }

@@ -170,7 +170,7 @@ TEST_CASE("a tier store sees S3 entries in its local folder", "[s3][store]") {
   auto& tier = **t;
   CHECK(tier.name() == url);
   CHECK(test::entry_states(tier).size() == 4);  // S3's listing is the truth
-  CHECK(tier.publishes_inputs());
+  CHECK(tier.publishes_writes());
   CHECK_FALSE(tier.copies_equal_graphs());
 
   const std::string rel = test::fake_entry(1, k_first);

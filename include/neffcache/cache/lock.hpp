@@ -257,6 +257,16 @@ inline std::string entry_lock_path(const std::string& entry_dir, const EntryFile
   return (dir.parent_path() / (files.key + std::string(k_lock_suffix))).string();
 }
 
+// Whether the lock of the entry folder `entry_dir` (whose files are `files`) is held by
+// someone, judged as try_acquire would judge it. A lock that cannot be read counts as
+// held: doubt never robs anyone.
+inline bool entry_locked(const std::string& entry_dir, const EntryFiles& files, const LockOptions& opts = {}) {
+  const std::string path = entry_lock_path(entry_dir, files);
+  if (files.is_lnl()) return flock_held_at(AT_FDCWD, path);
+  auto info = inspect_lock(path, opts);
+  return !info || info->state == LockState::live;
+}
+
 // A held entry lock. Move-only; released (file removed, kernel lock dropped) by
 // release() or the destructor.
 class [[nodiscard]] EntryLock {

@@ -16,6 +16,8 @@
 //      takes a lease of a done entry finds it done in step 3).
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -129,6 +131,25 @@ inline std::vector<std::string> input_names(const EntryFiles& files) {
   return out;
 }
 
+// Uploads the result in the local entry folder `entry_dir` (done there) to the entry at
+// `base` whose objects are `files`: the NEFF (LNL: with the compiler's log, which LNL
+// keeps beside it, when there is one), then the done marker, created only if absent (LNL's marker says how
+// large the NEFF is), and drops a failure recorded before. Only under the entry's lease.
+inline Result<void> upload_s3_result(S3Client& s3, const std::string& base, const EntryFiles& files,
+                                     const std::string& entry_dir) {
+  auto up = [&](std::string_view name, const PutCondition& cond = {}) {
+    return s3.upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name), cond);
+  };
+  if (auto neff = up(files.neff_name()); !neff) return neff.error();
+  if (files.is_lnl() && ::access(fmt::format("{}/{}", entry_dir, k_lnl_log_file).c_str(), F_OK) == 0)
+    if (auto log = up(k_lnl_log_file); !log) return log.error();
+  auto done = files.is_lnl() ? up(files.done_name(), {.if_absent = true})
+                             : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
+  if (!done && done.error().code != Errc::precondition_failed) return done.error();
+  if (files.has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, files.failure_name()));  // a retried failure
+  return {};
+}
+
 }  // namespace detail
 
 struct S3CompileOptions {
@@ -230,24 +251,37 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
     return finish(local_result);
   // Publish only while the lease is still ours.
   if (auto renewed = lease->renew(); !renewed) return finish(transient(renewed.error().message));
-  auto up = [&](std::string_view name, const PutCondition& cond = {}) {
-    return s3.upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name), cond);
-  };
-  const std::string failure(files->failure_name());
   if (local_result.outcome == CompileOutcome::failed) {
-    if (auto f = up(failure); !f) return finish(transient(f.error().message));
+    auto f = s3.upload(fmt::format("{}/{}", base, files->failure_name()),
+                       fmt::format("{}/{}", entry_dir, files->failure_name()));
+    if (!f) return finish(transient(f.error().message));
     return finish(local_result);
   }
-  if (auto neff = up(files->neff_name()); !neff) return finish(transient(neff.error().message));
-  // LNL keeps the compiler's log beside the NEFF, and its marker says how large the NEFF is.
-  if (files->is_lnl())
-    if (auto log = up(k_lnl_log_file); !log) return finish(transient(log.error().message));
-  auto done = files->is_lnl() ? up(files->done_name(), {.if_absent = true})
-                              : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
-  if (!done && done.error().code != Errc::precondition_failed) return finish(transient(done.error().message));
-  if (files->has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, failure));  // a retried failure
+  if (auto up = detail::upload_s3_result(s3, base, *files, entry_dir); !up) return finish(transient(up.error().message));
   if (o.published) o.published(entry_dir);
   return finish(local_result);
+}
+
+// Puts on S3 the NEFF that someone else compiled into the local entry folder `entry_dir`
+// (done there) for the entry `rel`, under its lease `lease` (the caller's), unless S3 has
+// the entry done already. True if it went up. The lease is given back either way: its
+// object deleted once the entry is done (as after a compile), else released.
+inline Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                     const std::string& entry_dir, S3Lease lease) {
+  const std::string base = s3_key(prefix, rel);
+  auto give_back = [&](bool done) {
+    if (!done || !s3.remove(lease.key())) (void)lease.release();
+  };
+  // Publish only while the lease is still ours.
+  if (auto renewed = lease.renew(); !renewed) return renewed.error();
+  auto names = detail::s3_entry_names(s3, base);
+  if (!names) return give_back(false), names.error();
+  const EntryFiles files = detail::files_named(rel, *names);
+  if (files.done()) return give_back(true), false;
+  auto up = detail::upload_s3_result(s3, base, files, entry_dir);
+  give_back(static_cast<bool>(up));
+  if (!up) return up.error();
+  return true;
 }
 
 // Maintenance of S3 entries, each change made under the entry's lease as on a directory

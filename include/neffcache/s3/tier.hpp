@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,7 @@
 
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lock.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/lease.hpp>
@@ -80,6 +82,13 @@ class S3Tier {
     std::filesystem::create_directories(staging(), ec);
     scan_local();
   }
+
+  // The leases held for clients are given back: other hosts need not wait out their ttl.
+  ~S3Tier() {
+    for (auto& [entry, held] : stand_ins_) (void)held.lease.release();
+  }
+  S3Tier(const S3Tier&) = delete;
+  S3Tier& operator=(const S3Tier&) = delete;
 
   S3Client& s3() { return *s3_; }
   // Compile work folders and downloads in flight: inside the tier (so a finished file
@@ -130,15 +139,29 @@ class S3Tier {
     }
   }
 
-  // Uploads the inputs of the local entry `entry_dir` if S3 has no HLO for it (nothing
-  // to a read-only bucket).
-  Result<void> upload_inputs(const std::string& entry_dir) {
+  // What a client wrote into the local entry `entry_dir` goes to S3 (nothing to a
+  // read-only bucket): its inputs if S3 has no HLO for it, then, once the entry is done
+  // here (the client compiled it itself, and wrote model.done after the NEFF), its NEFF
+  // unless S3 has the entry done. Inputs that a client writes under the entry's lock
+  // wait: that client compiles the graph itself, and they go up with its NEFF, or
+  // with our stand-in's lease (settle), so that no other host takes them for a graph
+  // nobody compiles. Another host holding the entry's lease is no error: it publishes
+  // the entry.
+  Result<void> upload_written(const std::string& entry_dir) {
     if (o_.read_only) return {};
     auto rel = entry_rel(entry_dir);
     if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
-    auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
-    if (!names) return names.error();
-    if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) return up.error();
+    auto here = read_entry_files(entry_dir);
+    if (!here) return here.error();
+    if (!here->done()) {
+      if (entry_locked(entry_dir, *here)) return {};
+      auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
+      if (!names) return names.error();
+      if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) return up.error();
+      return {};
+    }
+    CompileResult r = publish_here(entry_dir, *rel, end_stand_in(entry_dir));
+    if (r.outcome == CompileOutcome::transient) return Error{Errc::io, r.message};
     return {};
   }
 
@@ -151,12 +174,30 @@ class S3Tier {
     auto names = detail::s3_entry_names(*s3_, base);
     if (!names) return transient(names.error().message);
     EntryFiles remote = detail::files_named(*rel, *names);
+    // A client of this host that compiles the entry itself (a just-in-time client, whose
+    // compiler runs outside the mount) holds its lock here: we stand in for it on S3
+    // (stand_in) and look again later, so that no host compiles the graph a second time.
+    // Once the client is done its NEFF goes to S3 for every host. Held by us, the lock
+    // keeps this host's clients waiting for our compile instead of running their own.
+    std::optional<EntryLock> here_lock;
+    if (!o_.read_only && !remote.done()) {
+      auto here = read_entry_files(entry_dir);
+      if (!here) return transient(here.error().message);
+      auto lock = EntryLock::try_acquire_entry(entry_dir, *here, s.lock);
+      if (!lock && lock.error().code == Errc::busy) return stand_in(entry_dir, *rel, remote, lock.error().message);
+      if (!lock) return transient(lock.error().message);
+      here_lock.emplace(std::move(*lock));
+    }
+    std::optional<S3Lease> client_lease = end_stand_in(entry_dir);
+    if (here_lock && local_done(entry_dir)) return publish_here(entry_dir, *rel, std::move(client_lease));
+    if (client_lease) (void)client_lease->release();  // the client gave up: compiled below, under the lease again
     if (!o_.read_only) {
       auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
       if (!uploaded) return transient(uploaded.error().message);
       if (*uploaded) remote.add(EntryFile::hlo_module);
     }
-    if (remote.done()) return fetch(entry_dir, base, remote);
+    if (remote.done())
+      return local_done(entry_dir) ? CompileResult::of(CompileOutcome::already_done, "") : fetch(entry_dir, base, remote);
     if (remote.failed() && !s.retry_failed)
       return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                       s3_->describe(base), remote.failure_name()));
@@ -261,7 +302,8 @@ class S3Tier {
     uint64_t bytes = 0;
     for (const auto& [entry, k] : kept_) bytes += k.bytes;
     return {{"fetches", counters_.fetches.load()},   {"fetched_bytes", counters_.fetched_bytes.load()},
-            {"uploads", counters_.uploads.load()},   {"lookups", counters_.lookups.load()},
+            {"uploads", counters_.uploads.load()},   {"published", counters_.published.load()},
+            {"lookups", counters_.lookups.load()},
             {"evictions", counters_.evictions.load()}, {"local_neff_bytes", bytes},
             {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only}};
   }
@@ -271,6 +313,10 @@ class S3Tier {
   struct Kept {
     uint64_t bytes = 0;
     std::chrono::steady_clock::time_point last_use;
+  };
+  struct StandIn {
+    S3Lease lease;
+    std::chrono::steady_clock::time_point renewed;
   };
 
   static CompileResult transient(std::string why) {
@@ -320,6 +366,79 @@ class S3Tier {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
     return !ec;
+  }
+
+  // The NEFF a client compiled into the local entry `entry_dir` (done here) goes to S3,
+  // under the entry's lease (`lease`: our stand-in's, else taken now), its inputs first,
+  // as one of our compiles would, unless S3 has the entry done.
+  CompileResult publish_here(const std::string& entry_dir, const std::string& rel, std::optional<S3Lease> lease) {
+    auto fail = [&](const Error& e) {
+      if (lease) (void)lease->release();
+      return CompileResult::of(e.code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient, e.message);
+    };
+    const std::string base = s3_key(o_.prefix, rel);
+    auto names = detail::s3_entry_names(*s3_, base);
+    if (!names) return fail(names.error());
+    const EntryFiles remote = detail::files_named(rel, *names);
+    if (!lease) {
+      auto taken = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, remote.s3_lock_name()), o_.compile.lease_ttl,
+                                    o_.compile.host);
+      if (!taken) return fail(taken.error());
+      lease.emplace(std::move(*taken));
+    }
+    if (auto in = upload_missing_inputs(entry_dir, rel, remote); !in) return fail(in.error());
+    auto up = publish_s3_entry(*s3_, o_.prefix, rel, entry_dir, std::move(*lease));
+    lease.reset();
+    if (!up) return fail(up.error());
+    if (*up) ++counters_.published;
+    struct stat st {};
+    if (::stat(fmt::format("{}/{}", entry_dir, remote.neff_name()).c_str(), &st) == 0)
+      keep(entry_dir, static_cast<uint64_t>(st.st_size));
+    return CompileResult::of(CompileOutcome::already_done, "");
+  }
+
+  // A client of this host compiles the local entry `entry_dir` itself (`why`: its lock
+  // here is held). We hold the entry's S3 lease for it, renewed as the scheduler looks
+  // again, so that other hosts wait for its NEFF instead of compiling the graph too, and
+  // put its inputs up once the lease is ours (a host that sees them then waits). Busy:
+  // the scheduler looks again until the client lets go of its lock. A lease held
+  // elsewhere, or an S3 we cannot reach, leaves the client alone: it compiles anyway.
+  CompileResult stand_in(const std::string& entry_dir, const std::string& rel, const EntryFiles& remote,
+                         std::string why) {
+    CompileResult busy = CompileResult::of(CompileOutcome::busy, std::move(why));
+    std::optional<StandIn> mine;
+    {
+      std::lock_guard lk(mu_);
+      if (auto it = stand_ins_.find(entry_dir); it != stand_ins_.end()) {
+        mine.emplace(std::move(it->second));
+        stand_ins_.erase(it);
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (mine && now - mine->renewed >= mine->lease.renew_interval()) {
+      if (auto renewed = mine->lease.renew(); renewed) mine->renewed = now;
+      else if (renewed.error().code == Errc::precondition_failed) return busy;  // lost: another host has it now
+    }
+    if (!mine) {
+      auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), remote.s3_lock_name()),
+                                    o_.compile.lease_ttl, o_.compile.host);
+      if (!lease) return busy;
+      mine.emplace(StandIn{std::move(*lease), now});
+    }
+    (void)upload_missing_inputs(entry_dir, rel, remote);  // (a failure is tried again at the next look)
+    std::lock_guard lk(mu_);
+    stand_ins_.emplace(entry_dir, std::move(*mine));
+    return busy;
+  }
+
+  // The lease held for a client of `entry_dir`, if any, no longer held for it.
+  std::optional<S3Lease> end_stand_in(const std::string& entry_dir) {
+    std::lock_guard lk(mu_);
+    auto it = stand_ins_.find(entry_dir);
+    if (it == stand_ins_.end()) return std::nullopt;
+    std::optional<S3Lease> lease(std::move(it->second.lease));
+    stand_ins_.erase(it);
+    return lease;
   }
 
   static bool local_done(const std::string& entry_dir) {
@@ -566,15 +685,16 @@ class S3Tier {
 
   std::unique_ptr<S3Client> s3_;
   Options o_;
-  mutable std::mutex mu_;  // guards looked_, in_flight_ and kept_; never held across a request
+  mutable std::mutex mu_;  // guards looked_, in_flight_, kept_ and stand_ins_; never held across a request
   std::map<std::string, std::chrono::steady_clock::time_point> looked_;
   std::map<std::string, std::shared_future<bool>> in_flight_;
   std::map<std::string, Kept> kept_;
+  std::map<std::string, StandIn> stand_ins_;  // leases held for clients that compile an entry (stand_in)
   std::mutex slots_mu_;
   std::condition_variable slot_cv_;
   int free_slots_;
   struct {
-    std::atomic<uint64_t> fetches{0}, fetched_bytes{0}, uploads{0}, lookups{0}, evictions{0};
+    std::atomic<uint64_t> fetches{0}, fetched_bytes{0}, uploads{0}, lookups{0}, evictions{0}, published{0};
   } counters_;
 };
 

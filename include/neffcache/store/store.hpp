@@ -210,11 +210,12 @@ class Store {
   virtual bool fill(const std::string& /*dir*/, std::string_view /*name*/) const { return false; }
   // Before the local folder `dir` is listed: brings in the names the store has elsewhere.
   virtual void fill_listing(const std::string& /*dir*/) const {}
-  // True when inputs written into a local entry must be published (publish_inputs).
-  virtual bool publishes_inputs() const { return false; }
-  // A client finished writing inputs into the local entry: they go where other hosts
-  // see them (the HLO and flags up to S3, unless S3 has them).
-  virtual Result<void> publish_inputs(const Entry&) const { return {}; }
+  // True when what clients write into a local entry must be published (publish_written).
+  virtual bool publishes_writes() const { return false; }
+  // A client finished writing inputs into the local entry, or its own compile's result:
+  // they go where other hosts see them (the HLO and flags up to S3 unless S3 has them;
+  // a NEFF done here up to S3 unless S3 has the entry done).
+  virtual Result<void> publish_written(const Entry&) const { return {}; }
   // A client renames the local folder `folder`, which is no entry, to the entry `to`
   // (LNL's save_cache() publishing an entry to a shared disk): the store publishes it
   // where other hosts see it first, or says why not. Errc::exists when the entry is

@@ -108,8 +108,8 @@ class TierStore final : public Store {
   void fill_listing(const std::string& dir) const override { tier_->fill_listing(dir); }
   bool has_remote() const override { return true; }
   // (A read-only bucket takes no inputs: what it lacks is compiled and kept here.)
-  bool publishes_inputs() const override { return !tier_->read_only(); }
-  Result<void> publish_inputs(const Entry& e) const override { return tier_->upload_inputs(view(e)); }
+  bool publishes_writes() const override { return !tier_->read_only(); }
+  Result<void> publish_written(const Entry& e) const override { return tier_->upload_written(view(e)); }
   void neff_opened(const Entry& e) const override { tier_->opened(view(e)); }
   // An LNL entry goes to S3 (S3Tier::promote); a Neuron entry has no such protocol.
   Result<void> promote(const std::string& folder, const Entry& to) const override {

@@ -1,0 +1,139 @@
+// Just-in-time clients on neffcachefs mounts of one bucket, two hosts of one job. Such a
+// client takes an entry's lock, writes its graph and runs `neuronx-cc` itself: the tier
+// must neither compile that entry a second time nor keep the client's NEFF from the other
+// hosts. With neffcache-cc first in PATH the client's compiles go to the mount, whose
+// daemon compiles each graph once across the hosts (the bucket's lease) and serves a graph
+// compiled before from the bucket, whatever name the client gives it.
+#include <chrono>
+#include <thread>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <fmt/format.h>
+
+#include "jit.hpp"
+#include "s3_mount.hpp"
+#include "s3_support.hpp"
+#include "support.hpp"
+
+namespace {
+
+// The fake compiler takes this long: a client's compile and a compile of the tier
+// would overlap if the tier did not wait for the client.
+const std::vector<std::string> k_jit_daemon_env{"NEFFCACHE_FAKE_SECONDS=0.3", "NEFFCACHE_FAKE_IDLE=1"};
+
+// Two hosts of one job, each a mount of one fresh bucket. The compiles of both (their
+// daemons' and their clients' own) go to one log.
+struct TwoHosts {
+  explicit TwoHosts(std::string_view what)
+      : s3(test::fresh_bucket(what)),
+        real(test::real_compiler_dir(dir)),
+        log(dir / "compiles.log"),
+        host_a(url(), log, {}, k_jit_daemon_env),
+        host_b(url(), log, {}, k_jit_daemon_env) {}
+  std::string url() const { return fmt::format("s3://{}", s3->bucket()); }
+
+  std::unique_ptr<neffcache::S3Client> s3;
+  test::TempDir dir;
+  const test::fs::path real, log;
+  test::S3Mount host_a, host_b;
+};
+
+}  // namespace
+
+TEST_CASE("a just-in-time client on a bucket mount: its own compile is the entry's, and goes to the other hosts",
+          "[s3][mount][jit]") {
+  TwoHosts hosts("jithosts");
+  auto& [s3, dir, real, log, host_a, host_b] = hosts;
+  const test::JitGraphs g = test::jit_graphs(dir);
+  const test::fs::path &a = g.a, &b = g.b;
+  // No shim: the clients run the real compiler themselves.
+  auto on = [&](const test::S3Mount& host) {
+    return test::jit_env(host.mnt(), log, test::path_with({real}));
+  };
+
+  auto first = test::train_jit(test::ranks_of(2, on(host_a)), {a, b});
+  CHECK(test::sum_of(first, "failed") == 0);
+  CHECK(test::sum_of(first, "compiled") == 2);
+  // The clients' compiles only: the tier waited for each client and compiled nothing.
+  CHECK(test::count_lines(log) == 2);
+  // Both NEFFs go up as the clients finish them (in the background).
+  bool published = false;
+  for (int i = 0; i < 200 && !(published = host_a.stats()["s3"]["published"] == 2); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(published);
+
+  // Host B's ranks load the same graphs under the same names: fetched, never compiled.
+  auto second = test::train_jit(test::ranks_of(2, on(host_b)), {a, b});
+  CHECK(test::sum_of(second, "failed") == 0);
+  CHECK(test::sum_of(second, "compiled") == 0);
+  CHECK(test::count_lines(log) == 2);
+  CHECK(host_b.stats()["s3"]["fetches"] == 2);
+  for (const auto& s : second)
+    for (const auto& g : s["per_graph"]) CHECK(g["neff_bytes"].get<int>() > 0);
+}
+
+TEST_CASE("neffcache-cc on two hosts sharing a bucket: twins of graphs compiled before compile nowhere, a new "
+          "graph once for both hosts",
+          "[s3][mount][shim]") {
+  TwoHosts hosts("shimhosts");
+  auto& [s3, dir, real, log, host_a, host_b] = hosts;
+  const auto [a, b, a2, b2, c] = test::jit_graphs(dir);
+  // The clients of a host use its mount as their cache, with the shim first in PATH.
+  auto on = [&](const test::S3Mount& host) {
+    return test::jit_env(host.mnt(), log, test::path_with({test::k_shim_dir, real}));
+  };
+
+  // An earlier job, on host A only.
+  auto first = test::train_jit(test::ranks_of(2, on(host_a)), {a, b});
+  CHECK(test::sum_of(first, "failed") == 0);
+  CHECK(test::count_lines(log) == 2);
+  // The next job: two ranks on each host, its graphs under new names.
+  auto ranks = test::ranks_of(2, on(host_a));
+  for (auto& r : test::ranks_of(2, on(host_b))) ranks.push_back(r);
+  auto second = test::train_jit(ranks, {a2, b2, c});
+  CHECK(test::sum_of(second, "failed") == 0);
+  for (const auto& s : second)
+    for (const auto& g : s["per_graph"]) CHECK(g["neff_bytes"].get<int>() > 0);
+  INFO(test::slurp(log));
+  CHECK(test::count_lines(log) == 3);  // the new graph, once for both hosts
+}
+
+TEST_CASE("a just-in-time client's compile holds the bucket's lease: another host waits for its NEFF",
+          "[s3][mount][jit]") {
+  TwoHosts hosts("jitstandin");
+  auto& [s3, dir, real, log, host_a, host_b] = hosts;
+  const test::fs::path a = test::jit_graphs(dir).a;
+  auto on = [&](const test::S3Mount& host) {
+    auto env = test::jit_env(host.mnt(), log, test::path_with({real}));
+    env.push_back("NEFFCACHE_FAKE_SECONDS=2");  // the client's own compile is slow
+    return env;
+  };
+
+  // Host A's client compiles the graph itself; its tier takes the entry's lease for it and
+  // puts the graph up.
+  auto rank_a = test::start_jit(on(host_a), {a});
+  auto leased_graph = [&] {
+    auto l = s3->list("");
+    if (!l) return false;
+    bool hlo = false, lease = false;
+    for (const auto& o : l->objects) {
+      hlo = hlo || o.key.ends_with("/model.hlo_module.pb");
+      lease = lease || o.key.ends_with("/model.hlo_module.pb.lock");
+    }
+    return hlo && lease;
+  };
+  bool seen = false;
+  for (int i = 0; i < 200 && !(seen = leased_graph()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(seen);
+  // Host B's client finds the graph there while host A's client still compiles it, and
+  // waits for that NEFF rather than having it compiled again.
+  auto second = test::train_jit({on(host_b)}, {a});
+  auto first = test::summary_of(*rank_a);
+  CHECK(first["compiled"] == 1);
+  CHECK(second[0]["failed"] == 0);
+  CHECK(second[0]["compiled"] == 0);
+  CHECK(second[0]["per_graph"][0]["neff_bytes"] == first["per_graph"][0]["neff_bytes"]);
+  CHECK(test::count_lines(log) == 1);
+  CHECK(host_b.stats()["s3"]["fetches"] == 1);
+}
