@@ -4,6 +4,7 @@
 // hosts. With neffcache-cc first in PATH the client's compiles go to the mount, whose
 // daemon compiles each graph once across the hosts (the bucket's lease) and serves a graph
 // compiled before from the bucket, whatever name the client gives it.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -136,4 +137,63 @@ TEST_CASE("a just-in-time client's compile holds the bucket's lease: another hos
   CHECK(second[0]["per_graph"][0]["neff_bytes"] == first["per_graph"][0]["neff_bytes"]);
   CHECK(test::count_lines(log) == 1);
   CHECK(host_b.stats()["s3"]["fetches"] == 1);
+}
+
+TEST_CASE("neffcache-cc with an s3:// cache: a graph compiled on one host is a hit on another under any name, a "
+          "graph two hosts compile at once compiles once; a bucket it cannot reach costs one warning",
+          "[s3][shim]") {
+  auto s3 = test::fresh_bucket("shimurl");
+  test::TempDir dir;
+  const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
+  const auto [a, b, a2, b2, c] = test::jit_graphs(dir);
+  // A compile by the Neuron wrapper on host `host` (its own HOME, where the shim keeps
+  // what it knows of the compiler) with `url` as its cache.
+  auto compile_argv = [&](const std::string& host, const test::fs::path& hlo, const test::fs::path& out,
+                          const std::string& url) {
+    std::vector<std::string> argv{"env"};
+    for (auto& w : test::s3_env_words({"NEURON_COMPILE_CACHE_URL=" + url, "NEFFCACHE_FAKE_RATE=0",
+                                       "NEFFCACHE_FAKE_SECONDS=0.5", "NEFFCACHE_FAKE_LOG=" + log.string(),
+                                       "HOME=" + (dir / host).string(),
+                                       "PATH=" + test::path_with({test::k_shim_dir, real})}))
+      argv.push_back(w);
+    argv.insert(argv.end(), {"neuronx-cc", "compile", hlo.string(), "--framework", "XLA", "--target", "trn2",
+                             "--output", out.string(), "-O1"});
+    return argv;
+  };
+  const std::string url = fmt::format("s3://{}/team", s3->bucket());
+
+  auto first = test::run(compile_argv("host-a", a, dir / "a.neff", url));
+  REQUIRE(first.exit_code == 0);
+  CHECK(test::count_lines(log) == 1);
+  // The other host, the graph under another name (other debug metadata): served.
+  auto twin = test::run(compile_argv("host-b", a2, dir / "a2.neff", url));
+  CHECK(twin.exit_code == 0);
+  CHECK(twin.output.find("Compiler status PASS\n") != std::string::npos);
+  CHECK(test::slurp(dir / "a2.neff") == test::slurp(dir / "a.neff"));
+  CHECK(test::count_lines(log) == 1);
+  // The bucket holds the shim's entry as any done entry: graph, flags, NEFF, marker.
+  auto listed = s3->list("team/");
+  REQUIRE(listed);
+  std::vector<std::string> names;
+  for (const auto& o : listed->objects) names.push_back(test::fs::path(o.key).filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"});
+
+  // Both hosts start a new graph at once: one compiles under the lease, the other waits
+  // and is served.
+  test::Child on_a(compile_argv("host-a", c, dir / "c-a.neff", url), /*quiet_stderr=*/true);
+  test::Child on_b(compile_argv("host-b", c, dir / "c-b.neff", url), /*quiet_stderr=*/true);
+  on_a.rest();
+  on_b.rest();
+  CHECK(on_a.wait() == 0);
+  CHECK(on_b.wait() == 0);
+  CHECK(test::count_lines(log) == 2);
+  CHECK(test::slurp(dir / "c-a.neff") == test::slurp(dir / "c-b.neff"));
+
+  // A bucket that does not exist: one warning, and the real compiler runs as without us.
+  auto gone = test::run(compile_argv("host-a", b, dir / "b.neff", "s3://neffcache-no-such-bucket"));
+  CHECK(gone.exit_code == 0);
+  CHECK(gone.output.starts_with("neffcache-cc: warning: "));
+  CHECK(test::count_lines(log) == 3);
+  CHECK(test::fs::file_size(dir / "b.neff") > 0);
 }

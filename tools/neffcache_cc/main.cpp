@@ -22,10 +22,14 @@
 //         the real compiler runs with the caller's arguments unchanged, its output and
 //         exit status passed through; a NEFF it makes is published in the shim entry
 //         and recorded in the index.
+//   - An s3:// cache: the shim entry in the bucket is looked up and compiled under its
+//     lease (waiting while another host compiles it); a graph compiled on any host
+//     under any client's name is found there, since every host names it alike.
 //   - Whatever goes wrong on our side (an unreadable HLO, a cache we cannot read or
 //     write, a full disk) costs one warning line on stderr and the real compiler runs as
 //     if the shim were not there.
-// Counters (hits, compiles, fallbacks) are kept in <cache>/.neffcache/shim-stats.json.
+// Counters (hits, waited, compiles, fallbacks) are kept in shim-stats.json in
+// <cache>/.neffcache (for a bucket: ~/.cache/neffcache).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -39,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -60,8 +65,11 @@
 #include <neffcache/core/detail/xxh3.hpp>
 #include <neffcache/core/env.hpp>
 #include <neffcache/core/size.hpp>
+#include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/lease.hpp>
 #include <neffcache/store/directory.hpp>
 #include <neffcache/store/open.hpp>
+#include <neffcache/store/s3.hpp>
 
 namespace {
 
@@ -135,18 +143,23 @@ std::string caller_cache(const LnlCommand& c) {
   return {};
 }
 
-// The real compiler's version, asked once per build of it: remembered in the cache's
-// private folder under the identity of the compiler's file (path, inode, size, times).
+// Where the shim keeps what it remembers of a cache (the compiler's version, counters,
+// the peaks of its compiles): the cache's private folder, or for a bucket (mounted or
+// not) the user's own cache folder.
+std::string state_dir(const std::string& backing) {
+  if (backing.starts_with("s3://")) return fmt::format("{}/.cache/neffcache", detail::getenv_or("HOME", "/root"));
+  return fmt::format("{}/{}", backing, k_private_prefix);
+}
+
+// The real compiler's version, asked once per build of it: remembered in the state
+// folder under the identity of the compiler's file (path, inode, size, times).
 Result<std::string> compiler_version(const std::string& real, const std::string& backing) {
   struct stat st {};
   const std::string resolved = real_path(real);
   if (resolved.empty() || ::stat(resolved.c_str(), &st) != 0) return sys_error("stat", real);
   const std::string id = detail::xxh3_hex(detail::xxh3_64(fmt::format(
       "{}|{}|{}|{}|{}|{}", resolved, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec)));
-  // (A mount of a bucket has no local folder of ours to keep it in: the user's cache then.)
-  const std::string memo = backing.starts_with("s3://")
-                               ? fmt::format("{}/.cache/neffcache/compilers/{}", detail::getenv_or("HOME", "/root"), id)
-                               : fmt::format("{}/{}/compilers/{}", backing, k_private_prefix, id);
+  const std::string memo = fmt::format("{}/compilers/{}", state_dir(backing), id);
   if (auto text = detail::read_file(memo); text && check_compiler_version(*text)) return *text;
   auto v = detect_compiler_version(real);
   if (!v) return v;
@@ -156,9 +169,11 @@ Result<std::string> compiler_version(const std::string& real, const std::string&
   return v;
 }
 
-// Adds one to the counters named in <backing>/.neffcache/shim-stats.json (best effort).
+// Adds one to the counters named in shim-stats.json of the state folder (best effort).
 void count(const std::string& backing, std::initializer_list<std::string_view> names) {
-  const std::string path = fmt::format("{}/{}/shim-stats.json", backing, k_private_prefix);
+  std::error_code ec;
+  fs::create_directories(state_dir(backing), ec);
+  const std::string path = fmt::format("{}/shim-stats.json", state_dir(backing));
   detail::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd || ::flock(fd.get(), LOCK_EX) != 0) return;
   auto j = nlohmann::ordered_json::parse(detail::read_fd(fd.get()), nullptr, false);
@@ -196,11 +211,19 @@ void say_pass(const LnlCommand& c, const std::string& from) {
                                                            k_me, from));
 }
 
+// What keeps the lock of a compile alive while the real compiler runs: a descriptor the
+// compiler inherits (our entry lock's, so that it stays held if we die first), and a
+// beat run every `every` (a lock's heartbeat, a lease's renewal).
+struct Keepalive {
+  int inherit_fd = -1;
+  std::chrono::milliseconds every{0};
+  std::function<void()> beat;
+};
+
 // Runs the real compiler with the caller's arguments, stdio shared, in our process group
-// (so a Ctrl-C reaches it as it would without us). `lock`, when held, stays held by the
-// compiler too (its descriptor is inherited) and its heartbeat is kept while it runs.
+// (so a Ctrl-C reaches it as it would without us), keeping `alive` while it runs.
 // Returns the exit status the caller should see (128 + signal for a signal).
-int run_real(const std::string& real, int argc, char** argv, EntryLock* lock) {
+int run_real(const std::string& real, int argc, char** argv, const Keepalive& alive) {
   std::vector<char*> args{const_cast<char*>(real.c_str())};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
@@ -212,7 +235,7 @@ int run_real(const std::string& real, int argc, char** argv, EntryLock* lock) {
     return 127;
   }
   if (pid == 0) {
-    if (lock && lock->held()) ::fcntl(lock->descriptor(), F_SETFD, 0);
+    if (alive.inherit_fd >= 0) ::fcntl(alive.inherit_fd, F_SETFD, 0);
     ::execv(real.c_str(), args.data());
     fmt::print(stderr, "{}: error: cannot run {}: {}\n", k_me, real, std::strerror(errno));
     ::_exit(127);
@@ -221,10 +244,10 @@ int run_real(const std::string& real, int argc, char** argv, EntryLock* lock) {
   std::condition_variable cv;
   bool done = false;
   std::thread heartbeat;
-  if (lock && lock->held())
+  if (alive.beat)
     heartbeat = std::thread([&] {
       std::unique_lock lk(mu);
-      while (!cv.wait_for(lk, k_lock_stale_after / 4, [&] { return done; })) (void)lock->heartbeat();
+      while (!cv.wait_for(lk, alive.every, [&] { return done; })) alive.beat();
     });
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -302,6 +325,112 @@ double seconds_since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
+// A compile's graph, as memory admission sees it.
+struct Job {
+  ContentId id;
+  std::string entry;  // our entry, in messages
+  uint64_t instructions = 0;
+  uint64_t hlo_bytes = 0;
+};
+
+// The real compiler, run once the host's memory ledger admits what compiles of this
+// graph (or graphs of its size) peaked at before, keeping `alive` while it runs; its own
+// peak is recorded after. Counted. Returns its exit status and how long it ran.
+std::pair<int, double> compile_admitted(const std::string& real, int argc, char** argv, const std::string& backing,
+                                        const Job& job, SteadyClock::time_point deadline, const Keepalive& alive) {
+  auto ledger = open_memory_ledger("", "", k_me, [](std::string_view w) { fmt::print(stderr, "{}: warning: {}\n", k_me, w); });
+  if (!ledger) fmt::print(stderr, "{}: warning: {}; compiling without the memory budget\n", k_me, ledger.error().message);
+  PeakHistory peaks((fs::path(state_dir(backing)) / fs::path(k_peaks_dir).filename()).string());
+  const auto predicted = peaks.predict(job.id.str(), job.instructions, job.hlo_bytes);
+  const uint64_t reservation = admit(ledger ? ledger->get() : nullptr, predicted.bytes, job.entry, deadline);
+  const auto start = SteadyClock::now();
+  const int status = run_real(real, argc, argv, alive);
+  const double seconds = seconds_since(start);
+  if (ledger && *ledger) (*ledger)->release(reservation);
+  struct rusage children {};
+  if (::getrusage(RUSAGE_CHILDREN, &children) == 0 && status == 0)
+    peaks.add(job.id.str(), job.instructions, job.hlo_bytes, static_cast<uint64_t>(children.ru_maxrss));
+  count(backing, {"compiles"});
+  return {status, seconds};
+}
+
+// An s3:// cache: our entry in the bucket holds the identity's result, and every host
+// names it alike, so a graph compiled anywhere under any client's name is found there.
+// Done: its NEFF is downloaded to the output (whole or not at all). Else its lease is
+// taken (waiting while another process or host compiles it, then served as a hit), the
+// real compiler runs, and the graph, the NEFF and model.done go up under the lease. An
+// S3 we cannot reach costs one warning and a plain compile.
+int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, char** argv, const LnlCommand& call,
+                  const Job& job, std::string_view hlo_bytes, const std::vector<std::string>& flags,
+                  SteadyClock::time_point t0, SteadyClock::time_point deadline) {
+  S3Client& s3 = bucket.client();
+  const std::string backing = bucket.name();
+  const std::string base = s3_key(bucket.url().prefix, job.entry);
+  auto fetched = [&]() -> Result<bool> {  // done on S3: the NEFF is at the output
+    auto names = detail::s3_entry_names(s3, base);
+    if (!names) return names.error();
+    if (!detail::files_named(job.entry, *names).done()) return false;
+    if (auto got = s3.download(fmt::format("{}/{}", base, k_neff_file), call.output); !got) return got.error();
+    return true;
+  };
+  auto served = [&](bool waited) {
+    say_pass(call, s3.describe(base));
+    count(backing, {waited ? "waited" : "hits"});
+    return 0;
+  };
+  auto hit = fetched();
+  if (!hit) return fallback(real, argc, argv, hit.error().message);
+  if (*hit) return served(false);
+
+  const std::string lease_key = fmt::format("{}/{}", base, EntryFiles::of_entry_path(job.entry).s3_lock_name());
+  auto lease = S3Lease::acquire(s3, lease_key);
+  for (; !lease && lease.error().code == Errc::busy; lease = S3Lease::acquire(s3, lease_key)) {
+    if (SteadyClock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (hit = fetched(); !hit || *hit) break;
+  }
+  if (hit && *hit) return served(true);
+  if (!hit) return fallback(real, argc, argv, hit.error().message);
+  if (!lease) {
+    count(backing, {"fallbacks"});
+    return fallback(real, argc, argv, lease.error().message);
+  }
+  // Look again under the lease: whoever held it may have finished.
+  if (hit = fetched(); !hit || *hit) {
+    if (!hit || !s3.remove(lease->key())) (void)lease->release();
+    return hit ? served(seconds_since(t0) > 0.05) : fallback(real, argc, argv, hit.error().message);
+  }
+  bool lost = false;  // (set by the renewals' thread, read once it has been joined)
+  const auto [status, compile_seconds] =
+      compile_admitted(real, argc, argv, backing, job, deadline, {-1, lease->renew_interval(), [&] {
+                         if (auto r = lease->renew(); !r && r.error().code == Errc::precondition_failed) lost = true;
+                       }});
+  (void)compile_seconds;
+  struct stat out_st {};
+  if (status != 0 || ::stat(call.output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
+    if (!lost) (void)lease->release();
+    return status;
+  }
+  // Published only while the lease is ours: the graph (flags, then the HLO), the NEFF,
+  // then model.done (only if absent), as a compile under the lease publishes.
+  auto published = [&]() -> Result<void> {
+    if (lost) return Error{Errc::busy, fmt::format("{}: the lease was lost during the compile", s3.describe(base))};
+    if (auto r = lease->renew(); !r) return r.error();
+    if (auto g = store_s3_graph(s3, bucket.url().prefix, job.entry, hlo_bytes, flags); !g) return g.error();
+    if (auto n = s3.upload(fmt::format("{}/{}", base, k_neff_file), call.output); !n) return n.error();
+    auto d = s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
+    if (!d && d.error().code != Errc::precondition_failed) return d.error();
+    return {};
+  }();
+  if (!published) {
+    fmt::print(stderr, "{}: warning: the NEFF was not cached: {}\n", k_me, published.error().message);
+    if (!lost) (void)lease->release();
+    return status;
+  }
+  if (!s3.remove(lease->key())) (void)lease->release();
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -326,9 +455,10 @@ int main(int argc, char** argv) {
   auto cache = store::open_store(caller_cache(*call));
   if (!cache) return fallback(*real, argc, argv, cache.error().message);
   const auto* folder = dynamic_cast<const store::DirectoryStore*>(cache->get());
-  if (!folder) return fallback(*real, argc, argv, fmt::format("{}: only a local or mounted cache is served", (*cache)->name()));
-  const std::string backing = folder->backing();
-  const ContentIndex* index = folder->content_index();
+  auto* bucket = dynamic_cast<store::S3Store*>(cache->get());
+  if (!folder && !bucket)
+    return fallback(*real, argc, argv, fmt::format("{}: only a folder, a mount or an s3:// cache is served", (*cache)->name()));
+  const std::string backing = folder ? folder->backing() : bucket->name();
 
   auto bytes = detail::read_file(call->input);
   if (!bytes) return fallback(*real, argc, argv, fmt::format("cannot read {}", call->input));
@@ -341,11 +471,22 @@ int main(int argc, char** argv) {
   const EntryKey key{*version, hlo->graph_hash, flags_hash(flags)};
   const ContentId id{key.compiler_dir(), hlo->canonical_sha256, key.flags_hash};
   const std::string entry = key.relative_path();
-  const std::string entry_dir = fmt::format("{}/{}", folder->root(), entry);
   // The Neuron wrapper compiles into a work folder, naming the files after its entry
-  // (model.<MODULE key>.neff). If that entry is ours, the caller holds its lock already:
-  // waiting for it (or for a daemon that waits for it) would wait for ever.
+  // (model.<MODULE key>.neff). If that entry is ours, the caller holds its lock already
+  // (on S3: its lease): waiting for it (or for a daemon that waits for it) would wait for
+  // ever.
   const bool caller_holds_ours = fs::path(call->output).filename() == fmt::format("model.{}.neff", key.module_dir());
+  const auto t0 = SteadyClock::now();
+  double timeout = k_default_timeout_seconds;
+  if (auto t = process_env("NEFFCACHE_COMPILE_TIMEOUT"); t && !t->empty()) timeout = std::atof(t->c_str());
+  const auto deadline = t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout));
+  const Job job{id, entry, hlo->stats.instructions, bytes->size()};
+  if (bucket) {
+    if (caller_holds_ours) exec_real(*real, argc, argv);
+    return compile_on_s3(*bucket, *real, argc, argv, *call, job, *bytes, flags, t0, deadline);
+  }
+  const std::string entry_dir = fmt::format("{}/{}", folder->root(), entry);
+  const ContentIndex* index = folder->content_index();
   if (folder->compiles_on_open()) {
     if (caller_holds_ours) exec_real(*real, argc, argv);
     if (auto done = compile_through_mount(**cache, entry, *bytes, flags, call->output); !done)
@@ -377,14 +518,10 @@ int main(int argc, char** argv) {
   if (caller_holds_ours) exec_real(*real, argc, argv);
 
   // A miss: our entry's lock, then look again (whoever held it may have compiled it).
-  const auto t0 = SteadyClock::now();
   std::error_code ec;
   fs::create_directories(entry_dir, ec);
   if (ec) return fallback(*real, argc, argv, fmt::format("cannot create {}: {}", entry_dir, ec.message()));
-  double timeout = k_default_timeout_seconds;
-  if (auto t = process_env("NEFFCACHE_COMPILE_TIMEOUT"); t && !t->empty()) timeout = std::atof(t->c_str());
-  auto lock = EntryLock::acquire(entry_lock_path(entry_dir, EntryFiles::of_entry_path(entry)),
-                                 t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout)));
+  auto lock = EntryLock::acquire(entry_lock_path(entry_dir, EntryFiles::of_entry_path(entry)), deadline);
   if (!lock) {
     count(backing, {"fallbacks"});
     return fallback(*real, argc, argv, lock.error().message);
@@ -394,22 +531,9 @@ int main(int argc, char** argv) {
     if (auto served = serve(*twin, waited)) return *served;
 
   remove_publish_leftovers(entry_dir);
-  // Memory: what compiles of this graph (or graphs of its size) peaked at before.
-  auto ledger = open_memory_ledger("", "", k_me, [](std::string_view w) { fmt::print(stderr, "{}: warning: {}\n", k_me, w); });
-  if (!ledger) fmt::print(stderr, "{}: warning: {}; compiling without the memory budget\n", k_me, ledger.error().message);
-  PeakHistory peaks(fmt::format("{}/{}", backing, k_peaks_dir));
-  const auto predicted = peaks.predict(id.str(), hlo->stats.instructions, bytes->size());
-  const uint64_t reservation =
-      admit(ledger ? ledger->get() : nullptr, predicted.bytes, entry,
-            SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout)));
-  const auto compile_start = SteadyClock::now();
-  const int status = run_real(*real, argc, argv, &*lock);
-  const double compile_seconds = seconds_since(compile_start);
-  if (ledger && *ledger) (*ledger)->release(reservation);
-  struct rusage children {};
-  if (::getrusage(RUSAGE_CHILDREN, &children) == 0 && status == 0)
-    peaks.add(id.str(), hlo->stats.instructions, bytes->size(), static_cast<uint64_t>(children.ru_maxrss));
-  count(backing, {"compiles"});
+  const auto [status, compile_seconds] =
+      compile_admitted(*real, argc, argv, backing, job, deadline,
+                       {lock->descriptor(), k_lock_stale_after / 4, [&] { (void)lock->heartbeat(); }});
   struct stat out_st {};
   if (status != 0 || ::stat(call->output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
     lock->release();
