@@ -74,6 +74,23 @@ TEST_CASE("a just-in-time client on a bucket mount: its own compile is the entry
     for (const auto& g : s["per_graph"]) CHECK(g["neff_bytes"].get<int>() > 0);
 }
 
+TEST_CASE("a just-in-time client's failed compile on a bucket mount is its entry's record: the tier does not compile "
+          "the graph again",
+          "[s3][mount][jit]") {
+  TwoHosts hosts("jitfail");
+  auto& [s3, dir, real, log, host_a, host_b] = hosts;
+  auto env = test::jit_env(host_a.mnt(), log, test::path_with({real}));
+  env.push_back("NEFFCACHE_FAKE_FAIL=1");
+  auto rank = test::start_jit(env, {test::jit_graphs(dir).a});
+  const std::string text = rank->rest();
+  CHECK(rank->wait() != 0);  // (the graph failed)
+  CHECK(text.find("\"failed\": 1") != std::string::npos);
+  CHECK(test::count_lines(log) == 1);
+  // The tier's job for the entry looks again each second once the client has let go.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK(test::count_lines(log) == 1);
+}
+
 TEST_CASE("neffcache-cc on two hosts sharing a bucket: twins of graphs compiled before compile nowhere, a new "
           "graph once for both hosts",
           "[s3][mount][shim]") {
@@ -107,7 +124,7 @@ TEST_CASE("a just-in-time client's compile holds the bucket's lease: another hos
   const test::fs::path a = test::jit_graphs(dir).a;
   auto on = [&](const test::S3Mount& host) {
     auto env = test::jit_env(host.mnt(), log, test::path_with({real}));
-    env.push_back("NEFFCACHE_FAKE_SECONDS=2");  // the client's own compile is slow
+    env.push_back("NEFFCACHE_FAKE_SECONDS=4");  // the client's own compile is slow
     return env;
   };
 
@@ -124,8 +141,9 @@ TEST_CASE("a just-in-time client's compile holds the bucket's lease: another hos
     }
     return hlo && lease;
   };
+  // (Within the client's compile: started, under sanitizers, in seconds.)
   bool seen = false;
-  for (int i = 0; i < 200 && !(seen = leased_graph()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && !(seen = leased_graph()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(seen);
   // Host B's client finds the graph there while host A's client still compiles it, and
   // waits for that NEFF rather than having it compiled again.

@@ -16,6 +16,7 @@
 //      takes a lease of a done entry finds it done in step 3).
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -140,7 +141,16 @@ inline Result<void> upload_s3_result(S3Client& s3, const std::string& base, cons
   auto up = [&](std::string_view name, const PutCondition& cond = {}) {
     return s3.upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name), cond);
   };
+  // A NEFF still being written (a copy of an entry whose marker came first) must not
+  // become the entry's for every host: it goes up only if unchanged during the upload.
+  const std::string neff_path = fmt::format("{}/{}", entry_dir, files.neff_name());
+  struct stat before {}, after {};
+  if (::stat(neff_path.c_str(), &before) != 0) return sys_error("stat", neff_path);
   if (auto neff = up(files.neff_name()); !neff) return neff.error();
+  if (::stat(neff_path.c_str(), &after) != 0) return sys_error("stat", neff_path);
+  if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || after.st_ino != before.st_ino)
+    return Error{Errc::io, fmt::format("{} changed while it was uploaded", neff_path)};
   if (files.is_lnl() && ::access(fmt::format("{}/{}", entry_dir, k_lnl_log_file).c_str(), F_OK) == 0)
     if (auto log = up(k_lnl_log_file); !log) return log.error();
   auto done = files.is_lnl() ? up(files.done_name(), {.if_absent = true})
@@ -273,7 +283,10 @@ inline Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, co
     if (!done || !s3.remove(lease.key())) (void)lease.release();
   };
   // Publish only while the lease is still ours.
-  if (auto renewed = lease.renew(); !renewed) return renewed.error();
+  if (auto renewed = lease.renew(); !renewed) {
+    if (renewed.error().code != Errc::precondition_failed) (void)lease.release();  // (lost: not ours to give)
+    return renewed.error();
+  }
   auto names = detail::s3_entry_names(s3, base);
   if (!names) return give_back(false), names.error();
   const EntryFiles files = detail::files_named(rel, *names);

@@ -171,8 +171,13 @@ class S3Tier {
     auto rel = entry_rel(entry_dir);
     if (!rel) return transient(fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root));
     const std::string base = s3_key(o_.prefix, *rel);
+    // While we stand in for a client (stand_in), a look that fails keeps the job: its
+    // looks are what renew the lease, so it must not end before the client lets go.
+    auto failed_look = [&](std::string why) {
+      return standing_in(entry_dir) ? CompileResult::of(CompileOutcome::busy, std::move(why)) : transient(std::move(why));
+    };
     auto names = detail::s3_entry_names(*s3_, base);
-    if (!names) return transient(names.error().message);
+    if (!names) return failed_look(names.error().message);
     EntryFiles remote = detail::files_named(*rel, *names);
     // A client of this host that compiles the entry itself (a just-in-time client, whose
     // compiler runs outside the mount) holds its lock here: we stand in for it on S3
@@ -182,14 +187,25 @@ class S3Tier {
     std::optional<EntryLock> here_lock;
     if (!o_.read_only && !remote.done()) {
       auto here = read_entry_files(entry_dir);
-      if (!here) return transient(here.error().message);
+      if (!here) return failed_look(here.error().message);
       auto lock = EntryLock::try_acquire_entry(entry_dir, *here, s.lock);
-      if (!lock && lock.error().code == Errc::busy) return stand_in(entry_dir, *rel, remote, lock.error().message);
-      if (!lock) return transient(lock.error().message);
+      if (!lock && lock.error().code == Errc::busy)
+        return stand_in(entry_dir, *rel, remote, *here, lock.error().message);
+      if (!lock) return failed_look(lock.error().message);
       here_lock.emplace(std::move(*lock));
     }
     std::optional<S3Lease> client_lease = end_stand_in(entry_dir);
-    if (here_lock && local_done(entry_dir)) return publish_here(entry_dir, *rel, std::move(client_lease));
+    if (here_lock) {
+      auto here = read_entry_files(entry_dir);
+      if (here && here->done()) return publish_here(entry_dir, *rel, std::move(client_lease));
+      // A client's compile that failed here (our failures are recorded on S3 only): its
+      // record answers, as a directory cache's does, unless failures are retried.
+      if (here && here->failed() && !s.retry_failed) {
+        if (client_lease) (void)client_lease->release();
+        return CompileResult::of(CompileOutcome::failed_cached,
+                                 fmt::format("{}: a failed compile is recorded ({})", entry_dir, here->failure_name()));
+      }
+    }
     if (client_lease) (void)client_lease->release();  // the client gave up: compiled below, under the lease again
     if (!o_.read_only) {
       auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
@@ -381,7 +397,9 @@ class S3Tier {
     if (!names) return fail(names.error());
     const EntryFiles remote = detail::files_named(rel, *names);
     if (!lease) {
-      auto taken = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, remote.s3_lock_name()), o_.compile.lease_ttl,
+      auto here = read_entry_files(entry_dir);
+      if (!here) return fail(here.error());
+      auto taken = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, lease_name(remote, *here)), o_.compile.lease_ttl,
                                     o_.compile.host);
       if (!taken) return fail(taken.error());
       lease.emplace(std::move(*taken));
@@ -404,7 +422,7 @@ class S3Tier {
   // the scheduler looks again until the client lets go of its lock. A lease held
   // elsewhere, or an S3 we cannot reach, leaves the client alone: it compiles anyway.
   CompileResult stand_in(const std::string& entry_dir, const std::string& rel, const EntryFiles& remote,
-                         std::string why) {
+                         const EntryFiles& here, std::string why) {
     CompileResult busy = CompileResult::of(CompileOutcome::busy, std::move(why));
     std::optional<StandIn> mine;
     {
@@ -420,7 +438,7 @@ class S3Tier {
       else if (renewed.error().code == Errc::precondition_failed) return busy;  // lost: another host has it now
     }
     if (!mine) {
-      auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), remote.s3_lock_name()),
+      auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), lease_name(remote, here)),
                                     o_.compile.lease_ttl, o_.compile.host);
       if (!lease) return busy;
       mine.emplace(StandIn{std::move(*lease), now});
@@ -429,6 +447,19 @@ class S3Tier {
     std::lock_guard lk(mu_);
     stand_ins_.emplace(entry_dir, std::move(*mine));
     return busy;
+  }
+
+  // Whether we hold the lease of `entry_dir` for a client (stand_in).
+  bool standing_in(const std::string& entry_dir) const {
+    std::lock_guard lk(mu_);
+    return stand_ins_.contains(entry_dir);
+  }
+
+  // The name of the lease object of an entry whose files are `remote` on S3 and `here`
+  // locally: its HLO's (model.hlo_module.pb, or the legacy name) as every host names it,
+  // from here while S3 has no HLO yet.
+  static std::string lease_name(const EntryFiles& remote, const EntryFiles& here) {
+    return remote.has_hlo() || !here.has_hlo() ? remote.s3_lock_name() : here.s3_lock_name();
   }
 
   // The lease held for a client of `entry_dir`, if any, no longer held for it.
