@@ -401,11 +401,10 @@ int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, cha
     return hit ? served(seconds_since(t0) > 0.05) : fallback(real, argc, argv, hit.error().message);
   }
   bool lost = false;  // (set by the renewals' thread, read once it has been joined)
-  const auto [status, compile_seconds] =
+  const int status =
       compile_admitted(real, argc, argv, backing, job, deadline, {-1, lease->renew_interval(), [&] {
                          if (auto r = lease->renew(); !r && r.error().code == Errc::precondition_failed) lost = true;
-                       }});
-  (void)compile_seconds;
+                       }}).first;
   struct stat out_st {};
   if (status != 0 || ::stat(call.output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
     if (!lost) (void)lease->release();
