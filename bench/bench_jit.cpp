@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "hlo_variants.hpp"
+#include "paths.hpp"
 #include "process.hpp"
 
 namespace {
@@ -79,7 +80,7 @@ double start_training(const Options& o, const fs::path& cache, const fs::path& l
                                 fmt::format("NEFFCACHE_FAKE_SECONDS={}", o.compile_seconds),
                                 "NEFFCACHE_FAKE_LOG=" + log.string(),
                                 "PATH=" + path,
-                                NEFFCACHE_CLIENT_SIM,
+                                test::path::client_sim,
                                 "--key",
                                 "raw",
                                 "--flag=-O1",
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<fs::path> corpus;
-  for (const auto& e : fs::directory_iterator(NEFFCACHE_CORPUS_DIR))
+  for (const auto& e : fs::directory_iterator(test::path::corpus))
     if (e.path().extension() == ".pb") corpus.push_back(e.path());
   std::sort(corpus.begin(), corpus.end());
   const int half = o.graphs / 2;
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
   fs::path work = fs::path(o.dir) / fmt::format("neffcache-bench-jit-{}", ::getpid());
   fs::create_directories(work / "graphs");
   fs::create_directories(work / "sdk-bin");
-  fs::create_symlink(NEFFCACHE_FAKE_COMPILER, work / "sdk-bin" / "neuronx-cc");
+  fs::create_symlink(test::path::fake_compiler, work / "sdk-bin" / "neuronx-cc");
   // The earlier job's graphs, their twins, and the new graphs.
   std::vector<fs::path> earlier, start;
   for (int i = 0; i < o.graphs; ++i) {
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
     }
   }
   const std::string real = (work / "sdk-bin").string();
-  const std::string with_shim = fmt::format("{}:{}:/usr/bin:/bin", NEFFCACHE_SHIM_DIR, real);
+  const std::string with_shim = fmt::format("{}:{}:/usr/bin:/bin", test::path::shim_dir, real);
   const std::string without = fmt::format("{}:/usr/bin:/bin", real);
 
   std::vector<double> compiles_with, compiles_without, wall_with, wall_without, wall_ratio;

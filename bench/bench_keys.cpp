@@ -16,6 +16,7 @@
 
 #include <neffcache/neffcache.hpp>
 
+#include "paths.hpp"
 #include "synth.hpp"
 
 namespace {
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   int reps = 7;
   std::size_t synth_mb = 100;
   int walk_entries = 100000;
-  std::string corpus = NEFFCACHE_CORPUS_DIR;
+  std::string corpus = test::path::corpus;
   app.add_option("--reps", reps, "repetitions per benchmark")->capture_default_str();
   app.add_option("--synth-mb", synth_mb, "size of the synthesized module in MB")->capture_default_str();
   app.add_option("--walk-entries", walk_entries, "entries in the walked cache")->capture_default_str();

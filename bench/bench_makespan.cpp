@@ -24,6 +24,7 @@
 
 #include <neffcache/neffcache.hpp>
 
+#include "paths.hpp"
 #include "synth.hpp"
 
 namespace {
@@ -62,7 +63,7 @@ std::vector<std::string> make_cache(const fs::path& root, double scale, double r
 }
 
 std::string fake_template() {
-  return std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+  return std::string(test::path::fake_compiler) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 }
 
 struct Run {
@@ -75,7 +76,7 @@ struct Run {
 Run ours(const fs::path& root, int jobs) {
   Run run;
   auto t0 = Clock::now();
-  auto r = detail::run_capture({NEFFCACHE_TOOL, "compile", "--cache", root.string(), "-j", std::to_string(jobs),
+  auto r = detail::run_capture({test::path::tool, "compile", "--cache", root.string(), "-j", std::to_string(jobs),
                                 "--mem-budget", "off", "--compiler", fake_template(), "--json"},
                                std::chrono::hours(1));
   run.makespan = since(t0);

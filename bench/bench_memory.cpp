@@ -90,6 +90,7 @@
 #include <neffcache/neffcache.hpp>
 
 #include "cgroup.hpp"
+#include "paths.hpp"
 #include "fake_neff.hpp"
 #include "synth.hpp"
 
@@ -205,7 +206,7 @@ Outcome run_in_cgroup(uint64_t limit, const fs::path& cache, const std::vector<s
   std::string why;
   auto cg = test::MemoryCgroup::create(limit, why);
   if (!cg) throw std::runtime_error(fmt::format("cannot make a memory cgroup: {}", why));
-  std::vector<std::string> argv = {NEFFCACHE_TOOL, "compile", "--cache", cache.string()};
+  std::vector<std::string> argv = {test::path::tool, "compile", "--cache", cache.string()};
   argv.insert(argv.end(), args.begin(), args.end());
   argv = cg->wrap(argv);
   std::vector<char*> cargv;
@@ -334,7 +335,7 @@ int main(int argc, char** argv) {
   for (int s : {SIGINT, SIGTERM, SIGHUP}) std::signal(s, [](int) { g_stop = 1; });
 
   const std::string compiler =
-      std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+      std::string(test::path::fake_compiler) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 
   // A batch and who compiles it: ours first, ours with peaks known right after it (the
   // two stay together in the alternating order), then the fixed counts.

@@ -56,6 +56,7 @@
 
 #include "bench_twins.hpp"
 #include "mount_bench.hpp"
+#include "paths.hpp"
 #include "synth.hpp"
 
 extern char** environ;
@@ -252,7 +253,7 @@ std::vector<Row> bench_meta(const Options& o, const fs::path& work) {
 // 4. Wake-up: model.done renamed into place -> the waiting open returns.
 std::vector<Row> bench_wakeup(const Options& o, const fs::path& work) {
   auto backing = work / "wake-backing";
-  const fs::path hlo = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  const fs::path hlo = fs::path(test::path::corpus) / "gopjrt_tuple.hlo.pb";
   std::vector<fs::path> entries;
   for (int i = 0; i < o.wake_entries; ++i) entries.push_back(make_pending_entry(backing, fmt::format("w{}+0", i), hlo));
   Mount m(backing, work / "wake-mnt", {"NEFFCACHE_FAKE_RATE=0"});
@@ -303,7 +304,7 @@ std::vector<Row> bench_wakeup(const Options& o, const fs::path& work) {
 // 5. Many readers of one pending entry.
 std::vector<Row> bench_dedup(const Options& o, const fs::path& work) {
   auto backing = work / "dedup-backing";
-  const fs::path hlo = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  const fs::path hlo = fs::path(test::path::corpus) / "gopjrt_tuple.hlo.pb";
   Mount m(backing, work / "dedup-mnt", {fmt::format("NEFFCACHE_FAKE_SECONDS={}", o.dedup_compile_seconds)});
   Row compiles{fmt::format("dedup: {} readers of one pending entry, compiles", o.dedup_readers), "count", "= 1",
                [](double v) { return v == 1; }};
@@ -340,7 +341,7 @@ void shell(const std::string& line) {
 }
 
 std::string fake_template() {
-  return std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+  return std::string(test::path::fake_compiler) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 }
 
 // Entries with model.done below a cache root.
@@ -370,9 +371,9 @@ std::vector<Row> bench_overlap(const Options& o, const fs::path& work) {
     return fmt::format("env -C '{}' -u NEURON_CC_FLAGS -u NEURON_EXTRACT_GRAPHS_ONLY NEURON_COMPILE_CACHE_URL='{}' {}",
                        work.string(), cache.string(), fake_env);
   };
-  const std::string trial = fmt::format("{} --poll 0.02 --extract-interval {} --compiler '{}' '{}'", NEFFCACHE_CLIENT_SIM,
+  const std::string trial = fmt::format("{} --poll 0.02 --extract-interval {} --compiler '{}' '{}'", test::path::client_sim,
                                         interval, tmpl, graphs.string());
-  const std::string npc = fmt::format("{} --num_parallel {} --compiler '{}'", NEFFCACHE_NPC, jobs, tmpl);
+  const std::string npc = fmt::format("{} --num_parallel {} --compiler '{}'", test::path::npc, jobs, tmpl);
   const std::string quiet = " >/dev/null 2>&1";
   auto finished = [&](const fs::path& cache, const char* flow) {
     if (int done = done_entries(cache); done != n)
@@ -418,7 +419,7 @@ std::vector<Row> bench_overlap(const Options& o, const fs::path& work) {
 std::vector<Row> bench_waiting(const Options& o, const fs::path& work) {
   const int entries = 10;
   auto backing = work / "waiting-backing";
-  const fs::path hlo = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  const fs::path hlo = fs::path(test::path::corpus) / "gopjrt_tuple.hlo.pb";
   std::vector<fs::path> paths;
   for (int k = 0; k < entries; ++k)
     paths.push_back(work / "waiting-mnt" /

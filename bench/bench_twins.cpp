@@ -20,6 +20,7 @@
 #include <neffcache/cache/index.hpp>
 #include <neffcache/compile/twin.hpp>
 
+#include "paths.hpp"
 #include "synth.hpp"
 
 namespace mount_bench {
@@ -28,7 +29,7 @@ namespace {
 constexpr std::string_view k_compiler_dir = "neuronxcc-2.21.0";
 
 const fs::path& corpus_hlo() {
-  static const fs::path p = fs::path(NEFFCACHE_CORPUS_DIR) / "gopjrt_tuple.hlo.pb";
+  static const fs::path p = fs::path(test::path::corpus) / "gopjrt_tuple.hlo.pb";
   return p;
 }
 

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "mount.hpp"
+#include "paths.hpp"
 
 namespace mount_bench {
 
@@ -152,7 +153,7 @@ class Mount : public test::MountedDaemon {
     s.mnt = mnt;
     s.env = env_extra;
     s.quiet = true;
-    s.options = {"--compiler", std::string(NEFFCACHE_FAKE_COMPILER) +
+    s.options = {"--compiler", std::string(test::path::fake_compiler) +
                                    " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
     s.options.insert(s.options.end(), daemon_args.begin(), daemon_args.end());
     return s;

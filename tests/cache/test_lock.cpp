@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string k_helper = NEFFCACHE_LOCK_HELPER;
+const std::string k_helper = test::path::lock_helper;
 
 // A record as another neffcache process would write it, with its heartbeat `age` ago.
 void write_foreign_record(const test::fs::path& p, detail::ProcessIdentity who, std::chrono::seconds age) {

@@ -24,7 +24,7 @@ namespace {
 CompileSettings lnl_settings(const test::TempDir& work) {
   CompileSettings s;
   // Only the program counts for an entry with command.txt; the rest is for one without.
-  s.compiler = CompilerTemplate::parse(std::string(NEFFCACHE_FAKE_COMPILER) +
+  s.compiler = CompilerTemplate::parse(std::string(test::path::fake_compiler) +
                                        " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}")
                    .value();
   s.workdir_root = work.path().string();

@@ -100,7 +100,7 @@ class Mount {
 // Opens `path` in a separate process; its exit status says how the open ended
 // (0: read a whole fake NEFF, 5: EIO, 4: EINTR, 3: other error, 2: partial NEFF).
 inline std::unique_ptr<test::Child> reader_process(const fs::path& path) {
-  return std::make_unique<test::Child>(std::vector<std::string>{NEFFCACHE_READER, path.string()});
+  return std::make_unique<test::Child>(std::vector<std::string>{test::path::reader, path.string()});
 }
 
 // Writes a file in place, without fsync: kernel knobs under /proc, large test trees.
@@ -117,7 +117,7 @@ inline std::string canonical_of(const std::string& corpus_file) {
 
 // The neuron-client-sim command line over the corpus graphs `graphs`.
 inline std::vector<std::string> client_sim_command(const std::vector<std::string>& graphs) {
-  std::vector<std::string> argv{NEFFCACHE_CLIENT_SIM, "--json", "--poll", "0.02", "--extract-interval", "0.05",
+  std::vector<std::string> argv{test::path::client_sim, "--json", "--poll", "0.02", "--extract-interval", "0.05",
                                 "--compiler", k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
   for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
   return argv;

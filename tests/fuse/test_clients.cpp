@@ -47,7 +47,7 @@ TEST_CASE("neuron_parallel_compile on a mount: the daemon compiles as graphs are
   fs::permissions(dir / "train.sh", fs::perms::owner_all);
   // The tool's own compiler does not exist: every compile must be the daemon's.
   auto r = test::run({"env", "-C", dir.path().string(), "-u", "NEURON_CC_FLAGS",
-                      "NEURON_COMPILE_CACHE_URL=" + m.mnt().string(), NEFFCACHE_NPC, "--compiler",
+                      "NEURON_COMPILE_CACHE_URL=" + m.mnt().string(), test::path::npc, "--compiler",
                       "no-such-cc {hlo} {neff}", (dir / "train.sh").string()});
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("INFO ||NEURON_PARALLEL_COMPILE||: Total successful compilations: 2") != std::string::npos);
@@ -203,7 +203,7 @@ TEST_CASE("every neuron_parallel_compile --command on a mount, with the client s
   auto npc = [&](std::vector<std::string> args) {
     std::vector<std::string> argv{"env", "-C", dir.path().string(), "-u", "NEURON_CC_FLAGS", "-u",
                                   "NEURON_EXTRACT_GRAPHS_ONLY", "NEURON_COMPILE_CACHE_URL=" + m.mnt().string(),
-                                  NEFFCACHE_NPC, "--compiler", "no-such-cc {hlo} {neff}"};
+                                  test::path::npc, "--compiler", "no-such-cc {hlo} {neff}"};
     argv.insert(argv.end(), args.begin(), args.end());
     return test::run(argv);
   };

@@ -143,7 +143,7 @@ TEST_CASE("a daemon that goes to the background compiles and stops", "[fuse]") {
   const std::string rel = "neuronxcc-2.21.0/MODULE_bg+0";
   fs::create_directories(dir / "backing" / rel);
   fs::copy_file(test::k_corpus / "gopjrt_tuple.hlo.pb", dir / "backing" / rel / "model.hlo_module.pb");
-  auto started = test::run({NEFFCACHE_DAEMON, "--compiler", k_fake + " compile --framework=XLA --target=trn1 {hlo} "
+  auto started = test::run({test::path::daemon, "--compiler", k_fake + " compile --framework=XLA --target=trn1 {hlo} "
                             "--output {neff} {flags}", (dir / "backing").string(), (dir / "mnt").string()});
   REQUIRE(started.exit_code == 0);
   auto read = test::run({"timeout", "30", "cat", (dir / "mnt" / rel / "model.neff").string()});

@@ -145,7 +145,7 @@ TEST_CASE("vLLM Neuron clients on the mount: each graph compiled once, by the da
   for (int r = 0; r < 3; ++r) {
     std::vector<std::string> argv{"env", "VLLM_CACHE_ROOT=" + vllm.path().string(), "NEFFCACHE_FAKE_RATE=0",
                                   "NEFFCACHE_FAKE_SECONDS=0.3", "NEFFCACHE_FAKE_LOG=" + m.compile_log().string(),
-                                  NEFFCACHE_CLIENT_SIM, "--dialect", "lnl", "--json", "--poll", "0.05", "--compiler",
+                                  test::path::client_sim, "--dialect", "lnl", "--json", "--poll", "0.05", "--compiler",
                                   k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"};
     for (const auto& g : graphs) argv.push_back((test::k_corpus / g).string());
     ranks.push_back(std::make_unique<test::Child>(argv, true));

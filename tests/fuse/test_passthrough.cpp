@@ -243,7 +243,7 @@ TEST_CASE("nothing outside the backing directory is reached through the mount", 
   CHECK(read_all(m.mnt() / "neuronxcc-2.21.0/MODULE_rel+0/model.neff").first == ENOENT);
   CHECK(m.compiles() == 0);
   // Nor does a batch compile of the backing directory follow it.
-  auto r = test::run({NEFFCACHE_TOOL, "compile", "--cache", m.backing().string(), "--compiler",
+  auto r = test::run({test::path::tool, "compile", "--cache", m.backing().string(), "--compiler",
                       k_fake + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}"});
   CHECK(r.exit_code == 0);
   CHECK_FALSE(fs::exists(outside / "model.neff"));

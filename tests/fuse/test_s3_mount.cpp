@@ -252,7 +252,7 @@ TEST_CASE("neuron_parallel_compile on an s3:// mount: the graphs go to the bucke
   fs::permissions(dir / "train.sh", fs::perms::owner_all);
   // The tool's own compiler does not exist: every compile must be the daemon's.
   auto r = test::run(test::s3_tool_argv({"--compiler", "no-such-cc {hlo} {neff}", (dir / "train.sh").string()},
-                                        {"NEURON_COMPILE_CACHE_URL=" + m.mnt().string()}, NEFFCACHE_NPC));
+                                        {"NEURON_COMPILE_CACHE_URL=" + m.mnt().string()}, test::path::npc));
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.output, ContainsSubstring("Total successful compilations: 2"));

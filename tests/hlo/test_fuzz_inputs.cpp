@@ -10,7 +10,7 @@
 
 namespace {
 
-const test::fs::path k_fuzz = NEFFCACHE_FUZZ_DIR;
+const test::fs::path k_fuzz = test::path::fuzz;
 
 // The files of the given folders that exist, sorted.
 std::vector<test::fs::path> inputs(std::initializer_list<test::fs::path> dirs) {

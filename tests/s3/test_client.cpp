@@ -278,7 +278,7 @@ namespace {
 // The fault-injecting proxy (tests/s3/faulty_proxy.py) in front of the test server.
 struct FaultyProxy {
   FaultyProxy(const std::string& mode, int count)
-      : child({"python3", NEFFCACHE_S3_SCRIPTS "/faulty_proxy.py", upstream_port(), mode, std::to_string(count)}) {
+      : child({"python3", std::string(test::path::s3_scripts) + "/faulty_proxy.py", upstream_port(), mode, std::to_string(count)}) {
     port = child.line();
     REQUIRE(!port.empty());
   }
@@ -388,7 +388,7 @@ TEST_CASE("an S3 server that stops mid-upload leaves no object, only a clean err
 
 TEST_CASE("S3 credentials come from the instance metadata service (IMDSv2)", "[s3]") {
   const auto& server = test::s3_server();
-  test::Child imds({"python3", NEFFCACHE_S3_SCRIPTS "/imds_stub.py", server.access_key, server.secret_key});
+  test::Child imds({"python3", std::string(test::path::s3_scripts) + "/imds_stub.py", server.access_key, server.secret_key});
   std::string port = imds.line();
   REQUIRE(!port.empty());
   auto bucket = test::fresh_bucket("imds")->bucket();

@@ -159,12 +159,12 @@ TEST_CASE("neuron_parallel_compile's trial runs on an s3:// cache: collect, coll
   const fs::path log = dir / "fake.log";
   const std::string url = fmt::format("s3://{}/team", s3->bucket());
   // The client simulator stores the graphs in the bucket as graph extraction does.
-  std::vector<std::string> trial{NEFFCACHE_CLIENT_SIM, "--extract-interval", "0.05", "--compiler-version", "2.21.0"};
+  std::vector<std::string> trial{test::path::client_sim, "--extract-interval", "0.05", "--compiler-version", "2.21.0"};
   for (int i = 0; i < 3; ++i) trial.push_back(test::corpus_files()[static_cast<std::size_t>(i)].string());
   auto npc = [&](std::vector<std::string> args) {
     args.insert(args.end(), trial.begin(), trial.end());
     return test::run(test::s3_tool_argv(args, {"NEURON_COMPILE_CACHE_URL=" + url, "NEFFCACHE_FAKE_RATE=0",
-                                               "NEFFCACHE_FAKE_LOG=" + log.string()}, NEFFCACHE_NPC));
+                                               "NEFFCACHE_FAKE_LOG=" + log.string()}, test::path::npc));
   };
   auto count = [&](std::string_view suffix) {
     auto l = s3->list("team/");

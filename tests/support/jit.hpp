@@ -13,12 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "hlo_variants.hpp"
+#include "paths.hpp"
 #include "process.hpp"
 #include "support.hpp"
 
 namespace test {
 
-inline const fs::path k_shim_dir = NEFFCACHE_SHIM_DIR;
+inline const fs::path k_shim_dir = test::path::shim_dir;
 
 // A folder holding the real compiler (the fake) under its real name, as an SDK has it.
 inline fs::path real_compiler_dir(const TempDir& dir) {

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "paths.hpp"
 #include "process.hpp"
 
 namespace test {
@@ -65,11 +66,7 @@ struct DaemonSpec {
   std::vector<std::string> options;   // the daemon's options
   std::vector<std::string> launcher;  // words before everything (prlimit and the like)
   bool quiet = false;                 // the daemon's stderr to /dev/null (benchmarks)
-#ifdef NEFFCACHE_DAEMON
-  std::string program = NEFFCACHE_DAEMON;
-#else
-  std::string program = "neffcachefs";
-#endif
+  std::string program = test::path::daemon;
 };
 
 class MountedDaemon {

@@ -1,5 +1,5 @@
 // The S3 server the S3 tests run against: radosgw started by ctest's `radosgw` fixture
-// (tests/s3/radosgw.sh), whose address and credentials are in NEFFCACHE_S3_DIR/s3.env.
+// (tests/s3/radosgw.sh), whose address and credentials are in test::path::s3_dir/s3.env.
 // A test that needs it fails when it is not running; it never skips.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include <neffcache/s3.hpp>
 #include <neffcache/s3_cache.hpp>
 
+#include "paths.hpp"
 #include "support.hpp"
 
 namespace test {
@@ -28,9 +29,9 @@ struct S3Server {
 inline const S3Server& s3_server() {
   static const S3Server server = [] {
     S3Server s;
-    auto text = neffcache::detail::read_file(std::string(NEFFCACHE_S3_DIR) + "/s3.env");
+    auto text = neffcache::detail::read_file(std::string(test::path::s3_dir) + "/s3.env");
     INFO("the S3 server is started by ctest's radosgw fixture (tests/s3/radosgw.sh start "
-         << NEFFCACHE_S3_DIR << ")");
+         << test::path::s3_dir << ")");
     REQUIRE(text.has_value());
     auto section = neffcache::detail::ini_section("[s3]\n" + *text, "s3");
     for (const auto& [k, v] : *section) {

@@ -31,21 +31,22 @@
 #include <neffcache/url.hpp>
 
 #include "mount.hpp"
+#include "paths.hpp"
 #include "process.hpp"
 
 namespace test {
 
 namespace fs = std::filesystem;
 
-inline const fs::path k_corpus = NEFFCACHE_CORPUS_DIR;
-inline const fs::path k_data = NEFFCACHE_TEST_DATA_DIR;
-inline const std::string k_tool = NEFFCACHE_TOOL;
-inline const std::string k_fake = NEFFCACHE_FAKE_COMPILER;
-inline const std::string k_sim = NEFFCACHE_CLIENT_SIM;
-inline const std::string k_daemon = NEFFCACHE_DAEMON;
+inline const fs::path k_corpus = test::path::corpus;
+inline const fs::path k_data = test::path::data;
+inline const std::string k_tool = test::path::tool;
+inline const std::string k_fake = test::path::fake_compiler;
+inline const std::string k_sim = test::path::client_sim;
+inline const std::string k_daemon = test::path::daemon;
 // The fake compiler as a compile template (tools' --compiler, the daemon's).
 inline const std::string k_fake_template =
-    std::string(NEFFCACHE_FAKE_COMPILER) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
+    std::string(test::path::fake_compiler) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";
 
 // Every serialized HLO file of the corpus, sorted by name.
 inline std::vector<fs::path> corpus_files() {

@@ -476,7 +476,7 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
   CHECK(r.output.find("Counting neuronxcc-2.19.0, neuronxcc-2.21.0.0+fake (every compiler folder; compiler "
                       "'neuronx-cc' not found on PATH)") != std::string::npos);
   CHECK(r.output.find("remaining items are 2, locked are 0, failed are 1, done are 0, total is 3") != std::string::npos);
-  r = on_path(no_compiler, NEFFCACHE_NPC, {"--command", "scan"});
+  r = on_path(no_compiler, test::path::npc, {"--command", "scan"});
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("total is 3") != std::string::npos);
   // With the compiler: only its folder.
@@ -485,7 +485,7 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
   auto j = nlohmann::json::parse(r.output);
   CHECK(j["compiler_dirs"] == nlohmann::json::array({"neuronxcc-2.21.0.0+fake"}));
   CHECK(j["total"] == 2);
-  r = on_path(with_fake, NEFFCACHE_NPC, {"--command", "scan-with-failed"});
+  r = on_path(with_fake, test::path::npc, {"--command", "scan-with-failed"});
   CHECK(r.output.find("Counting neuronxcc-2.21.0.0+fake (the folder of 'neuronx-cc' 2.21.0.0+fake)") != std::string::npos);
 
   // The rest of the commands on a cache need no compiler either.
@@ -498,7 +498,7 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
     CHECK(r.output.find("not found on PATH") == std::string::npos);
   }
   CHECK(fs::is_empty(cache));
-  test::check_one_line_error(on_path(no_compiler, NEFFCACHE_NPC, {"--command", "compile"}), "not found on PATH",
+  test::check_one_line_error(on_path(no_compiler, test::path::npc, {"--command", "compile"}), "not found on PATH",
                              "neffcache");
 }
 

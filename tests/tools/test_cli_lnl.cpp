@@ -324,7 +324,7 @@ TEST_CASE("a bad LNL name is a one-line error; explain and analyze read an LNL e
                              "its client compiled it, and nothing says with which compiler version");
   test::check_one_line_error(lnl_tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", "no-such-compiler"}),
                              "cannot tell the compiler version");
-  auto explained = lnl_tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
+  auto explained = lnl_tool({"explain", "--cache", c.root.string(), c.pending, "--compiler", test::path::fake_compiler, "--json"});
   INFO(explained.output);
   REQUIRE(explained.exit_code == 0);
   auto verdict = nlohmann::json::parse(explained.output);
@@ -380,7 +380,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
   // Later runs find the result in the index: a new LNL entry of that program compiles nothing.
   const std::string later = test::lnl_key("later");
   test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", later, {"-O1"});
-  auto explained = lnl_tool({"explain", "--cache", root.string(), later, "--compiler", NEFFCACHE_FAKE_COMPILER, "--json"});
+  auto explained = lnl_tool({"explain", "--cache", root.string(), later, "--compiler", test::path::fake_compiler, "--json"});
   INFO(explained.output);
   REQUIRE(explained.exit_code == 0);
   CHECK(nlohmann::json::parse(explained.output)["verdict"] == "twin");

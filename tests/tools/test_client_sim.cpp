@@ -52,7 +52,7 @@ TEST_CASE("neuron-client-sim: after neuron_parallel_compile, training compiles n
   // The simulator is the trial run: neuron_parallel_compile sets NEURON_EXTRACT_GRAPHS_ONLY.
   auto argv = client_env(cache, log);
   argv.insert(argv.begin() + 1, {"-C", dir.path().string()});
-  argv.push_back(NEFFCACHE_NPC);
+  argv.push_back(test::path::npc);
   argv.push_back("--compiler");
   argv.push_back(k_template);
   argv.push_back("--parallel_compile_workdir=" + (dir / "work").string());

@@ -14,9 +14,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string k_npc = NEFFCACHE_NPC;
+const std::string k_npc = test::path::npc;
 using test::k_fake;
-const std::string k_client_sim = NEFFCACHE_CLIENT_SIM;
+const std::string k_client_sim = test::path::client_sim;
 
 // A stand-in training script: writes each graph into the cache with `neffcache put` and
 // prints the line the Neuron framework prints; records the extraction variables it saw.
@@ -37,7 +37,7 @@ fs::path trial_script(const test::TempDir& dir, const std::vector<std::string>& 
   return path;
 }
 
-test::ToolRun npc(const test::TempDir& dir, std::vector<std::string> args, std::vector<std::string> env = {}) {
+test::ToolRun run_npc(const test::TempDir& dir, std::vector<std::string> args, std::vector<std::string> env = {}) {
   // In `dir`, where the trial run's log is kept.
   std::vector<std::string> argv{"env", "-C", dir.path().string(), "-u", "NEURON_CC_FLAGS", "-u", "NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE",
                                 "NEURON_COMPILE_CACHE_URL=" + (dir / "cache").string(), "NEFFCACHE_FAKE_RATE=0",
@@ -65,7 +65,7 @@ TEST_CASE("neuron_parallel_compile collects and compiles; exit status = failed g
   test::TempDir dir;
   auto script = trial_script(dir, {"gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb", "rocm08_normal_9.hlo_proto.pb"});
   // gopjrt_x_squared's graph hash starts with b1752fb3 (see the key tests): make it fail.
-  auto r = npc(dir, {"--num_parallel", "2", "--parallel_compile_workdir", (dir / "work").string(), script.string()},
+  auto r = run_npc(dir, {"--num_parallel", "2", "--parallel_compile_workdir", (dir / "work").string(), script.string()},
                {"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_b1752fb3"});
   CHECK(r.exit_code == 1);
   CHECK(test::slurp(dir / "seen-env") == "1 1 1\n");
@@ -87,10 +87,10 @@ TEST_CASE("neuron_parallel_compile collects and compiles; exit status = failed g
 TEST_CASE("neuron_parallel_compile stops when the trial run fails, unless told to go on", "[cli]") {
   test::TempDir dir;
   auto script = trial_script(dir, {"gopjrt_tuple.hlo.pb"}, 3);
-  auto r = npc(dir, {script.string()});
+  auto r = run_npc(dir, {script.string()});
   CHECK(r.exit_code == 3);
   CHECK(r.output.find("NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE") != std::string::npos);
-  r = npc(dir, {script.string()}, {"NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE=1"});
+  r = run_npc(dir, {script.string()}, {"NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE=1"});
   CHECK(r.exit_code == 0);
   CHECK(report_of(r.output)["compilation_summary"]["true"] == 1);
 }
@@ -98,46 +98,46 @@ TEST_CASE("neuron_parallel_compile stops when the trial run fails, unless told t
 TEST_CASE("neuron_parallel_compile --command collect, scan, compile, clean", "[cli]") {
   test::TempDir dir;
   auto script = trial_script(dir, {"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"});
-  auto r = npc(dir, {"--command", "collect", script.string()});
+  auto r = run_npc(dir, {"--command", "collect", script.string()});
   CHECK(r.exit_code == 0);
   CHECK(test::count_lines(dir / "compiles.log") == 0);
-  r = npc(dir, {"--command", "scan"});
+  r = run_npc(dir, {"--command", "scan"});
   CHECK(r.output.find("Current remaining items are 2, locked are 0, failed are 0, done are 0, total is 2") !=
         std::string::npos);
-  r = npc(dir, {"--command", "compile"});
+  r = run_npc(dir, {"--command", "compile"});
   CHECK(r.exit_code == 0);
   CHECK(report_of(r.output)["compilation_summary"]["true"] == 2);
   CHECK(test::count_lines(dir / "compiles.log") == 2);
-  r = npc(dir, {"--command", "clear-neffs"});
+  r = run_npc(dir, {"--command", "clear-neffs"});
   CHECK(r.exit_code == 0);
-  r = npc(dir, {"--command", "scan-with-failed"});
+  r = run_npc(dir, {"--command", "scan-with-failed"});
   CHECK(r.output.find("remaining items are 2") != std::string::npos);
-  r = npc(dir, {"--command", "clean"});
+  r = run_npc(dir, {"--command", "clean"});
   CHECK(r.exit_code == 0);
   CHECK(test::only_private_left(dir / "cache"));
-  CHECK(npc(dir, {"--command", "bogus"}).exit_code == 2);
-  CHECK(npc(dir, {"--command", "collect"}).exit_code == 1);  // no command to run
+  CHECK(run_npc(dir, {"--command", "bogus"}).exit_code == 2);
+  CHECK(run_npc(dir, {"--command", "collect"}).exit_code == 1);  // no command to run
 }
 
 TEST_CASE("neuron_parallel_compile --command analyze writes result.json for the extracted graphs", "[cli]") {
   test::TempDir dir;
   auto script = trial_script(dir, {"spu_tf_jit_comp.hlo.pb", "rocm08_normal_9.hlo_proto.pb"});
-  auto r = npc(dir, {"--command", "analyze", script.string()});
+  auto r = run_npc(dir, {"--command", "analyze", script.string()});
   REQUIRE(r.exit_code == 0);
   CHECK(test::count_lines(dir / "compiles.log") == 0);  // analyzing compiles nothing
   auto j = nlohmann::json::parse(test::slurp(dir / "model_analysis_result" / "result.json"));
   CHECK(j["total"]["graphs"] == 2);
   CHECK(j["total"]["framework_ops"]["LessEqual"] == 2);
-  r = npc(dir, {"--command", "analyze", "--analyze-output", "elsewhere", "--analyze-verbosity", "1", script.string()});
+  r = run_npc(dir, {"--command", "analyze", "--analyze-output", "elsewhere", "--analyze-verbosity", "1", script.string()});
   REQUIRE(r.exit_code == 0);
   j = nlohmann::json::parse(test::slurp(dir / "elsewhere" / "result.json"));
   CHECK(j["verbosity"] == 1);
   CHECK_FALSE(j["total"].contains("framework_ops"));
-  CHECK(npc(dir, {"--command", "analyze", "--analyze-verbosity", "3", script.string()}).exit_code == 2);
+  CHECK(run_npc(dir, {"--command", "analyze", "--analyze-verbosity", "3", script.string()}).exit_code == 2);
   auto nothing = dir / "nothing.sh";
   test::spit(nothing, "#!/bin/sh\necho no graphs\n");
   fs::permissions(nothing, fs::perms::owner_all);
-  r = npc(dir, {"--command", "analyze", nothing.string()});
+  r = run_npc(dir, {"--command", "analyze", nothing.string()});
   CHECK(r.exit_code == 1);
   CHECK(r.output.find("extracted no graphs") != std::string::npos);
 }
@@ -145,7 +145,7 @@ TEST_CASE("neuron_parallel_compile --command analyze writes result.json for the 
 TEST_CASE("NEURON_PARALLEL_COMPILE_DUMP_RESULTS keeps the report as a JSON file", "[cli]") {
   test::TempDir dir;
   auto script = trial_script(dir, {"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"});
-  auto r = npc(dir, {script.string()}, {"NEURON_PARALLEL_COMPILE_DUMP_RESULTS=1"});
+  auto r = run_npc(dir, {script.string()}, {"NEURON_PARALLEL_COMPILE_DUMP_RESULTS=1"});
   REQUIRE(r.exit_code == 0);
   auto kept = nlohmann::json::parse(test::slurp(dir / "neuron_parallel_compile_report.json"));
   CHECK(kept == report_of(r.output));
@@ -164,13 +164,13 @@ TEST_CASE("NEURON_PARALLEL_COMPILE_DUMP_RESULTS keeps the report as a JSON file"
   CHECK(total["total_neuron_parallel_compile_time"].get<double>() >= kept["compilation_time"].get<double>());
   CHECK(neuron_files[""].filename().string().substr(32) == neuron_files["total_"].filename().string().substr(38));
   // A path of one's own; the compile command keeps it too.
-  REQUIRE(npc(dir, {"--command", "clear-neffs"}).exit_code == 0);
-  r = npc(dir, {"--command", "compile"}, {"NEURON_PARALLEL_COMPILE_DUMP_RESULTS=" + (dir / "mine.json").string()});
+  REQUIRE(run_npc(dir, {"--command", "clear-neffs"}).exit_code == 0);
+  r = run_npc(dir, {"--command", "compile"}, {"NEURON_PARALLEL_COMPILE_DUMP_RESULTS=" + (dir / "mine.json").string()});
   REQUIRE(r.exit_code == 0);
   CHECK(nlohmann::json::parse(test::slurp(dir / "mine.json"))["compilation_report"].size() == 2);
   // Off by default.
   fs::remove(dir / "neuron_parallel_compile_report.json");
-  CHECK(npc(dir, {"--command", "compile"}).exit_code == 0);
+  CHECK(run_npc(dir, {"--command", "compile"}).exit_code == 0);
   CHECK_FALSE(fs::exists(dir / "neuron_parallel_compile_report.json"));
 }
 
@@ -180,7 +180,7 @@ TEST_CASE("neuron_parallel_compile takes the Neuron tool's options anywhere and 
   test::spit(script, fmt::format("#!/bin/sh\necho \"$@\" > '{}'\n", (dir / "args").string()));
   fs::permissions(script, fs::perms::owner_all);
   // parse_known_args: ours wherever they stand, in both forms; the rest in order.
-  auto r = npc(dir, {"--node_id", "0", "--world_size=1", script.string(), "--nproc_per_node=2", "train.py",
+  auto r = run_npc(dir, {"--node_id", "0", "--world_size=1", script.string(), "--nproc_per_node=2", "train.py",
                      "--log_level", "WARNING", "--steps_this_run", "10", "--parallel_compile_workdir",
                      (dir / "work").string(), "--compiler", "gcc", "--", "--num_parallel", "3"});
   CHECK(r.exit_code == 0);
@@ -189,27 +189,27 @@ TEST_CASE("neuron_parallel_compile takes the Neuron tool's options anywhere and 
   CHECK(fs::is_directory(dir / "work"));
 
   // The Neuron tool's rules for the multi-node options.
-  test::check_one_line_error(npc(dir, {"--static_schedule", "--command", "compile"}), "--static_schedule needs --world_size",
+  test::check_one_line_error(run_npc(dir, {"--static_schedule", "--command", "compile"}), "--static_schedule needs --world_size",
                              "neuron_parallel_compile");
-  test::check_one_line_error(npc(dir, {"--static_schedule", "--world_size", "2", script.string()}),
+  test::check_one_line_error(run_npc(dir, {"--static_schedule", "--world_size", "2", script.string()}),
                              "does not work with --command collect-and-compile", "neuron_parallel_compile");
-  test::check_one_line_error(npc(dir, {"--node_id", "2", "--world_size", "2", script.string()}),
+  test::check_one_line_error(run_npc(dir, {"--node_id", "2", "--world_size", "2", script.string()}),
                              "--node_id 2 is not below --world_size 2", "neuron_parallel_compile");
-  CHECK(npc(dir, {"--world_size", "0", script.string()}).exit_code == 2);
-  CHECK(npc(dir, {"--log_level", "LOUD", script.string()}).exit_code == 2);
+  CHECK(run_npc(dir, {"--world_size", "0", script.string()}).exit_code == 2);
+  CHECK(run_npc(dir, {"--log_level", "LOUD", script.string()}).exit_code == 2);
 }
 
 TEST_CASE("neuron_parallel_compile --log_level filters the tool's own lines", "[cli]") {
   test::TempDir dir;
   auto script = trial_script(dir, {"gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb"});
-  auto r = npc(dir, {"--log_level", "ERROR", script.string()}, {"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_b1752fb3"});
+  auto r = run_npc(dir, {"--log_level", "ERROR", script.string()}, {"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_b1752fb3"});
   CHECK(r.exit_code == 1);  // the failed graph still counts
   CHECK(r.output.find("Extracting graphs (") != std::string::npos);  // the trial run's lines are not ours
   CHECK(r.output.find("||NEURON_PARALLEL_COMPILE||") == std::string::npos);
   CHECK(r.output.find("||NEURON_CACHE||") == std::string::npos);
-  r = npc(dir, {"--log_level=DEBUG", "--command", "clear-neffs"});
+  r = run_npc(dir, {"--log_level=DEBUG", "--command", "clear-neffs"});
   REQUIRE(r.exit_code == 0);
-  r = npc(dir, {"--log_level=DEBUG", "--world_size", "2", script.string()}, {"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_b1752fb3"});
+  r = run_npc(dir, {"--log_level=DEBUG", "--world_size", "2", script.string()}, {"NEFFCACHE_FAKE_FAIL=1", "NEFFCACHE_FAKE_ONLY=MODULE_b1752fb3"});
   CHECK(r.output.find("DEBUG ||NEURON_PARALLEL_COMPILE||: neuronxcc-2.21.0/MODULE_") != std::string::npos);
   CHECK(r.output.find("INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: 2") != std::string::npos);
 }
@@ -295,19 +295,19 @@ TEST_CASE("neuron_parallel_compile --command compile shares the entries between 
   SECTION("static: a worker's slice of the sorted entries, and those of the 8 workers before it") {
     // 10 workers, one entry each: node 0's worker 0 takes entry 0 and steals from workers
     // 9..2 (the 8 before it, round the end); worker 1's entry is left to node 1.
-    auto r = npc(dir, {"--command", "compile", "--static_schedule", "--world_size", "10", "--node_id", "0",
+    auto r = run_npc(dir, {"--command", "compile", "--static_schedule", "--world_size", "10", "--node_id", "0",
                        "--num_parallel", "1"});
     CHECK(r.exit_code == 0);
     CHECK(pending() == std::set<std::string>{rels[1]});
     CHECK(test::count_lines(dir / "compiles.log") == 9);
-    r = npc(dir, {"--command", "compile", "--static_schedule", "--world_size", "10", "--node_id", "1",
+    r = run_npc(dir, {"--command", "compile", "--static_schedule", "--world_size", "10", "--node_id", "1",
                   "--num_parallel", "1"});
     CHECK(r.exit_code == 0);
     CHECK(pending().empty());
     CHECK(test::count_lines(dir / "compiles.log") == 10);
   }
   SECTION("dynamic: every node takes what is left after its own share") {
-    auto r = npc(dir, {"--command", "compile", "--world_size", "3", "--node_id", "2"});
+    auto r = run_npc(dir, {"--command", "compile", "--world_size", "3", "--node_id", "2"});
     CHECK(r.exit_code == 0);
     CHECK(pending().empty());
     CHECK(report_of(r.output)["compilation_report"].size() == 10);
@@ -350,7 +350,7 @@ TEST_CASE("neuron_parallel_compile compiles into the cache the trial run used", 
                                  (test::k_corpus / "rocm08_normal_9.hlo_proto.pb").string(), test::k_tool,
                                  (test::k_corpus / "spu_jax_cnn.hlo.pb").string()));
   fs::permissions(script, fs::perms::owner_all);
-  auto r = npc(dir, {"--parallel_compile_workdir", (dir / "work").string(), script.string()});
+  auto r = run_npc(dir, {"--parallel_compile_workdir", (dir / "work").string(), script.string()});
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("INFO ||NEURON_CACHE||: Compile cache path: " + theirs.string() + "\n") != std::string::npos);
@@ -381,7 +381,7 @@ TEST_CASE("neuron_parallel_compile: a line naming an entry folder is that graph;
                       dir.path().string());
   test::spit(script, body);
   fs::permissions(script, fs::perms::owner_all);
-  auto r = npc(dir, {script.string()});
+  auto r = run_npc(dir, {script.string()});
   INFO(r.output);
   CHECK(r.exit_code == 0);
   auto report = report_of(r.output)["compilation_report"];
