@@ -10,19 +10,22 @@
 # compiles and 2 runs of 80 small ones). Arguments are passed to bench_mount (e.g. --reps 3, --only hit, --hit-mib 256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target bench_keys bench_makespan bench_memory bench_jit bench_mount >/dev/null
+# A build folder of its own: scripts/test.sh builds build/ as Release, and switching one folder
+# between the two would rebuild everything each time.
+source scripts/build_env.sh
+cmake -S . -B build-bench "${cmake_tools[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-bench -j"$(nproc)" --target bench_keys bench_makespan bench_memory bench_jit bench_mount >/dev/null
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r), $(df -T /var/tmp | awk 'NR==2 {print $2}') under /var/tmp."
 echo
-build/bench/bench_keys
+build-bench/bench/bench_keys
 echo
-build/bench/bench_makespan
+build-bench/bench/bench_makespan
 echo
-build/bench/bench_memory
+build-bench/bench/bench_memory
 echo
-build/bench/bench_jit
+build-bench/bench/bench_jit
 echo
 rgw=/var/tmp/neffcache-bench-rgw
 bash tests/s3/radosgw.sh start "$rgw" >/dev/null
 trap 'bash tests/s3/radosgw.sh stop "$rgw" >/dev/null' EXIT
-build/bench/bench_mount --s3-env "$rgw/s3.env" "$@"
+build-bench/bench/bench_mount --s3-env "$rgw/s3.env" "$@"

@@ -15,6 +15,7 @@ packages=(
   ceph-mon ceph-osd radosgw uuid-runtime curl # a real S3 server (radosgw) the tests start on 127.0.0.1
   clang libclang-rt-14-dev          # libFuzzer and the sanitizer runtimes for fuzz targets
   python3                           # generates the committed json.dumps vectors; tests compare against them
+  ccache mold                       # the test command's compiler cache and linker (scripts/build_env.sh)
 )
 backports=(libcatch2-dev)
 

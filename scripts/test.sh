@@ -1,44 +1,130 @@
 #!/usr/bin/env bash
+# bash scripts/test.sh [--quick]
+#
 # Installs what is missing, builds, and runs every test: in a normal build, under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and the concurrency tests under
 # ThreadSanitizer; then each fuzz target for a bounded time. Exit status: 0 only if all
-# pass.
+# pass. At the end, pass or fail, a table gives each stage's wall time and each build's
+# ccache hits.
+#
+# --quick is for the edit loop: one unoptimized, uninstrumented build (build-quick/) and
+# its tests but the six slowest. It is no substitute for the whole run, which CI makes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+quick=0
+case "${1:-}" in
+  "") ;;
+  --quick) quick=1 ;;
+  *) echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
-bash scripts/setup.sh
+source scripts/build_env.sh
+
+# --- the stage table ---------------------------------------------------------------------
+rows=()
+started=$SECONDS
+current=""
+print_table() {
+  local rc=$?
+  [ -n "$current" ] && rows+=("$(printf '%-30s %7s  %-22s %s' "$current" "$((SECONDS - stage_start))" "" "FAILED")")
+  echo
+  echo "== stage times (wall seconds; ccache hits / compiled units)"
+  printf '%-30s %7s  %-22s %s\n' stage seconds ccache result
+  local row
+  for row in "${rows[@]}"; do echo "$row"; done
+  printf '%-30s %7s  %-22s %s\n' total "$((SECONDS - started))" "" "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
+}
+trap print_table EXIT
+
+# stage NAME COMMAND...: runs COMMAND as one stage of the table; a failure ends the run.
+stage() {
+  current=$1
+  shift
+  echo "== $current"
+  stage_start=$SECONDS
+  local before after
+  before=$(ccache_counts)
+  "$@"
+  after=$(ccache_counts)
+  local hits misses cache=""
+  read -r hits misses <<<"$(paste -d' ' <(echo "$after") <(echo "$before") | awk '{print $1 - $3, $2 - $4}')"
+  if [ $((hits + misses)) -gt 0 ]; then
+    cache=$(awk -v h="$hits" -v m="$misses" 'BEGIN { printf "%d/%d (%.0f%%)", h, h + m, 100 * h / (h + m) }')
+  fi
+  rows+=("$(printf '%-30s %7s  %-22s %s' "$current" "$((SECONDS - stage_start))" "$cache" ok)")
+  current=""
+}
+
+# build DIR CMAKE_OPTIONS... [-- TARGETS...]: configures DIR and builds TARGETS (all without).
+build() {
+  local dir=$1 options=() targets=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do options+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && targets=(--target "$@")
+  cmake -S . -B "$dir" "${cmake_tools[@]}" -DNEFFCACHE_BUILD_BENCH=OFF "${options[@]}" >/dev/null
+  cmake --build "$dir" -j"$jobs" "${targets[@]}"
+}
+
+# What every test needs built, besides the test programs (the programs they run).
+programs=(neffcache neuron_parallel_compile neuron-client-sim neffcache-cc fake-neuronx-cc neffcachefs
+  lock_helper fuse_reader)
+
+# shards FILTER: the Catch2 cases of the TSan build that FILTER selects, split into shards
+# that run as many at a time as there are cores (they are independent: ctest runs every case
+# in a process of its own, in parallel, in the other stages). Each shard's output is kept in
+# build-tsan/shards/ and shown if it fails.
+shards() {
+  local count=8 logs=build-tsan/shards
+  rm -rf "$logs" && mkdir -p "$logs"
+  export filter=$1 count logs
+  # --order decl: every shard must list the cases in one order to split them alike.
+  seq 0 $((count - 1)) | xargs -P "$jobs" -I{} bash -c '
+    if ! (cd build-tsan && tests/neffcache_tests "$filter" --order decl --shard-count "$count" --shard-index {}) \
+        >"$logs/{}.log" 2>&1; then
+      tail -n 200 "$logs/{}.log"; echo "TSan shard {} of $count failed ($logs/{}.log)"; exit 255
+    fi'
+  grep -h "^All tests passed\|^test cases:" "$logs"/*.log
+}
+
+stage setup bash scripts/setup.sh
+source scripts/build_env.sh  # again: setup may just have installed ccache and mold
+
+if [ "$quick" -eq 1 ]; then
+  stage "build (quick, -O0)" build build-quick -DCMAKE_BUILD_TYPE=Debug -- neffcache_tests neffcache_s3_tests "${programs[@]}"
+  # The six slowest tests, over a third of the tests' time: the packaging test, the load tests,
+  # 100 kill -9 cycles and the memory-cgroup batches.
+  stage "test (quick)" bash -c "cd build-quick && ctest --output-on-failure -j$jobs -E '^install_consumer\$|^1000 readers|\
+^a burst of 10000|^kill -9 of the daemon at random moments|^in a 1.5 GiB cgroup|^the same batch with admission off'"
+  exit 0
+fi
 
 # Release is what packagers and most users build, and -O3 inlines deepest, where GCC's
 # warnings (-Werror) find the most; the sanitizer stages below build Debug.
-echo "== build (Release) and test"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$jobs"
-(cd build && ctest --output-on-failure -j"$jobs")
+stage "build (Release)" build build -DCMAKE_BUILD_TYPE=Release
+stage "test (Release)" bash -c "cd build && ctest --output-on-failure -j$jobs"
 
-echo "== build with TSan and run the concurrency tests (locks, compile jobs, scheduler, the daemon, S3)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_TSAN=ON -DNEFFCACHE_BUILD_BENCH=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target neffcache_tests neffcache_s3_tests lock_helper fake-neuronx-cc neffcache \
-  neuron_parallel_compile neuron-client-sim neffcachefs fuse_reader neffcache-cc
+# The concurrency tests (locks, compile jobs, scheduler, the daemon, S3) under TSan.
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/support/tsan.supp
+stage "build (TSan)" build build-tsan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_TSAN=ON -- neffcache_tests neffcache_s3_tests \
+  "${programs[@]}"
 # Catch2's tag filter selects them (the Catch2 in bookworm-backports cannot turn tags into ctest labels).
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/../tests/support/tsan.supp" \
-   ./tests/neffcache_tests '[lock],[compile],[scheduler],[index],[fuse]~[load]')
+stage "test (TSan)" shards '[lock],[compile],[scheduler],[index],[fuse]~[load]'
 # The S3 tests (leases raced by threads, compiles by processes) need ctest's radosgw fixture.
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/../tests/support/tsan.supp" \
-   ctest --output-on-failure -L s3)
+stage "test (TSan, S3)" bash -c "cd build-tsan && ctest --output-on-failure -j$jobs -L s3"
+unset TSAN_OPTIONS
 
-echo "== build with ASan + UBSan and test"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_SANITIZE=ON -DNEFFCACHE_BUILD_BENCH=OFF >/dev/null
 # Everything that runs; not the headers compiled one by one (header_self_contained), which
 # is a compile check the Release stage made already and has nothing to run.
-cmake --build build-asan -j"$jobs" --target neffcache_tests neffcache_s3_tests lock_helper fuse_reader fake-neuronx-cc \
-  neffcache neuron_parallel_compile neuron-client-sim neffcachefs neffcache-cc
+stage "build (ASan+UBSan)" build build-asan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_SANITIZE=ON -- neffcache_tests \
+  neffcache_s3_tests "${programs[@]}"
 # install_consumer builds a plain (uninstrumented) program from the installed package:
 # it tests packaging, which the first run already covered. The two largest load tests (1,000
 # instrumented reader processes; 10,000 entries, 90 s instrumented) run in the first stage
 # only; so they do under TSan.
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j"$jobs" -E '^install_consumer$|^1000 readers|^a burst of 10000')
+stage "test (ASan+UBSan)" bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$jobs -E '^install_consumer\$|^1000 readers|^a burst of 10000'"
 
-echo "== fuzz each parser of untrusted input for ${NEFFCACHE_FUZZ_SECONDS:-30} s"
-bash scripts/fuzz.sh "${NEFFCACHE_FUZZ_SECONDS:-30}"
+seconds=${NEFFCACHE_FUZZ_SECONDS:-30}
+stage "build (fuzz)" bash scripts/fuzz.sh --build-only
+stage "fuzz (${seconds} s per target)" bash scripts/fuzz.sh --no-build "$seconds"
