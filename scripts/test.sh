@@ -25,15 +25,15 @@ source scripts/build_env.sh
 rows=()
 started=$SECONDS
 current=""
+row() { printf '%-30s %7s  %-22s %s\n' "$@"; }
 print_table() {
   local rc=$?
-  [ -n "$current" ] && rows+=("$(printf '%-30s %7s  %-22s %s' "$current" "$((SECONDS - stage_start))" "" "FAILED")")
+  [ -n "$current" ] && rows+=("$(row "$current" "$((SECONDS - stage_start))" "" FAILED)")
   echo
   echo "== stage times (wall seconds; ccache hits / compiled units)"
-  printf '%-30s %7s  %-22s %s\n' stage seconds ccache result
-  local row
-  for row in "${rows[@]}"; do echo "$row"; done
-  printf '%-30s %7s  %-22s %s\n' total "$((SECONDS - started))" "" "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
+  row stage seconds ccache result
+  printf '%s\n' "${rows[@]}"
+  row total "$((SECONDS - started))" "" "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
 }
 trap print_table EXIT
 
@@ -43,16 +43,15 @@ stage() {
   shift
   echo "== $current"
   stage_start=$SECONDS
-  local before after
-  before=$(ccache_counts)
+  local hits0 misses0 hits misses cache=""
+  read -r hits0 misses0 <<<"$(ccache_counts)"
   "$@"
-  after=$(ccache_counts)
-  local hits misses cache=""
-  read -r hits misses <<<"$(paste -d' ' <(echo "$after") <(echo "$before") | awk '{print $1 - $3, $2 - $4}')"
+  read -r hits misses <<<"$(ccache_counts)"
+  hits=$((hits - hits0)) misses=$((misses - misses0))
   if [ $((hits + misses)) -gt 0 ]; then
-    cache=$(awk -v h="$hits" -v m="$misses" 'BEGIN { printf "%d/%d (%.0f%%)", h, h + m, 100 * h / (h + m) }')
+    cache="$hits/$((hits + misses)) ($((100 * hits / (hits + misses)))%)"
   fi
-  rows+=("$(printf '%-30s %7s  %-22s %s' "$current" "$((SECONDS - stage_start))" "$cache" ok)")
+  rows+=("$(row "$current" "$((SECONDS - stage_start))" "$cache" ok)")
   current=""
 }
 
@@ -87,15 +86,20 @@ shards() {
   grep -h "^All tests passed\|^test cases:" "$logs"/*.log
 }
 
+# install_consumer builds a plain (uninstrumented) program from the installed package: it tests
+# packaging, which the Release stage covers. The two largest load tests (1,000 instrumented
+# reader processes; 10,000 entries, 90 s instrumented) run in the Release stage only.
+largest='^install_consumer$|^1000 readers|^a burst of 10000'
+
 stage setup bash scripts/setup.sh
 source scripts/build_env.sh  # again: setup may just have installed ccache and mold
 
 if [ "$quick" -eq 1 ]; then
   stage "build (quick, -O0)" build build-quick -DCMAKE_BUILD_TYPE=Debug -- neffcache_tests neffcache_s3_tests "${programs[@]}"
-  # The six slowest tests, over a third of the tests' time: the packaging test, the load tests,
-  # 100 kill -9 cycles and the memory-cgroup batches.
-  stage "test (quick)" bash -c "cd build-quick && ctest --output-on-failure -j$jobs -E '^install_consumer\$|^1000 readers|\
-^a burst of 10000|^kill -9 of the daemon at random moments|^in a 1.5 GiB cgroup|^the same batch with admission off'"
+  # The tests but the six slowest (over a third of their time): those above, 100 kill -9
+  # cycles and the two memory-cgroup batches.
+  stage "test (quick)" bash -c "cd build-quick && ctest --output-on-failure -j$jobs \
+    -E '$largest|^kill -9 of the daemon at random moments|^in a 1.5 GiB cgroup|^the same batch with admission off'"
   exit 0
 fi
 
@@ -118,12 +122,8 @@ unset TSAN_OPTIONS
 # is a compile check the Release stage made already and has nothing to run.
 stage "build (ASan+UBSan)" build build-asan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_SANITIZE=ON -- neffcache_tests \
   neffcache_s3_tests "${programs[@]}"
-# install_consumer builds a plain (uninstrumented) program from the installed package:
-# it tests packaging, which the first run already covered. The two largest load tests (1,000
-# instrumented reader processes; 10,000 entries, 90 s instrumented) run in the first stage
-# only; so they do under TSan.
 stage "test (ASan+UBSan)" bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$jobs -E '^install_consumer\$|^1000 readers|^a burst of 10000'"
+  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$jobs -E '$largest'"
 
 seconds=${NEFFCACHE_FUZZ_SECONDS:-30}
 stage "build (fuzz)" bash scripts/fuzz.sh --build-only
