@@ -5,14 +5,18 @@
 //                      (LNL: graph_<key>.neff /
 //                      .compilation_complete)
 //   no HLO             nothing of ours              -
-//   (LNL: no job, graph.hlo without command.txt or LNL's metadata)
+//   (LNL: no job, graph.hlo without LNL's metadata: a rank compiling it)
 //   pending            placeholders for the missing  compiles (or joins the compile)
 //   client compiling   nothing (a client's live lock without our owner record: it
 //                      creates model.neff itself, which a placeholder would refuse;
-//                      LNL: a flock on <root>/<key>.lock that this process does not hold)
+//                      LNL: a flock on <root>/.<key>.compilation_metadata.lock that
+//                      this process does not hold)
 //   done               the real files                -
 //   failed (model.log) placeholders for the missing  EIO (03) at once; compiles again
 //                                                    with --retry-failed
+//
+// The unlink of a placeholder succeeds and removes nothing (fs_names.cpp): an LNL rank
+// removes a dead holder's marker after exists() said it is there.
 //
 // A failed entry shows its placeholders both to a lookup and in a listing, so that a
 // name `stat` finds is also listed. (Before this rule had one home, listings hid them

@@ -177,6 +177,9 @@ class Filesystem {
   int may_make(const char* name) const;
   // The names of the folder `dir` merged over the layers.
   std::shared_ptr<const Listing> list_merged(Inode& dir, int& err);
+  // unlink without the placeholder rule: the name's file or folder (over layers:
+  // unlink_layered); 0 or an errno.
+  int remove_name(Inode& parent, const char* name, bool dir);
   int unlink_layered(Inode& parent, const char* name, bool dir);
   int rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
                      PathRef& npfd);

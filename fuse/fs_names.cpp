@@ -63,6 +63,18 @@ Answer<fuse_entry_param> Filesystem::mknod_like(fuse_req_t req, fuse_ino_t paren
 int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
   Inode& p = inodes_.get(parent);
   if (p.placeholder || p.special != Inode::Special::none) return p.placeholder ? ENOTDIR : EACCES;
+  const int rc = remove_name(p, name, dir);
+  // A placeholder has no file behind it: its unlink succeeds and removes nothing, as a
+  // client that has just seen the name expects (an LNL rank clears a dead holder's marker
+  // this way). The name shows again for as long as the entry stays pending (entry_view.hpp).
+  if (rc == ENOENT && !dir && is_product_name(name)) {
+    Found found;
+    if (find(p, name, found) == ENOENT && found.dir && is_placeholder_at(found.dir->get(), name)) return 0;
+  }
+  return rc;
+}
+
+int Filesystem::remove_name(Inode& p, const char* name, bool dir) {
   int err = 0;
   if (layered()) return unlink_layered(p, name, dir);
   PathRef pfd = inodes_.path_fd(p, err);

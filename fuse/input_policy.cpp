@@ -7,6 +7,7 @@
 
 #include <neffcache/detail/proc.hpp>
 #include <neffcache/flags.hpp>
+#include <neffcache/cache/lock.hpp>
 #include <neffcache/layout.hpp>
 
 #include "entry_view.hpp"
@@ -15,8 +16,11 @@ namespace neffcachefs {
 
 using namespace neffcache;
 
-// An LNL entry's inputs: its HLO and its compile command.
-static bool is_lnl_input_name(std::string_view name) { return name == k_lnl_hlo_file || name == k_lnl_command_file; }
+// An LNL entry's inputs: its HLO, its compile command and LNL's metadata (without which
+// it is no job of ours: EntryFiles::has_job).
+static bool is_lnl_input_name(std::string_view name) {
+  return name == k_lnl_hlo_file || name == k_lnl_command_file || name == k_lnl_metadata_file;
+}
 
 bool InputPolicy::flush_may_cut(std::string_view name) const {
   return eager_ && (is_hlo_name(name) || is_lnl_input_name(name));
@@ -51,12 +55,17 @@ InputAction InputPolicy::after_close(const std::string& path) const {
   std::filesystem::path p(path);
   const std::string name = p.filename().string();
   const std::string folder = p.parent_path().filename().string();
-  // An LNL entry compiles (or, over S3 without eager compiles, goes up) once both
-  // graph.hlo and command.txt are written (either may come last), not on the first.
+  // An LNL entry compiles (or, over S3 without eager compiles, goes up) once its inputs
+  // are written (in any order), not on the first; never while a client holds the key's
+  // lock: it compiles the entry itself, and its marker, written last, sends its result up.
   if (is_lnl_key(folder)) {
+    if (s3_ && name == k_lnl_marker_file) return InputAction::upload;
     if (!(eager_ || s3_) || !is_lnl_input_name(name)) return InputAction::none;
-    auto files = read_entry_files(p.parent_path().string());
+    const std::string dir = p.parent_path().string();
+    auto files = read_entry_files(dir);
     if (!files || !files->has_job() || files->done()) return InputAction::none;
+    if (flock_holder_at(AT_FDCWD, entry_lock_path(dir, *files)) == FlockHolder::another_process)
+      return InputAction::none;
     return eager_ ? InputAction::compile : InputAction::upload;
   }
   if (!folder.starts_with(k_module_dir_prefix)) return InputAction::none;

@@ -16,6 +16,7 @@ packages=(
   clang libclang-rt-14-dev          # libFuzzer and the sanitizer runtimes for fuzz targets
   python3                           # generates the committed json.dumps vectors; tests compare against them
   ccache mold                       # the test command's compiler cache and linker (scripts/build_env.sh)
+  python3-filelock python3-psutil   # the libraries LNL itself uses: the independent LNL client of the tests
 )
 backports=(libcatch2-dev)
 

@@ -2,6 +2,7 @@
 // command.txt read back into a compile of ours.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -41,6 +42,35 @@ TEST_CASE("LNL entry paths are one 32-hex component; Neuron paths keep their sha
   CHECK(lnl_neff_name(key) == "graph_" + key + ".neff");
 }
 
+TEST_CASE("an LNL holder file names a process as a rank reads /proc: its comm, its argv as Python prints a list", "[lnl]") {
+  using detail::python_repr;
+  CHECK(python_repr(std::vector<std::string>{"/usr/bin/python3", "-m", "vllm"}) == "['/usr/bin/python3', '-m', 'vllm']");
+  CHECK(python_repr(std::vector<std::string>{}) == "[]");
+  CHECK(python_repr("it's") == "\"it's\"");
+  CHECK(python_repr("a'b\"c") == "'a\\'b\"c'");
+  CHECK(python_repr("back\\slash\ttab\x01") == "'back\\\\slash\\ttab\\x01'");
+  auto self = parse_lnl_holder(lnl_holder_record());
+  REQUIRE(self.has_value());
+  CHECK(self->pid == ::getpid());
+  CHECK_FALSE(self->process_name.empty());
+  CHECK(self->cmdline.starts_with("['"));
+  CHECK(lnl_holder_alive(*self));
+  auto other = *self;
+  other.cmdline += " ";
+  CHECK_FALSE(lnl_holder_alive(other));  // another command line: another process
+  other = *self;
+  other.process_name += "x";
+  CHECK_FALSE(lnl_holder_alive(other));
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  REQUIRE(gone > 0);
+  ::waitpid(gone, nullptr, 0);
+  other = *self;
+  other.pid = gone;
+  CHECK_FALSE(lnl_holder_alive(other));
+  CHECK_FALSE(parse_lnl_holder("process_name:python3\ncmdline:[]\n").has_value());  // no pid
+}
+
 TEST_CASE("LNL entry states: pending, partial, done, failed, compiling under the client's flock", "[lnl]") {
   test::TempDir root;
   const std::string key = test::lnl_key("states");
@@ -53,6 +83,10 @@ TEST_CASE("LNL entry states: pending, partial, done, failed, compiling under the
     CHECK(state_at(root.path(), key) == EntryState::empty);
     test::spit(dir / ".artifact_metadata_v0.json", "{}");
     CHECK(state_at(root.path(), key) == EntryState::pending);
+  }
+  SECTION("graph.hlo and command.txt without LNL's metadata are a client's compile, no job of ours") {
+    test::fs::remove(dir / ".artifact_metadata_v0.json");
+    CHECK(state_at(root.path(), key) == EntryState::empty);
   }
   SECTION("outputs without the marker are partial, never done") {
     test::spit(dir / lnl_neff_name(key), "half a NEFF");
@@ -68,8 +102,8 @@ TEST_CASE("LNL entry states: pending, partial, done, failed, compiling under the
     test::spit(dir / ".neffcache-failed.log", "ERROR");
     CHECK(state_at(root.path(), key) == EntryState::failed);
   }
-  SECTION("a client's flock on <root>/<key>.lock is a compile; the file alone is nothing") {
-    auto lock_path = root.path() / (key + ".lock");
+  SECTION("a client's flock on <root>/.<key>.compilation_metadata.lock is a compile; the file alone is nothing") {
+    auto lock_path = test::lnl_lock(root.path(), key);
     test::spit(lock_path, "");
     CHECK(state_at(root.path(), key) == EntryState::pending);
     int fd = ::open(lock_path.c_str(), O_RDWR);
@@ -91,6 +125,11 @@ TEST_CASE("LNL entry states: pending, partial, done, failed, compiling under the
       int other = ::open(lock_path.c_str(), O_RDWR);
       CHECK(::flock(other, LOCK_EX | LOCK_NB) != 0);
       ::close(other);
+      // And finds a live holder named beside it, this process.
+      auto holder = parse_lnl_holder(test::slurp(test::lnl_holder(root.path(), key)));
+      REQUIRE(holder.has_value());
+      CHECK(holder->pid == ::getpid());
+      CHECK(lnl_holder_alive(*holder));
       CHECK(state_at(root.path(), key) == EntryState::compiling);
     }
     CHECK(test::fs::exists(lock_path));  // released, the file stays for its waiters

@@ -175,7 +175,7 @@ TEST_CASE("maintenance of an LNL entry names LNL's files and keeps its inputs an
   test::TempDir root;
   const std::string key = test::lnl_key("maintenance");
   auto dir = make_done_lnl(root.path(), key);
-  test::spit(root / (key + ".lock"), "");  // a client's, left behind
+  test::spit(test::lnl_lock(root.path(), key), "");  // a client's, left behind
   const auto e = EntryPaths::plain(dir.string());
 
   SECTION("clearing results removes the NEFF, marker, compiler log and metadata: pending again") {
@@ -184,7 +184,7 @@ TEST_CASE("maintenance of an LNL entry names LNL's files and keeps its inputs an
                       std::string(k_meta_file)})
       CHECK_FALSE(fs::exists(dir / name));
     for (auto name : {"graph.hlo", "command.txt", ".artifact_metadata_v0.json"}) CHECK(fs::exists(dir / name));
-    CHECK(fs::exists(root / (key + ".lock")));
+    CHECK(fs::exists(test::lnl_lock(root.path(), key)));
     auto files = read_entry_files(dir.string());
     REQUIRE(files.has_value());
     CHECK(classify(*files, [] { return false; }) == EntryState::pending);
@@ -202,8 +202,8 @@ TEST_CASE("maintenance of an LNL entry names LNL's files and keeps its inputs an
     auto none = clear_stale_lock(e);
     REQUIRE_FALSE(none.has_value());
     CHECK(none.error().code == Errc::not_found);
-    CHECK(fs::exists(root / (key + ".lock")));
-    int fd = ::open((root / (key + ".lock")).c_str(), O_RDWR);
+    CHECK(fs::exists(test::lnl_lock(root.path(), key)));
+    int fd = ::open((test::lnl_lock(root.path(), key)).c_str(), O_RDWR);
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX) == 0);
     auto busy = clear_stale_lock(e);
@@ -216,7 +216,7 @@ TEST_CASE("maintenance of an LNL entry names LNL's files and keeps its inputs an
   SECTION("removing the entry removes its folder and leaves the lock file beside it") {
     REQUIRE(remove_entry(e).has_value());
     CHECK_FALSE(fs::exists(dir));
-    CHECK(fs::exists(root / (key + ".lock")));
+    CHECK(fs::exists(test::lnl_lock(root.path(), key)));
   }
 }
 

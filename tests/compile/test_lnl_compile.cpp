@@ -115,22 +115,29 @@ TEST_CASE("a failed LNL compile is our record, never LNL's marker; a retry clear
   CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
 }
 
-TEST_CASE("a bad command.txt is recorded as the entry's failure before any compile", "[lnl][compile]") {
+TEST_CASE("a command.txt we cannot use (empty: LNL still writing it; bad) is never recorded as a failure",
+          "[lnl][compile]") {
   test::TempDir root, work;
   const std::string key = test::lnl_key("bad-command");
   auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
-  test::spit(dir / "command.txt", "neuronx-cc --help\n");
-  auto r = compile_entry(dir.string(), lnl_settings(work));
-  CHECK(r.outcome == CompileOutcome::failed);
-  CHECK(r.attempts == 0);
-  CHECK(test::slurp(dir / ".neffcache-failed.log").find("not a 'neuronx-cc compile") != std::string::npos);
+  for (const char* text : {"", "neuronx-cc --help\n"}) {
+    test::spit(dir / "command.txt", text);
+    auto r = compile_entry(dir.string(), lnl_settings(work));
+    CHECK(r.outcome == CompileOutcome::transient);
+    CHECK(r.attempts == 0);
+    CHECK(r.message.find("command.txt") != std::string::npos);
+    CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
+  }
+  // Once whole, it compiles.
+  test::spit(dir / "command.txt", test::lnl_command_text(key, {"-O1"}));
+  CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
 }
 
 TEST_CASE("a client compiling an LNL entry under its flock makes ours busy, and its result wins", "[lnl][compile]") {
   test::TempDir root, work;
   const std::string key = test::lnl_key("client");
   auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
-  int fd = ::open((root.path() / (key + ".lock")).c_str(), O_RDWR | O_CREAT, 0644);
+  int fd = ::open(test::lnl_lock(root.path(), key).c_str(), O_RDWR | O_CREAT, 0644);
   REQUIRE(fd >= 0);
   REQUIRE(::flock(fd, LOCK_EX) == 0);
   auto r = compile_entry(dir.string(), lnl_settings(work));

@@ -251,6 +251,7 @@ TEST_CASE("save_cache() of a graph calling an NKI kernel takes the kernel to the
   fs::create_directories(staging);
   test::spit(staging / "graph.hlo", test::graph_calling(kernel.string()));
   test::spit(staging / "command.txt", test::lnl_command_text(key, {"-O1"}));
+  test::spit(staging / ".artifact_metadata_v0.json", fmt::format(R"({{"cache_key": "{}", "version": 0}})", key));
   REQUIRE(::rename(staging.c_str(), (a.mnt() / key).c_str()) == 0);
   CHECK(s3->get("remote/.neffcache/nki-kernels/ab/k.klir").value() == "a kernel binary");
   CHECK(s3->head("remote/" + key + "/graph.hlo").has_value());

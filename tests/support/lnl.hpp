@@ -13,6 +13,16 @@
 
 namespace test {
 
+// The key's lock file in an LNL root, as the facts name it (written out here, not taken
+// from the library, so that a test catches a library that locks elsewhere).
+inline fs::path lnl_lock(const fs::path& root, const std::string& key) {
+  return root / ("." + key + ".compilation_metadata.lock");
+}
+// The holder file beside it.
+inline fs::path lnl_holder(const fs::path& root, const std::string& key) {
+  return root / ("." + key + ".compilation_metadata");
+}
+
 // A key as LNL makes them (32 hex digits), from any text.
 inline std::string lnl_key(std::string_view seed) { return neffcache::detail::md5_hex(seed); }
 

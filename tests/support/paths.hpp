@@ -19,5 +19,6 @@ extern const char* const daemon;         // neffcachefs
 extern const char* const shim_dir;       // the folder whose neuronx-cc is neffcache-cc
 extern const char* const lock_helper;    // tests/support/lock_helper.cpp
 extern const char* const reader;         // tests/support/fuse_reader.cpp
+extern const char* const lnl_client;     // tests/support/lnl_client.py: an LNL rank written from the facts
 
 }  // namespace test::path

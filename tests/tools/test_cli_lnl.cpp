@@ -64,7 +64,7 @@ struct MixedCache {
     test::spit(root / done / ".compilation_complete", lnl_marker(1700000000, 3000));
     test::make_lnl_entry(root, "spu_jax_cnn.hlo.pb", failed);
     test::spit(root / failed / ".neffcache-failed.log", "ERROR: it did not work\n");
-    for (const auto& key : {pending, done}) test::spit(root / (key + ".lock"), "");  // left behind by clients
+    for (const auto& key : {pending, done}) test::spit(test::lnl_lock(root, key), "");  // left behind by clients
     fs::create_directories(root / "nki");
     test::spit(root / "nki" / (test::lnl_key("kernel") + ".json"), "{}\n");
   }
@@ -79,8 +79,8 @@ struct MixedCache {
   }
   // LNL's own files beside the entries, which no command may take.
   void check_lnl_root_files() const {
-    CHECK(fs::exists(root / (pending + ".lock")));
-    CHECK(fs::exists(root / (done + ".lock")));
+    CHECK(fs::exists(test::lnl_lock(root, pending)));
+    CHECK(fs::exists(test::lnl_lock(root, done)));
     CHECK(fs::exists(root / "nki" / (test::lnl_key("kernel") + ".json")));
   }
 };
@@ -144,7 +144,7 @@ TEST_CASE("neffcache ls, scan and stats show both dialects and LNL's states", "[
   CHECK(r.output.find("1 Neuron, 4 LNL") != std::string::npos);
 
   SECTION("a client's held flock makes its entry compiling, and clear-locks leaves it alone") {
-    int fd = ::open((c.root / (c.pending + ".lock")).c_str(), O_RDWR);
+    int fd = ::open(test::lnl_lock(c.root, c.pending).c_str(), O_RDWR);
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX) == 0);
     CHECK(c.ls()[c.pending]["state"] == "compiling");
@@ -280,7 +280,7 @@ TEST_CASE("neffcache clear-neffs, gc and clean take LNL entries and leave LNL's 
     c.check_lnl_root_files();
   }
   SECTION("clean removes every entry of both dialects, but not the root or LNL's files in it") {
-    int fd = ::open((c.root / (c.pending + ".lock")).c_str(), O_RDWR);  // a client compiles it
+    int fd = ::open(test::lnl_lock(c.root, c.pending).c_str(), O_RDWR);  // a client compiles it
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX) == 0);
     auto r = lnl_tool({"clean", "--cache", c.root.string(), "--yes"});

@@ -8,6 +8,7 @@
 
 #include <neffcache/cache/layout.hpp>
 
+#include "lnl.hpp"
 #include "process.hpp"
 #include "support.hpp"
 
@@ -165,7 +166,7 @@ TEST_CASE("neuron-client-sim --dialect lnl: four ranks on a cold cache compile e
     auto marker = test::slurp(e.path() / ".compilation_complete");
     CHECK(marker.find(fmt::format("\nneff_size:{}\n", fs::file_size(e.path() / ("graph_" + key + ".neff")))) !=
           std::string::npos);
-    CHECK(fs::exists(root / (key + ".lock")));  // left behind, as LNL leaves it
+    CHECK(fs::exists(test::lnl_lock(root, key)));  // left behind, as LNL leaves it
   }
   CHECK(entries == 3);
 }

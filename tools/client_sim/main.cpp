@@ -22,12 +22,14 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -255,55 +257,100 @@ std::string lnl_cache_root() {
   return base + "/neuron/compile_cache";
 }
 
-// Copies a promoted entry from the remote cache into `dir`, LNL's files with the marker
-// last; the files of an interrupted copy are never a hit (no marker).
-Result<void> fetch_lnl(const std::string& remote, const std::string& dir) {
+// Step 1's test, on a local or a remote entry: graph.hlo, the NEFF and the marker exist
+// (stat), and a name .artifact_metadata_v*.json is in the folder's listing.
+bool lnl_complete(const std::string& dir, const std::string& key) {
+  if (!exists(dir + "/" + std::string(k_lnl_hlo_file)) || !exists(dir + "/" + lnl_neff_name(key)) ||
+      !exists(dir + "/" + std::string(k_lnl_marker_file)))
+    return false;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  std::vector<std::string> names;
-  for (const auto& f : fs::directory_iterator(remote, ec))
-    if (f.is_regular_file() && f.path().filename() != k_lnl_marker_file) names.push_back(f.path().filename().string());
-  if (ec) return sys_error("list", remote, ec.value());
-  names.emplace_back(k_lnl_marker_file);
-  for (const auto& n : names)
-    if (auto c = detail::copy_file_hashed(remote + "/" + n, dir + "/" + n + ".fetching", 0644); !c) return c.error();
-    else if (::rename((dir + "/" + n + ".fetching").c_str(), (dir + "/" + n).c_str()) != 0) return sys_error("rename", n);
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string n = f.path().filename().string();
+    if (n.starts_with(".artifact_metadata_v") && n.ends_with(".json")) return true;
+  }
+  return false;
+}
+
+// Copies the regular files of the entry `from` into the new folder `to`, but those named
+// in `skip`.
+Result<void> copy_entry(const std::string& from, const std::string& to, std::initializer_list<std::string_view> skip) {
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  if (ec) return sys_error("create", to, ec.value());
+  for (const auto& f : fs::directory_iterator(from, ec)) {
+    const std::string n = f.path().filename().string();
+    if (!f.is_regular_file() || std::find(skip.begin(), skip.end(), n) != skip.end()) continue;
+    if (auto c = detail::copy_file_hashed(f.path().string(), to + "/" + n, 0644); !c) return c.error();
+  }
+  if (ec) return sys_error("list", from, ec.value());
   return {};
 }
 
-// Publishes the compiled entry `dir` to the remote cache as LNL's save_cache() does: a
-// copy in a staging folder on the remote, renamed to the key. True when this call
-// published it; false when the remote has the key already (the rename finds the name
-// taken; the staging copy is removed, nothing else changes). An entry without its
-// marker is refused.
-Result<bool> save_cache(const std::string& dir, const std::string& remote, const std::string& key) {
-  if (!exists(dir + "/" + std::string(k_lnl_marker_file)))
-    return Error{Errc::invalid_argument, fmt::format("{}: not compiled (no marker), not saved", dir)};
-  const std::string staging = fmt::format("{}/{}.tmp.{}", remote, key, ::getpid());
+// Step 6: the promoted entry `remote` copied to <root>/<key>.tmp.<pid> (without
+// .cache_accessed), a leftover <root>/<key> renamed to <root>/<key>.trash.<pid>, the
+// copy renamed into place, the trash removed. On an error the copy is removed and the
+// caller compiles instead.
+Result<void> fetch_lnl(const std::string& remote, const std::string& root, const std::string& key) {
+  const std::string dir = root + "/" + key, tmp = fmt::format("{}.tmp.{}", dir, ::getpid()),
+                    trash = fmt::format("{}.trash.{}", dir, ::getpid());
   std::error_code ec;
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
-  if (ec) return sys_error("create", staging, ec.value());
+  auto failed = [&](Error e) {
+    fs::remove_all(tmp, ec);
+    return e;
+  };
+  fs::remove_all(tmp, ec);
+  if (auto c = copy_entry(remote, tmp, {".cache_accessed"}); !c) return failed(c.error());
+  if (exists(dir) && ::rename(dir.c_str(), trash.c_str()) != 0) return failed(sys_error("rename", dir));
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) return failed(sys_error("rename", tmp));
+  fs::remove_all(trash, ec);
+  return {};
+}
+
+// Step 7, save_cache(): the complete entry `dir` copied (without .cache_accessed) to
+// <remote>/<key>.tmp.<host>.<pid> and renamed to <remote>/<key>. True when this call
+// published it; false when the remote has the key already (before, or when the rename
+// finds the name taken: EEXIST or ENOTEMPTY). The staging copy is removed after.
+Result<bool> save_cache(const std::string& dir, const std::string& remote, const std::string& key) {
+  if (!lnl_complete(dir, key)) return Error{Errc::invalid_argument, fmt::format("{}: not complete, not saved", dir)};
+  const std::string target = remote + "/" + key;
+  if (exists(target)) return false;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string staging = fmt::format("{}.tmp.{}.{}", target, host, ::getpid());
+  std::error_code ec;
   auto cleanup = [&] { fs::remove_all(staging, ec); };
-  for (const auto& f : fs::directory_iterator(dir, ec))
-    if (f.is_regular_file())
-      if (auto c = detail::copy_file_hashed(f.path().string(), staging + "/" + f.path().filename().string(), 0644); !c)
-        return cleanup(), c.error();
-  if (ec) return cleanup(), sys_error("list", dir, ec.value());
-  if (::rename(staging.c_str(), (remote + "/" + key).c_str()) == 0) return true;
+  if (auto c = copy_entry(dir, staging, {".cache_accessed"}); !c) return cleanup(), c.error();
+  if (::rename(staging.c_str(), target.c_str()) == 0) return true;
   const int err = errno;
   cleanup();
   if (err == EEXIST || err == ENOTEMPTY) return false;
   return sys_error("rename", staging, err);
 }
 
-// The first use of a graph, as libtorch_neuronx_lite does it: a look for the marker
-// without the lock; the key's flock (<root>/<key>.lock, waited for up to
-// NEURON_LIBTORCH_COMPILATION_TIMEOUT, 600 s); a second look; a fetch from
-// NEURON_LIBTORCH_REMOTE_CACHE when it has the key; else, unless
-// VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids it, a compile in the entry folder
-// (graph.hlo, command.txt, LNL's metadata, then neuronx-cc with --output and --logfile
-// there), the marker written last. A failure is not cached.
+// Writes a whole file as Python's open(path, "w").write(text) does: created or truncated,
+// written, closed; no temporary name.
+Result<void> write_plain(const std::string& path, std::string_view text) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return sys_error("open", path);
+  return detail::write_all(fd.get(), text, path);
+}
+
+// The first use of a graph, as libtorch_neuronx_lite runs it, step by step as
+// ../shared/notes/lnl-cache-facts.md has them ("How a rank uses the cache"):
+//  1. the hit check (lnl_complete); a hit writes .cache_accessed, checks the metadata's
+//     cache_key and loads the NEFF;
+//  2. the key's lock, <root>/.<key>.compilation_metadata.lock: open(O_RDWR|O_CREAT|O_TRUNC)
+//     and flock(LOCK_EX|LOCK_NB); the holder file beside it;
+//  3. before locking, a holder file naming a dead process (or one with another comm or
+//     command line) is cleared: the entry's marker (when it exists), the holder, the lock;
+//  4. the winner writes the holder file, looks again, tries the remote (6), else compiles
+//     in the entry: graph.hlo, command.txt (created empty, then written), the compiler with
+//     --output and --logfile there, then the metadata and the marker last;
+//  5. the others read the holder file (10 tries 0.2 s apart), then look every --poll
+//     seconds: complete, they load it; the holder dead, they clear it (3) and stop;
+//     NEURON_LIBTORCH_COMPILATION_TIMEOUT (600 s) ends the wait;
+//  8. a root on NFS or Lustre is refused.
+// Every error is fatal to the process (the caller stops at the first failed graph).
 //
 // With --save-cache, a compile is then saved to the remote cache (save_cache): `saved`
 // becomes "promoted" (this process published it) or "taken" (the remote had the key).
@@ -313,54 +360,90 @@ GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate
   const auto t0 = SteadyClock::now();
   const std::string dir = root + "/" + key;
   const std::string neff = dir + "/" + lnl_neff_name(key), marker = dir + "/" + std::string(k_lnl_marker_file);
+  const std::string lock_path = root + "/" + lnl_lock_name(key), holder_path = root + "/" + lnl_holder_name(key);
   auto result = [&](GraphResult r) {
     r.seconds = since(t0);
     return r;
   };
+  auto fatal = [&](std::string why) { return result({Outcome::failed, 0, 0, std::move(why)}); };
   auto hit = [&](Outcome o) {
+    (void)write_plain(dir + "/.cache_accessed", fmt::format("{}", std::time(nullptr)));  // (a failure is ignored)
+    auto meta = read_file(dir + "/" + std::string(k_lnl_metadata_file));
+    if (!meta) return fatal(meta.error().message);
+    auto j = nlohmann::json::parse(*meta, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("cache_key", std::string()) != key)
+      return fatal(fmt::format("{}: the metadata's cache_key is not {}", dir, key));
     auto n = read_neff(neff, g);
-    if (!n) return result({Outcome::failed, 0, 0, n.error().message});
+    if (!n) return fatal(n.error().message);
     fmt::print(stderr, "INFO: loaded the cached NEFF {}\n", neff);
     return result({o, 0, *n, {}});
   };
-  if (exists(marker)) return hit(Outcome::hit);
+  // Step 3's and step 5's removal of a dead holder's files (a marker that exists() saw,
+  // whose removal must then work, as os.remove's must).
+  auto clear_dead_holder = [&]() -> Result<void> {
+    if (exists(marker) && ::unlink(marker.c_str()) != 0) return sys_error("remove", marker);
+    ::unlink(holder_path.c_str());
+    ::unlink(lock_path.c_str());
+    return {};
+  };
+
+  if (lnl_complete(dir, key)) return hit(Outcome::hit);
   std::error_code ec;
   fs::create_directories(root, ec);
-  UniqueFd lock(::open((root + "/" + key + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!lock) return result({Outcome::failed, 0, 0, sys_error("open", root + "/" + key + ".lock").message});
-  const double timeout = std::stod(process_env("NEURON_LIBTORCH_COMPILATION_TIMEOUT").value_or("600"));
-  bool waited = false;
-  while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) return result({Outcome::failed, 0, 0, sys_error("lock", key).message});
-    waited = true;
-    if (since(t0) > timeout)
-      return result({Outcome::failed, 0, 0, fmt::format("timed out after {:.0f} s waiting for the compile of {}", timeout, key)});
-    sleep_for(opts.poll_seconds);
+  struct statfs sf {};
+  if (::statfs(root.c_str(), &sf) == 0 && (sf.f_type == 0x6969 || sf.f_type == 0x0bd00bd0))
+    return fatal(fmt::format("{}: the compile cache must not be on NFS or Lustre", root));
+  if (auto text = read_file(holder_path)) {
+    if (auto h = parse_lnl_holder(*text); h && !lnl_holder_alive(*h))
+      if (auto c = clear_dead_holder(); !c) return fatal(c.error().message);
   }
-  if (exists(marker)) return hit(waited ? Outcome::waited : Outcome::hit);
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!lock) return fatal(sys_error("open", lock_path).message);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return fatal(sys_error("lock", lock_path).message);
+    // Step 5: someone compiles the key.
+    std::optional<LnlHolder> holder;
+    for (int i = 0; i < 10 && !holder; ++i) {
+      if (auto text = read_file(holder_path)) holder = parse_lnl_holder(*text);
+      if (!holder) sleep_for(0.2);
+    }
+    if (!holder) return fatal(fmt::format("{}: no holder named while the lock is taken", holder_path));
+    const double timeout = std::stod(process_env("NEURON_LIBTORCH_COMPILATION_TIMEOUT").value_or("600"));
+    for (;;) {
+      if (lnl_complete(dir, key)) return hit(Outcome::waited);
+      if (!lnl_holder_alive(*holder)) {
+        (void)clear_dead_holder();
+        return fatal("Lock holder process died - cache invalidated, please retry compilation");
+      }
+      if (since(t0) > timeout)
+        return fatal(fmt::format("timed out after {:.0f} s waiting for the compile of {}", timeout, key));
+      sleep_for(opts.poll_seconds);
+    }
+  }
+  // Step 4: ours.
+  if (auto w = write_plain(holder_path, lnl_holder_record()); !w) return fatal(w.error().message);
+  if (lnl_complete(dir, key)) return hit(Outcome::hit);
   if (auto remote = process_env("NEURON_LIBTORCH_REMOTE_CACHE"); remote && !remote->empty()) {
     const std::string promoted = *remote + "/" + key;
-    if (exists(promoted + "/" + std::string(k_lnl_marker_file))) {
-      if (auto f = fetch_lnl(promoted, dir); !f) return result({Outcome::failed, 0, 0, f.error().message});
-      return hit(Outcome::fetched);
+    if (lnl_complete(promoted, key)) {
+      if (auto f = fetch_lnl(promoted, root, key); f) return hit(Outcome::fetched);
+      else fmt::print(stderr, "WARNING: fetching {} failed ({}); compiling instead\n", key, f.error().message);
     }
   }
   if (process_env("VLLM_NEURON_DISABLE_WARMUP_COMPILE") == "1")
-    return result({Outcome::failed, 0, 0,
-                   fmt::format("{} is not in the cache and VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids compiling", key)});
+    return fatal(fmt::format("{} is not in the cache and VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids compiling", key));
   fmt::print(stderr, "INFO: compiling {}\n", key);
   std::string command = fmt::format("neuronx-cc compile {0}/graph.hlo --framework XLA --target {1} --output {2} "
                                     "--logfile {0}/{3}",
                                     dir, opts.target, neff, k_lnl_log_file);
   for (const auto& f : flags) command += " " + f;
   fs::create_directories(dir, ec);
-  for (const auto& [name, text] : {std::pair<std::string_view, std::string>{k_lnl_hlo_file, g.bytes},
-                                  {k_lnl_command_file, command + "\n"},
-                                  {k_lnl_metadata_file, fmt::format("{{\"cache_key\": \"{}\", \"version\": 0}}\n", key)}})
-    if (auto w = write_file_atomic(dir + "/" + std::string(name), text); !w)
-      return result({Outcome::failed, 0, 0, w.error().message});
+  const std::string command_path = dir + "/" + std::string(k_lnl_command_file);
+  if (auto w = write_plain(dir + "/" + std::string(k_lnl_hlo_file), g.bytes); !w) return fatal(w.error().message);
+  if (auto w = write_plain(command_path, ""); !w) return fatal(w.error().message);
+  if (auto w = write_plain(command_path, command + "\n"); !w) return fatal(w.error().message);
   auto parsed = parse_lnl_command(command);
-  if (!parsed) return result({Outcome::failed, 0, 0, parsed.error().message});
+  if (!parsed) return fatal(parsed.error().message);
   RunSpec spec;
   spec.argv = lnl_compile_argv(tmpl.program(), *parsed, dir + "/" + std::string(k_lnl_hlo_file), neff,
                                dir + "/" + std::string(k_lnl_log_file));
@@ -369,13 +452,18 @@ GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate
   spec.log_fd = out.get();
   PosixRunner runner;
   auto run = runner.run(spec);
-  if (!run) return result({Outcome::failed, 0, 0, run.error().message});
-  if (run->end != RunEnd::exited || run->exit_code != 0 || !exists(neff))
-    return result({Outcome::failed, 0, 0, fmt::format("the compiler failed; its log is {}/{}", dir, k_lnl_log_file)});
+  if (!run) return fatal(run.error().message);
+  if (run->end != RunEnd::exited || run->exit_code != 0)
+    return fatal(fmt::format("the compiler failed; its log is {}/{}", dir, k_lnl_log_file));
+  if (!exists(dir + "/" + std::string(k_lnl_hlo_file)) || !exists(neff))
+    return fatal(fmt::format("{}: no NEFF after the compile", dir));
   const uint64_t size = fs::file_size(neff, ec);
-  const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-  if (auto w = write_file_atomic(marker, lnl_marker(now.count(), size)); !w)
-    return result({Outcome::failed, 0, 0, w.error().message});
+  if (auto w = write_plain(dir + "/" + std::string(k_lnl_metadata_file),
+                           fmt::format("{{\"cache_key\": \"{}\", \"version\": 0, \"num_outputs\": 1}}\n", key));
+      !w)
+    return fatal(w.error().message);
+  if (auto w = write_plain(marker, lnl_marker(std::time(nullptr), size)); !w) return fatal(w.error().message);
+  lock.reset();
   if (auto remote = process_env("NEURON_LIBTORCH_REMOTE_CACHE"); opts.save_cache && remote && !remote->empty()) {
     auto published = save_cache(dir, *remote, key);
     if (!published) return result({Outcome::failed, 0, size, fmt::format("save_cache: {}", published.error().message)});
@@ -537,8 +625,13 @@ int main(int argc, char** argv) {
                                     fs::path(graphs[i].entry).filename().string(), saved[i])
                          : load(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(), keys[i]);
         on_cache += results[i].seconds;
-        if (results[i].outcome == Outcome::failed)
-          fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);
+        if (results[i].outcome != Outcome::failed) continue;
+        fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);
+        if (!lnl) continue;
+        // LNL ends the process at its first error; the graphs after it are never loaded.
+        fmt::print(stderr, "FATAL: {}\n", results[i].error);
+        for (std::size_t j = i + 1; j < graphs.size(); ++j) results[j] = {Outcome::failed, 0, 0, "not reached"};
+        break;
       }
       sleep_for(opts.step_seconds);
       steps.push_back(nlohmann::ordered_json{{"step", step}, {"seconds", since(t0)}, {"cache_seconds", on_cache}});

@@ -9,10 +9,11 @@
 //   <root>/<32 hex digits: the key>/
 // holding graph.hlo, command.txt (the neuronx-cc command LNL runs) and LNL's metadata
 // (the inputs), graph_<key>.neff and log-neuron-cc.txt (the outputs), and
-// .compilation_complete, written last, whose presence makes the folder a hit. Clients
-// lock <root>/<key>.lock with flock(2) while they compile (our assumption: the facts we
-// have name a lock file per key, not its place). A deterministic failure is our own
-// record, .neffcache-failed.log, which LNL ignores.
+// .compilation_complete, written last, whose presence makes the folder a hit. A client
+// holds the key's lock, <root>/.<key>.compilation_metadata.lock, with flock(2) while it
+// compiles, inside the entry; <root>/.<key>.compilation_metadata beside it names the
+// holder (lnl.hpp). A deterministic failure is our own record, .neffcache-failed.log,
+// which LNL ignores.
 #pragma once
 
 #include <dirent.h>
@@ -78,6 +79,12 @@ inline bool is_lnl_key(std::string_view name) {
 
 // The NEFF of the LNL entry `key`: graph_<key>.neff.
 inline std::string lnl_neff_name(std::string_view key) { return fmt::format("graph_{}.neff", key); }
+
+// The key's lock in an LNL root, beside the entry folder: ".<key>.compilation_metadata.lock",
+// held with flock(2) and left behind after release.
+inline std::string lnl_lock_name(std::string_view key) { return fmt::format(".{}.compilation_metadata.lock", key); }
+// The file beside it that names the lock's holder (lnl.hpp, LnlHolder).
+inline std::string lnl_holder_name(std::string_view key) { return fmt::format(".{}.compilation_metadata", key); }
 
 // An existence-only lock (no owner record, as unmodified clients leave them) is
 // presumed live until it is this old: longer than the longest real compile.
@@ -159,10 +166,11 @@ struct EntryFiles {
   // A recorded failure: model.log without model.neff (LNL: our record, without the marker).
   bool failed() const { return is_lnl() ? has(EntryFile::log) && !has(EntryFile::done)
                                         : has(EntryFile::log) && !has(EntryFile::neff); }
-  // LNL: a compile job is complete, graph.hlo with command.txt or LNL's metadata.
-  bool has_job() const {
-    return has_hlo() && (!is_lnl() || has(EntryFile::flags) || has(EntryFile::metadata));
-  }
+  // A compile job that is ours to run: the HLO; LNL: graph.hlo and LNL's metadata, which
+  // LNL writes from the traced graph once its compile succeeded and which a client needs
+  // to count the entry as done (we never invent it). An LNL folder without the metadata
+  // is a client's to compile (command.txt, when there, gives the flags).
+  bool has_job() const { return has_hlo() && (!is_lnl() || has(EntryFile::metadata)); }
   // LNL: what an interrupted compile left, outputs without the marker.
   bool partial() const {
     return is_lnl() && !has(EntryFile::done) && (has(EntryFile::neff) || has(EntryFile::compiler_log));
@@ -180,9 +188,9 @@ struct EntryFiles {
   std::string_view failure_name() const { return is_lnl() ? k_lnl_failure_file : k_log_file; }
   std::string_view flags_name() const { return is_lnl() ? k_lnl_command_file : k_compile_flags_file; }
   // The lock file name relative to the entry folder, present or not: "<hlo file
-  // name>.lock"; LNL: "../<key>.lock", beside the folder.
+  // name>.lock"; LNL: "../.<key>.compilation_metadata.lock", beside the folder.
   std::string lock_name() const {
-    if (is_lnl()) return fmt::format("../{}{}", key, k_lock_suffix);
+    if (is_lnl()) return "../" + lnl_lock_name(key);
     bool legacy = !has(EntryFile::hlo_module) &&
                   (has(EntryFile::hlo_legacy) || has(EntryFile::lock_legacy));
     return fmt::format("{}{}", legacy ? k_hlo_legacy_file : k_hlo_module_file, k_lock_suffix);

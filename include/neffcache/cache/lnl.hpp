@@ -2,8 +2,14 @@
 //   neuronx-cc compile <graph.hlo> --framework XLA --target <t> --output <neff>
 //     --logfile <log> <the entry's compiler arguments>
 // read back so that another program (the daemon's compiler) can run the same compile
-// in a work folder of its own, and so that the arguments can key the result.
+// in a work folder of its own, and so that the arguments can key the result. And the
+// holder file of a key's lock (LnlHolder), which LNL's ranks read to tell a live
+// compile from a dead one.
 #pragma once
+
+#include <unistd.h>
+
+#include <ctime>
 
 #include <algorithm>
 #include <charconv>
@@ -21,6 +27,106 @@
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {
+
+// Who holds an LNL key's lock, as <root>/.<key>.compilation_metadata says it, in lines
+//   pid:<n>
+//   process_name:<the process's /proc/<pid>/comm>
+//   cmdline:<its argv, as Python prints a list of strings>
+//   [rank:<n>]
+//   timestamp:<unix time>
+// A rank that finds the lock taken (or before it locks) judges the holder by /proc of its
+// own host: the pid gone, or its comm or command line different, is a dead holder.
+struct LnlHolder {
+  int64_t pid = 0;
+  std::string process_name;
+  std::string cmdline;
+};
+
+namespace detail {
+
+// A string as Python's repr() prints it: in single quotes unless it holds a single quote
+// and no double one; backslash, the quote, \t \n \r and other control bytes escaped.
+// (Bytes of 0x80 and up are kept as they are: right for printable UTF-8, which is what
+// command lines hold.)
+inline std::string python_repr(std::string_view s) {
+  const char q = s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos ? '"' : '\'';
+  std::string out(1, q);
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == q || c == '\\') out += {'\\', c};
+    else if (c == '\t') out += "\\t";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out + q;
+}
+
+// A list of strings as Python's repr() prints it: "['a', 'b']".
+inline std::string python_repr(const std::vector<std::string>& list) {
+  std::string out = "[";
+  for (const auto& s : list) out += (out.size() > 1 ? ", " : "") + python_repr(s);
+  return out + "]";
+}
+
+// The comm and the argv of `pid` from /proc ("self" for this process); nullopt when it is gone.
+inline std::optional<LnlHolder> proc_holder(const std::string& pid) {
+  auto comm = read_file(fmt::format("/proc/{}/comm", pid));
+  auto cmdline = read_file(fmt::format("/proc/{}/cmdline", pid));
+  if (!comm || !cmdline) return std::nullopt;
+  LnlHolder h;
+  h.process_name = std::move(*comm);
+  while (!h.process_name.empty() && h.process_name.back() == '\n') h.process_name.pop_back();
+  std::vector<std::string> argv;
+  for (std::size_t at = 0; at < cmdline->size();) {
+    auto end = std::min(cmdline->find('\0', at), cmdline->size());
+    argv.push_back(cmdline->substr(at, end - at));
+    at = end + 1;
+  }
+  h.cmdline = python_repr(argv);
+  return h;
+}
+
+}  // namespace detail
+
+// The holder file's text naming this process.
+inline std::string lnl_holder_record() {
+  auto self = detail::proc_holder("self");
+  if (!self) self = LnlHolder{};
+  return fmt::format("pid:{}\nprocess_name:{}\ncmdline:{}\ntimestamp:{}\n", ::getpid(), self->process_name,
+                     self->cmdline, static_cast<int64_t>(std::time(nullptr)));
+}
+
+// Parses a holder file; nullopt without a valid "pid:" line.
+inline std::optional<LnlHolder> parse_lnl_holder(std::string_view text) {
+  LnlHolder h;
+  bool pid = false;
+  for (std::size_t at = 0; at < text.size();) {
+    auto end = std::min(text.find('\n', at), text.size());
+    auto line = text.substr(at, end - at);
+    at = end + 1;
+    auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    auto name = line.substr(0, colon), value = line.substr(colon + 1);
+    if (name == "pid") {
+      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), h.pid);
+      pid = ec == std::errc{} && p == value.data() + value.size() && h.pid > 0;
+    } else if (name == "process_name") {
+      h.process_name = value;
+    } else if (name == "cmdline") {
+      h.cmdline = value;
+    }
+  }
+  return pid ? std::optional(h) : std::nullopt;
+}
+
+// Whether `h` names a live process of this host as a rank judges it: the pid exists with
+// that comm and that command line.
+inline bool lnl_holder_alive(const LnlHolder& h) {
+  auto now = detail::proc_holder(std::to_string(h.pid));
+  return now && now->process_name == h.process_name && now->cmdline == h.cmdline;
+}
 
 struct LnlCommand {
   std::string input;               // the HLO it compiles

@@ -12,9 +12,12 @@
 //      stale_after
 // A stale lock is taken over in place; a live one is reported busy with its owner.
 //
-// An LNL entry's lock is <root>/<key>.lock held with flock(2), as its clients hold it:
-// the file means nothing by itself (clients leave it behind), the kernel lock is all.
-// We take it the same way, so that our compile and a client's exclude each other.
+// An LNL entry's lock is <root>/.<key>.compilation_metadata.lock held with flock(2), as
+// its clients hold it: the file means nothing by itself (clients leave it behind), the
+// kernel lock is all. We take it the same way, so that our compile and a client's exclude
+// each other, and write the holder file beside it as a client does (LnlHolder), naming
+// this process: a rank that arrives meanwhile waits for us instead of judging the lock
+// dead and removing it.
 #pragma once
 
 #include <fcntl.h>
@@ -39,6 +42,7 @@
 #include <neffcache/core/detail/sys.hpp>
 #include <neffcache/core/detail/proc.hpp>
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {
@@ -254,7 +258,7 @@ inline std::string entry_lock_path(const std::string& entry_dir, const EntryFile
   if (!files.is_lnl()) return entry_dir + "/" + files.lock_name();
   auto dir = std::filesystem::path(entry_dir).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();  // a trailing '/'
-  return (dir.parent_path() / (files.key + std::string(k_lock_suffix))).string();
+  return (dir.parent_path() / lnl_lock_name(files.key)).string();
 }
 
 // Whether the lock of the entry folder `entry_dir` (whose files are `files`) is held by
@@ -353,11 +357,17 @@ class [[nodiscard]] EntryLock {
     return Error{Errc::busy, fmt::format("lock {} keeps changing under us", path)};
   }
 
-  // The lock of the entry folder `entry_dir` whose files are `files`, of its dialect.
+  // The lock of the entry folder `entry_dir` whose files are `files`, of its dialect; of
+  // an LNL entry with the holder file written (its name: the lock's without ".lock").
   static Result<EntryLock> try_acquire_entry(const std::string& entry_dir, const EntryFiles& files,
                                              const LockOptions& opts = {}) {
     const std::string path = entry_lock_path(entry_dir, files);
-    return files.is_lnl() ? try_acquire_flock(path) : try_acquire(path, opts);
+    if (!files.is_lnl()) return try_acquire(path, opts);
+    auto lock = try_acquire_flock(path);
+    if (!lock) return lock;
+    const std::string holder = path.substr(0, path.size() - k_lock_suffix.size());
+    if (auto w = detail::write_file_atomic(holder, lnl_holder_record()); !w) return w.error();  // (released)
+    return lock;
   }
 
   // try_acquire until it succeeds or `deadline` passes (Errc::timed_out, with the

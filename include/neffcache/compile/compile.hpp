@@ -97,7 +97,9 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   auto files = read_entry_files(entry_dir);
   if (!files) return transient(files.error().message);
   if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
-  if (!files->has_job()) return transient(fmt::format("{}: no HLO file to compile", entry_dir));
+  if (!files->has_job())
+    return transient(fmt::format("{}: {}", entry_dir, files->is_lnl() ? "no graph.hlo with LNL's metadata: its client compiles it"
+                                                                      : "no HLO file to compile"));
   if (!s.compiles_off.empty()) return refused(r, entry_dir, s);
 
   auto lock = EntryLock::try_acquire_entry(entry_dir, *files, s.lock);
@@ -133,16 +135,19 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     return r;
   };
 
+  // Bad contents are the entry's fault; a failed read is not, and may pass. LNL's
+  // command.txt is never judged so: a rank creates it empty, then writes it, and of an
+  // LNL entry only the compiler's own failure is recorded.
   auto entry_flags = entry_compiler_flags(entry_dir, *files, s.default_flags);
-  // Bad contents are the entry's fault; a failed read is not, and may pass.
-  if (!entry_flags && entry_flags.error().code == Errc::io) return transient(entry_flags.error().message);
+  if (!entry_flags && (entry_flags.error().code == Errc::io || files->is_lnl()))
+    return transient(entry_flags.error().message);
   if (!entry_flags) return record_failure(entry_flags.error().message);
   std::vector<std::string> flags = std::move(*entry_flags);
   // An LNL entry compiles with its own command's arguments (when it has command.txt).
   std::optional<LnlCommand> lnl_command;
   if (files->is_lnl() && files->has(EntryFile::flags)) {
     auto c = read_lnl_command(fmt::format("{}/{}", entry_dir, k_lnl_command_file));
-    if (!c) return c.error().code == Errc::io ? transient(c.error().message) : record_failure(c.error().message);
+    if (!c) return transient(c.error().message);
     lnl_command = std::move(*c);
   }
   // An NKI kernel the graph calls by path must be on this host, else the compiler fails
