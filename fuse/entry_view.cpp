@@ -22,11 +22,13 @@ EntryStage entry_stage(const EntryFiles& files, bool client_lock_live) {
   return EntryStage::pending;
 }
 
-bool shows_placeholders(EntryStage stage) { return stage == EntryStage::pending || stage == EntryStage::failed; }
+bool shows_placeholders(EntryStage stage, bool retry_failed) {
+  return stage == EntryStage::pending || (stage == EntryStage::failed && retry_failed);
+}
 
-std::vector<std::string> placeholder_names(const EntryFiles& files, EntryStage stage) {
+std::vector<std::string> placeholder_names(const EntryFiles& files, EntryStage stage, bool retry_failed) {
   std::vector<std::string> names;
-  if (!shows_placeholders(stage)) return names;
+  if (!shows_placeholders(stage, retry_failed)) return names;
   if (!files.has(EntryFile::neff)) names.push_back(files.neff_name());
   if (!files.has(EntryFile::done)) names.emplace_back(files.done_name());
   return names;
@@ -82,10 +84,10 @@ EntryStage entry_stage_at(int dir_fd) {
   return files ? stage_of(dir_fd, *files) : EntryStage::not_entry;
 }
 
-bool is_placeholder_at(int dir_fd, std::string_view name) {
+bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed) {
   auto files = files_at(dir_fd);
   if (!files) return false;
-  for (const auto& n : placeholder_names(*files, stage_of(dir_fd, *files)))
+  for (const auto& n : placeholder_names(*files, stage_of(dir_fd, *files), retry_failed))
     if (n == name) return true;
   return false;
 }

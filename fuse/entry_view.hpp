@@ -12,16 +12,16 @@
 //                      LNL: a flock on <root>/.<key>.compilation_metadata.lock that
 //                      this process does not hold)
 //   done               the real files                -
-//   failed (model.log) placeholders for the missing  EIO (03) at once; compiles again
-//                                                    with --retry-failed
+//   failed (model.log) nothing (as on a disk: a     -
+//                      status tool or libneuronxla
+//                      reads it as failed); with
+//                      --retry-failed, placeholders  compiles again
 //
 // The unlink of a placeholder succeeds and removes nothing (fs_names.cpp): an LNL rank
 // removes a dead holder's marker after exists() said it is there.
 //
-// A failed entry shows its placeholders both to a lookup and in a listing, so that a
-// name `stat` finds is also listed. (Before this rule had one home, listings hid them
-// unless --retry-failed while lookups showed them; the tests and the README expect the
-// open of a failed entry's model.neff to fail with EIO, which needs the lookup to find it.)
+// Lookups and listings show the same names. An open that finds the entry failed after
+// its lookup (a compile failed meanwhile) answers EIO (03) at once (placeholder_open).
 #pragma once
 
 #include <optional>
@@ -40,11 +40,12 @@ enum class EntryStage { not_entry, pending, client_compiling, done, failed };
 // a live client that is not a neffcache compile (see client_compiling_at).
 EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live);
 
-// Whether a folder at this stage shows placeholders for its missing products.
-bool shows_placeholders(EntryStage stage);
+// Whether a folder at this stage shows placeholders for its missing products: a pending
+// one; a failed one only when failures are retried (`retry_failed`).
+bool shows_placeholders(EntryStage stage, bool retry_failed);
 
 // The product names to list beside the folder's own files (those it lacks).
-std::vector<std::string> placeholder_names(const neffcache::EntryFiles& files, EntryStage stage);
+std::vector<std::string> placeholder_names(const neffcache::EntryFiles& files, EntryStage stage, bool retry_failed);
 
 // What the open of a placeholder does at this stage.
 enum class PlaceholderOpen { compile, fail_recorded };
@@ -70,6 +71,6 @@ bool client_compiling_at(int dir_fd, const neffcache::EntryFiles& files);
 // its stage (not_entry when it cannot be listed),
 EntryStage entry_stage_at(int dir_fd);
 // and whether a lookup of `name` in it finds a placeholder.
-bool is_placeholder_at(int dir_fd, std::string_view name);
+bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed);
 
 }  // namespace neffcachefs

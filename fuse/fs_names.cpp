@@ -69,7 +69,7 @@ int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
   // this way). The name shows again for as long as the entry stays pending (entry_view.hpp).
   if (rc == ENOENT && !dir && is_product_name(name)) {
     Found found;
-    if (find(p, name, found) == ENOENT && found.dir && is_placeholder_at(found.dir->get(), name)) return 0;
+    if (find(p, name, found) == ENOENT && found.dir && is_placeholder_at(found.dir->get(), name, opts_.retry_failed)) return 0;
   }
   return rc;
 }
@@ -290,10 +290,10 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
     files.note(e->d_name);
   }
   ::closedir(d);
-  // A pending (or failed) entry lists what opening it will produce (entry_view.hpp).
+  // A pending entry lists what opening it will produce (entry_view.hpp).
   const bool maybe_entry = files.has_job() && !files.done();
   const EntryStage stage = entry_stage(files, maybe_entry && client_compiling_at(dir->get(), files));
-  for (auto& name : placeholder_names(files, stage)) h->push_back({std::move(name), 0, DT_REG});
+  for (auto& name : placeholder_names(files, stage, opts_.retry_failed)) h->push_back({std::move(name), 0, DT_REG});
   return h;
 }
 

@@ -32,7 +32,10 @@ using neffcache::whiteout_of;
 inline bool is_whole_folder(const std::string& rel) { return neffcache::is_entry_path(rel); }
 
 // Whether the scratch layer of a read-only cache takes a file of this name: the cache's
-// lock (<root>/lock), an entry's lock (<hlo>.lock) and LNL's <key>.lock.
-inline bool is_lock_file_name(std::string_view name) { return name == "lock" || name.ends_with(".lock"); }
+// lock (<root>/lock), an entry's lock (<hlo>.lock), LNL's .<key>.compilation_metadata.lock
+// and the holder file beside it, .<key>.compilation_metadata.
+inline bool is_lock_file_name(std::string_view name) {
+  return name == "lock" || name.ends_with(".lock") || (name.starts_with('.') && name.ends_with(".compilation_metadata"));
+}
 
 }  // namespace neffcachefs

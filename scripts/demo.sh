@@ -96,7 +96,8 @@ sim "${paths[@]}" 2>/dev/null | sed 's/^/   /'
 
 echo
 echo "-- vLLM Neuron (the LNL cache: one folder per key) on the same mount, 3 ranks starting cold."
-echo "   A client compiles under its key's flock; the daemon compiles what a client wrote; never both:"
+echo "   The rank that takes a key's lock compiles it inside the entry, the others wait for its marker;"
+echo "   the daemon stays out of a rank's way:"
 mkdir -p "$tmp/vllm/neuron"
 ln -s "$tmp/mnt" "$tmp/vllm/neuron/compile_cache"
 before=$(wc -l <"$tmp/compiles.log")

@@ -2,6 +2,7 @@
 // command.txt read back into a compile of ours.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +70,20 @@ TEST_CASE("an LNL holder file names a process as a rank reads /proc: its comm, i
   other.pid = gone;
   CHECK_FALSE(lnl_holder_alive(other));
   CHECK_FALSE(parse_lnl_holder("process_name:python3\ncmdline:[]\n").has_value());  // no pid
+}
+
+TEST_CASE("a flock's holder is read from /proc/locks, without taking a lock", "[lnl]") {
+  struct stat st {};
+  st.st_dev = makedev(8, 1);
+  st.st_ino = 123456;
+  using detail::proc_locks_list_flock;
+  CHECK(proc_locks_list_flock("1: FLOCK  ADVISORY  WRITE 1234 08:01:123456 0 EOF\n", st));
+  CHECK(proc_locks_list_flock("7: POSIX  ADVISORY  WRITE 99 00:1f:5 0 EOF\n8: FLOCK  ADVISORY  READ 1 08:01:123456 0 EOF", st));
+  CHECK_FALSE(proc_locks_list_flock("1: POSIX  ADVISORY  WRITE 1234 08:01:123456 0 EOF\n", st));    // a record lock
+  CHECK_FALSE(proc_locks_list_flock("1: -> FLOCK  ADVISORY  WRITE 1234 08:01:123456 0 EOF\n", st)); // only waiting
+  CHECK_FALSE(proc_locks_list_flock("1: FLOCK  ADVISORY  WRITE 1234 08:01:1234567 0 EOF\n", st));   // another file
+  CHECK_FALSE(proc_locks_list_flock("1: FLOCK  ADVISORY  WRITE 1234 08:02:123456 0 EOF\n", st));    // another device
+  CHECK_FALSE(proc_locks_list_flock("", st));
 }
 
 TEST_CASE("LNL entry states: pending, partial, done, failed, compiling under the client's flock", "[lnl]") {

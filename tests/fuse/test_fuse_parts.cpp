@@ -44,9 +44,9 @@ EntryFiles files_of(std::initializer_list<const char*> names) {
   return f;
 }
 
-std::vector<std::string> names_of(const EntryFiles& f, EntryStage s) {
+std::vector<std::string> names_of(const EntryFiles& f, EntryStage s, bool retry_failed = false) {
   std::vector<std::string> out;
-  for (auto n : placeholder_names(f, s)) out.emplace_back(n);
+  for (auto n : placeholder_names(f, s, retry_failed)) out.emplace_back(n);
   return out;
 }
 
@@ -83,18 +83,21 @@ TEST_CASE("entry view: what each stage of an entry shows and what its open does"
     auto f = files_of({"model.hlo_module.pb", "model.hlo_module.pb.lock"});
     CHECK(entry_stage(f, true) == EntryStage::client_compiling);
     CHECK(names_of(f, EntryStage::client_compiling).empty());
-    CHECK_FALSE(shows_placeholders(EntryStage::client_compiling));
+    CHECK_FALSE(shows_placeholders(EntryStage::client_compiling, true));
   }
   SECTION("done: the real files, no placeholders, even with a client lock") {
     auto f = files_of({"model.hlo_module.pb", "model.neff", "model.done"});
     CHECK(entry_stage(f, true) == EntryStage::done);
     CHECK(names_of(f, EntryStage::done).empty());
   }
-  SECTION("failed: placeholders shown (lookup and listing alike), open fails unless retried") {
+  SECTION("failed: as on a disk, no placeholders (a status tool reads it as failed); with --retry-failed, "
+          "placeholders whose open compiles; an open that finds it failed after its lookup fails") {
     auto f = files_of({"model.hlo_module.pb", "model.log"});
     CHECK(entry_stage(f, false) == EntryStage::failed);
-    CHECK(shows_placeholders(EntryStage::failed));
-    CHECK(names_of(f, EntryStage::failed) == std::vector<std::string>{"model.neff", "model.done"});
+    CHECK_FALSE(shows_placeholders(EntryStage::failed, false));
+    CHECK(names_of(f, EntryStage::failed).empty());
+    CHECK(shows_placeholders(EntryStage::failed, true));
+    CHECK(names_of(f, EntryStage::failed, true) == std::vector<std::string>{"model.neff", "model.done"});
     CHECK(placeholder_open(EntryStage::failed, false) == PlaceholderOpen::fail_recorded);
     CHECK(placeholder_open(EntryStage::failed, true) == PlaceholderOpen::compile);
   }

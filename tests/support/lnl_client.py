@@ -7,7 +7,7 @@ and python3-psutil), and apart from neuron-client-sim, so that a test whose clie
 share one misreading of the facts does not pass by agreement.
 
     lnl_client.py ROOT KEY HLO COMPILER [--target T] [--arg A]... [--remote DIR] [--save-cache]
-                  [--poll SECONDS]
+                  [--poll SECONDS] [--waiting-file PATH]
 
 Prints one JSON line: {"outcome": hit|waited|fetched|compiled, "neff_bytes": n, "neff_sha256": h}
 (and "saved": promoted|taken after --save-cache). Any error ends it with "FATAL: ..." on
@@ -75,12 +75,18 @@ def read_holder(path):
     return fields if fields.get("pid", "").isdigit() else None
 
 
+def comm(pid):
+    """The process name as /proc/<pid>/comm has it (at most 15 characters)."""
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().rstrip("\n")
+
+
 def holder_alive(fields):
     """The holder is this host's process with that pid, name and command line."""
     try:
-        p = psutil.Process(int(fields["pid"]))
-        return p.name() == fields.get("process_name") and str(p.cmdline()) == fields.get("cmdline")
-    except (psutil.Error, KeyError, ValueError):
+        pid = int(fields["pid"])
+        return comm(pid) == fields.get("process_name") and str(psutil.Process(pid).cmdline()) == fields.get("cmdline")
+    except (OSError, psutil.Error, KeyError, ValueError):
         return False
 
 
@@ -151,6 +157,7 @@ def main():
     ap.add_argument("--remote")
     ap.add_argument("--save-cache", action="store_true")
     ap.add_argument("--poll", type=float, default=1.0)
+    ap.add_argument("--waiting-file", help="for tests: a file made once this rank waits for another's compile")
     a = ap.parse_args()
     root, key = a.root, a.key
     entry = os.path.join(root, key)
@@ -166,11 +173,11 @@ def main():
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
-        return wait(entry, key, holder_path, lock_path, a.poll)
+        return wait(entry, key, holder_path, lock_path, a.poll, a.waiting_file)
     try:
         me = psutil.Process()
         with open(holder_path, "w") as f:
-            f.write(f"pid:{me.pid}\nprocess_name:{me.name()}\ncmdline:{me.cmdline()}\ntimestamp:{int(time.time())}\n")
+            f.write(f"pid:{me.pid}\nprocess_name:{comm(me.pid)}\ncmdline:{me.cmdline()}\ntimestamp:{int(time.time())}\n")
         if complete(entry, key):
             return load(entry, key, "hit")
         if a.remote and complete(os.path.join(a.remote, key), key) and fetch(os.path.join(a.remote, key), root, key):
@@ -203,7 +210,7 @@ def main():
     return load(entry, key, "compiled", extra)
 
 
-def wait(entry, key, holder_path, lock_path, poll):
+def wait(entry, key, holder_path, lock_path, poll, waiting_file):
     """Step 5."""
     holder = None
     for _ in range(10):
@@ -213,6 +220,8 @@ def wait(entry, key, holder_path, lock_path, poll):
         time.sleep(0.2)
     if holder is None:
         fatal("the lock is held and nobody is named as its holder")
+    if waiting_file:
+        open(waiting_file, "w").close()
     timeout = float(os.environ.get("NEURON_LIBTORCH_COMPILATION_TIMEOUT", "600"))
     start = time.time()
     while True:

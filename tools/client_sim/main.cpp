@@ -409,13 +409,14 @@ GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate
     }
     if (!holder) return fatal(fmt::format("{}: no holder named while the lock is taken", holder_path));
     const double timeout = std::stod(process_env("NEURON_LIBTORCH_COMPILATION_TIMEOUT").value_or("600"));
+    const auto waiting_since = SteadyClock::now();
     for (;;) {
       if (lnl_complete(dir, key)) return hit(Outcome::waited);
       if (!lnl_holder_alive(*holder)) {
         (void)clear_dead_holder();
         return fatal("Lock holder process died - cache invalidated, please retry compilation");
       }
-      if (since(t0) > timeout)
+      if (since(waiting_since) > timeout)
         return fatal(fmt::format("timed out after {:.0f} s waiting for the compile of {}", timeout, key));
       sleep_for(opts.poll_seconds);
     }
@@ -433,9 +434,12 @@ GraphResult load_lnl(const Graph& g, const Options& opts, const CompilerTemplate
   if (process_env("VLLM_NEURON_DISABLE_WARMUP_COMPILE") == "1")
     return fatal(fmt::format("{} is not in the cache and VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 forbids compiling", key));
   fmt::print(stderr, "INFO: compiling {}\n", key);
-  std::string command = fmt::format("neuronx-cc compile {0}/graph.hlo --framework XLA --target {1} --output {2} "
-                                    "--logfile {0}/{3}",
-                                    dir, opts.target, neff, k_lnl_log_file);
+  // The compiler by its absolute path, as LNL runs it.
+  std::string program = tmpl.program();
+  if (auto found = resolve_program(program)) program = fs::absolute(*found).string();
+  std::string command = fmt::format("{0} compile {1}/graph.hlo --framework XLA --target {2} --output {3} "
+                                    "--logfile {1}/{4}",
+                                    program, dir, opts.target, neff, k_lnl_log_file);
   for (const auto& f : flags) command += " " + f;
   fs::create_directories(dir, ec);
   const std::string command_path = dir + "/" + std::string(k_lnl_command_file);

@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -224,15 +226,45 @@ inline HeldFlocks::Id file_id(const struct stat& st) { return {st.st_dev, st.st_
 
 }  // namespace detail
 
-// Who holds the flock(2) of the file `name` in the folder `dir_fd`: asked with a shared
-// lock taken and dropped at once (which holds off a client's exclusive try for that
-// instant only). A missing file is held by nobody.
+namespace detail {
+
+// Whether /proc/locks (text `locks`) lists a flock on the file `st`: lines such as
+// "1: FLOCK  ADVISORY  WRITE 1234 08:01:123456 0 EOF", the device as major:minor in hex.
+// Blocked requests ("1: -> FLOCK ...") are not holders. (Where st_dev is not the file
+// system's own device, as in a btrfs subvolume, a holder goes unseen: the lock itself
+// still excludes, only the mount's view of that entry is a moment late.)
+inline bool proc_locks_list_flock(std::string_view locks, const struct stat& st) {
+  const std::string file = fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino);
+  for (std::size_t at = 0; at < locks.size();) {
+    auto end = std::min(locks.find('\n', at), locks.size());
+    std::string_view line = locks.substr(at, end - at);
+    at = end + 1;
+    std::vector<std::string_view> words;
+    for (std::size_t w = 0; w < line.size();) {
+      auto next = std::min(line.find(' ', w), line.size());
+      if (next > w) words.push_back(line.substr(w, next - w));
+      w = next + 1;
+    }
+    if (words.size() >= 6 && words[1] == "FLOCK" && words[5] == file) return true;
+  }
+  return false;
+}
+
+}  // namespace detail
+
+// Who holds the flock(2) of the file `name` in the folder `dir_fd`, read from /proc/locks
+// without taking a lock (a probe that took one, even shared, would make a client's
+// LOCK_EX|LOCK_NB fail for that instant: an LNL rank then takes itself for a waiter). A
+// missing file is held by nobody; where /proc/locks cannot be read, a shared lock taken
+// and dropped at once asks instead.
 enum class FlockHolder { nobody, this_process, another_process };
 inline FlockHolder flock_holder_at(int dir_fd, const std::string& name) {
   detail::UniqueFd fd(sys::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0) return FlockHolder::nobody;
   if (detail::held_flocks().contains(detail::file_id(st))) return FlockHolder::this_process;
+  if (auto locks = detail::read_file("/proc/locks"))
+    return detail::proc_locks_list_flock(*locks, st) ? FlockHolder::another_process : FlockHolder::nobody;
   if (detail::retry_eintr([&] { return ::flock(fd.get(), LOCK_SH | LOCK_NB); }) != 0)
     return errno == EWOULDBLOCK ? FlockHolder::another_process : FlockHolder::nobody;
   ::flock(fd.get(), LOCK_UN);
@@ -365,8 +397,17 @@ class [[nodiscard]] EntryLock {
     if (!files.is_lnl()) return try_acquire(path, opts);
     auto lock = try_acquire_flock(path);
     if (!lock) return lock;
+    // A root daemon's files in a user's cache go to the owner of the root, as a rank of
+    // that user made them: the rank opens the lock file O_RDWR|O_TRUNC and rewrites the
+    // holder file, and must not find them root's.
+    std::optional<detail::FileOwner> owner;
+    struct stat root {};
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    if (::geteuid() == 0 && ::stat(dir.c_str(), &root) == 0) owner = detail::FileOwner{root.st_uid, root.st_gid};
+    detail::give(lock->descriptor(), owner);
     const std::string holder = path.substr(0, path.size() - k_lock_suffix.size());
-    if (auto w = detail::write_file_atomic(holder, lnl_holder_record()); !w) return w.error();  // (released)
+    if (auto w = detail::write_file_atomic(holder, lnl_holder_record(), 0644, owner); !w)
+      return w.error();  // (the lock is released)
     return lock;
   }
 
@@ -387,11 +428,13 @@ class [[nodiscard]] EntryLock {
   // Refreshes the heartbeat. Errc::busy when the lock file is no longer ours (removed
   // or replaced by someone who judged us dead): the holder must stop, not publish.
   Result<void> heartbeat() {
-    if (flock_) return {};  // no heartbeat: the kernel drops a flock with its holder
     struct stat held {}, named {};
     if (!fd_ || ::fstat(fd_.get(), &held) != 0 || ::lstat(path_.c_str(), &named) != 0 ||
         !detail::same_file(held, named))
       return Error{Errc::busy, fmt::format("lock {} was lost", path_)};
+    // A flock needs no heartbeat (the kernel drops it with its holder), only the check
+    // above: an LNL rank that judged us dead removes the file and locks a new one.
+    if (flock_) return {};
     if (::futimens(fd_.get(), nullptr) != 0) return sys_error("heartbeat", path_);
     return {};
   }

@@ -124,6 +124,9 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
   detail::give(log.get(), owner);
   // A deterministic failure moves the log into place as model.log, fully written.
   auto record_failure = [&](std::string why) {
+    // A lock taken from us meanwhile (an LNL rank that judged us dead removed the file and
+    // locked a new one) is no lock: the entry is that rank's now, nothing of ours goes in.
+    if (auto held = lock->heartbeat(); !held) return transient(held.error().message);
     detail::log_line(log.get(), why);
     log.reset();
     sys::unlink(fmt::format("{}/{}", entry_dir, files->neff_name()).c_str());
@@ -281,6 +284,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     // An LNL entry has no compiler folder: its result's identity names this version.
     if (files->is_lnl())
       if (auto version = lnl_compiler_version(s)) meta["compiler_version"] = *version;
+    if (auto held = lock->heartbeat(); !held) return transient(held.error().message);  // (see record_failure)
     auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner, *files, compiler_log);
     if (!published) return transient(published.error().message);
     detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", *published,
