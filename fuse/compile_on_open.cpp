@@ -166,7 +166,7 @@ Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_
   }
   std::string entry = path_of_fd(dir_fd);
   auto files = read_entry_files(entry);
-  if (files && placeholder_open(entry_stage(*files, false), opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
+  if (files && placeholder_open(entry_stage(*files, false, true), opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
     stats_.eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded ({})", entry, files->failure_name()));
     return Errno{EIO};
   }
@@ -237,10 +237,11 @@ void CompileOnOpen::prepare_loop() {
       if (!up) fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
       continue;
     }
-    // (Compiles run as another user: no LNL identities, see lnl_compiler_version.)
-    const auto& settings = opts_.scheduler.settings;
-    JobSpec spec =
-        prepare_job(item->entry_dir, opts_.default_flags, settings.run_as ? std::string() : settings.compiler.program());
+    // An entry of another compiler's folder is its client's (an eager compile of one
+    // would be refused: compiler_serves).
+    if (!compiles_here(item->entry_dir, opts_.compiler_dir) && !item->waiter) continue;
+    JobSpec spec = prepare_job(item->entry_dir, opts_.default_flags,
+                               compiler_version(opts_.scheduler.settings).value_or(""));
     // Where each entry publishes its own NEFF (S3), no copies between equal graphs.
     if (!opts_.store->copies_equal_graphs()) spec.dedup_key.clear();
     // No lock is held here; the callback may run on this thread (see the header).

@@ -3,8 +3,6 @@
 
 #include <fcntl.h>
 
-#include <filesystem>
-
 #include <neffcache/lock.hpp>
 
 #include "inode_table.hpp"
@@ -13,9 +11,10 @@ namespace neffcachefs {
 
 using namespace neffcache;
 
-EntryStage entry_stage(const EntryFiles& files, bool client_lock_live) {
+EntryStage entry_stage(const EntryFiles& files, bool client_lock_live, bool ours) {
   if (!files.has_job()) return EntryStage::not_entry;
   if (files.done()) return EntryStage::done;
+  if (!ours) return EntryStage::another_compiler;
   if (client_lock_live) return EntryStage::client_compiling;
   // A record of a failure (the EntryFiles rule: model.log and no model.neff).
   if (files.failed()) return EntryStage::failed;
@@ -62,32 +61,47 @@ bool client_compiling_at(int dir_fd, const EntryFiles& files) {
   return lock && lock->state == LockState::live && !lock->owner;
 }
 
-std::optional<EntryFiles> files_at(int dir_fd) {
+bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir) {
+  if (!compiler_dir) return true;
+  const std::string dir = compiler_dir_of(entry_dir);
+  return dir.empty() ? EntryFiles::of_entry_path(entry_dir).is_lnl() : dir == *compiler_dir;
+}
+
+// The files of the folder `dir_fd`, of the dialect its name says (nullopt when it cannot
+// be listed), and its path.
+static std::optional<EntryFiles> files_at(int dir_fd, std::string& path) {
   int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
+  path = path_of_fd(fd);
   // An LNL entry is known by its folder's name (a key), which names its NEFF too.
-  EntryFiles files = EntryFiles::of_folder(std::filesystem::path(path_of_fd(fd)).filename().string());
+  EntryFiles files = EntryFiles::of_entry_path(path);
   // list_dir takes the descriptor.
   auto listed = detail::list_dir(fd, "entry", [&](std::string_view name, bool) { files.note(name); });
   if (!listed) return std::nullopt;
   return files;
 }
 
-// The stage of `files`, read in `dir_fd`; the lock is inspected only where it matters
-// (a job and no finished NEFF).
-static EntryStage stage_of(int dir_fd, const EntryFiles& files) {
-  return entry_stage(files, files.has_job() && !files.done() && client_compiling_at(dir_fd, files));
+// The stage of `files`, read in the folder `dir_fd` at `path`; the lock is inspected and
+// the compiler's folder compared only where they matter (a job and no finished NEFF).
+static EntryStage stage_of(int dir_fd, const std::string& path, const EntryFiles& files,
+                           const std::optional<std::string>& compiler_dir) {
+  const bool open_job = files.has_job() && !files.done();
+  const bool ours = !open_job || compiles_here(path, compiler_dir);
+  return entry_stage(files, open_job && ours && client_compiling_at(dir_fd, files), ours);
 }
 
-EntryStage entry_stage_at(int dir_fd) {
-  auto files = files_at(dir_fd);
-  return files ? stage_of(dir_fd, *files) : EntryStage::not_entry;
+EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir) {
+  std::string path;
+  auto files = files_at(dir_fd, path);
+  return files ? stage_of(dir_fd, path, *files, compiler_dir) : EntryStage::not_entry;
 }
 
-bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed) {
-  auto files = files_at(dir_fd);
+bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
+                       const std::optional<std::string>& compiler_dir) {
+  std::string path;
+  auto files = files_at(dir_fd, path);
   if (!files) return false;
-  for (const auto& n : placeholder_names(*files, stage_of(dir_fd, *files), retry_failed))
+  for (const auto& n : placeholder_names(*files, stage_of(dir_fd, path, *files, compiler_dir), retry_failed))
     if (n == name) return true;
   return false;
 }

@@ -11,6 +11,11 @@
 //                      creates model.neff itself, which a placeholder would refuse;
 //                      LNL: a flock on <root>/.<key>.compilation_metadata.lock that
 //                      this process does not hold)
+//   another compiler's nothing of ours (a Neuron  -
+//                      entry under neuronxcc-<v>
+//                      whose <v> our compiler does
+//                      not report: compiler_serves;
+//                      its client compiles it)
 //   done               the real files                -
 //   failed (model.log) nothing (as on a disk: a     -
 //                      status tool or libneuronxla
@@ -34,11 +39,17 @@
 
 namespace neffcachefs {
 
-enum class EntryStage { not_entry, pending, client_compiling, done, failed };
+enum class EntryStage { not_entry, pending, client_compiling, another_compiler, done, failed };
 
 // The stage of a folder with files `files`; `client_lock_live`: its lock file is held by
-// a live client that is not a neffcache compile (see client_compiling_at).
-EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live);
+// a live client that is not a neffcache compile (see client_compiling_at); `ours`: our
+// compiler may compile it (compiles_here).
+EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live, bool ours);
+
+// Whether the compiler that serves the folder `compiler_dir` (Options::compiler_dir; empty:
+// none; nullopt: compiles are off, and every entry is treated as ours) may compile the
+// entry at `entry_dir`: an LNL entry, or one of that folder.
+bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir);
 
 // Whether a folder at this stage shows placeholders for its missing products: a pending
 // one; a failed one only when failures are retried (`retry_failed`).
@@ -64,13 +75,12 @@ bool is_product_name(std::string_view name);
 bool is_hlo_name(std::string_view name);
 
 // Reading the backing folder `dir_fd` (an O_PATH or directory descriptor):
-// its files, of the dialect its name says (nullopt when it cannot be listed),
-std::optional<neffcache::EntryFiles> files_at(int dir_fd);
 // whether a live client lock without our owner record is in it,
 bool client_compiling_at(int dir_fd, const neffcache::EntryFiles& files);
-// its stage (not_entry when it cannot be listed),
-EntryStage entry_stage_at(int dir_fd);
+// its stage (not_entry when it cannot be listed), for a compiler of `compiler_dir`,
+EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir);
 // and whether a lookup of `name` in it finds a placeholder.
-bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed);
+bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
+                       const std::optional<std::string>& compiler_dir);
 
 }  // namespace neffcachefs

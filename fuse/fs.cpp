@@ -117,7 +117,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   UniqueFd fd = std::move(found.fd);
   if (err) {
     if (!dir) return Errno{err};
-    if (err == ENOENT && is_product_name(name) && is_placeholder_at(dir->get(), name, opts_.retry_failed)) {
+    if (err == ENOENT && is_product_name(name) && is_placeholder_at(dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {
       // A placeholder for what a compile will produce.
       e.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern_placeholder(parent, name));
       e.attr.st_ino = static_cast<ino_t>(e.ino & 0x7fffffffffffULL);

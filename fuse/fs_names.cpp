@@ -69,7 +69,7 @@ int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
   // this way). The name shows again for as long as the entry stays pending (entry_view.hpp).
   if (rc == ENOENT && !dir && is_product_name(name)) {
     Found found;
-    if (find(p, name, found) == ENOENT && found.dir && is_placeholder_at(found.dir->get(), name, opts_.retry_failed)) return 0;
+    if (find(p, name, found) == ENOENT && found.dir && is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) return 0;
   }
   return rc;
 }
@@ -281,7 +281,8 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
     return nullptr;
   }
   auto h = std::make_shared<Listing>();
-  EntryFiles files = EntryFiles::of_folder(std::filesystem::path(path_of_fd(fd)).filename().string());
+  const std::string path = path_of_fd(fd);
+  EntryFiles files = EntryFiles::of_entry_path(path);
   while (dirent* e = ::readdir(d)) {
     // The root's .neffcache is the mount's own (stats.json); a backing folder of that
     // name (an S3 tier's staging) is not shown.
@@ -292,7 +293,8 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
   ::closedir(d);
   // A pending entry lists what opening it will produce (entry_view.hpp).
   const bool maybe_entry = files.has_job() && !files.done();
-  const EntryStage stage = entry_stage(files, maybe_entry && client_compiling_at(dir->get(), files));
+  const bool ours = !maybe_entry || compiles_here(path, opts_.compiler_dir);
+  const EntryStage stage = entry_stage(files, maybe_entry && ours && client_compiling_at(dir->get(), files), ours);
   for (auto& name : placeholder_names(files, stage, opts_.retry_failed)) h->push_back({std::move(name), 0, DT_REG});
   return h;
 }

@@ -287,6 +287,23 @@ int main(int argc, char** argv) {
   opts.scheduler.settings.content_index = content_index && !opts.scratch;
   opts.index_scan = index_scan;
   opts.scheduler.settings.log = [](std::string_view line) { fmt::print(stderr, "neffcachefs: {}\n", line); };
+  // Which compiler folder the compiler serves (compiler_serves): asked once here, for what
+  // the mount shows; each compile asks again, so a compiler replaced meanwhile compiles
+  // nothing of another folder.
+  if (!no_compile) {
+    const auto& settings = opts.scheduler.settings;
+    if (auto version = neffcache::compiler_version(settings)) {
+      opts.compiler_dir = fmt::format("{}{}", neffcache::k_compiler_dir_prefix, *version);
+      fmt::print(stderr, "neffcachefs: compiler '{}' reports version {}: it compiles the entries of {} and LNL's; "
+                         "the other neuronxcc-* folders pass through as they are\n",
+                 settings.compiler.program(), *version, *opts.compiler_dir);
+    } else {
+      opts.compiler_dir = "";
+      fmt::print(stderr, "neffcachefs: compiler '{}' reports no version ('{} --version'): it compiles LNL's entries "
+                         "only; the neuronxcc-* folders pass through as they are\n",
+                 settings.compiler.program(), settings.compiler.program());
+    }
+  }
 
   auto mem = neffcache::parse_size(mem_per_job);
   if (!mem || *mem == 0) return fail(fmt::format("--mem-per-job '{}' is not a size like 64G", mem_per_job));

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct Options {
   neffcache::Scheduler::Options scheduler;
   bool eager = true;            // compile an HLO as soon as it is written through the mount
   bool retry_failed = false;    // failed entries compile again when opened
+  // The compiler folder (neuronxcc-<v>) whose entries the compiler compiles (compiler_serves),
+  // found at start; the others show no placeholders. Empty: none (LNL entries still compile).
+  // nullopt: compiles are off, and every folder shows them (a miss is refused, a twin served).
+  std::optional<std::string> compiler_dir;
   std::vector<std::string> default_flags;
   // How long an open may wait for a compile before it fails with EIO (the compile goes
   // on). 0: no deadline of its own; each attempt is still bounded by the compile timeout.

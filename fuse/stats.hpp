@@ -24,7 +24,8 @@ enum class EioSite : int {
   publish_vanished,     // the NEFF was published but could not be opened
   wait_deadline,        // the wait outlasted --wait-timeout; the compile goes on
   promote_failed,       // a folder renamed to an LNL key could not be published to S3
-  compile_refused,      // a miss while compiles are off (--no-compile, a read-only cache)
+  compile_refused,      // a miss while compiles are off (--no-compile, a read-only cache), or of
+                        // another compiler's folder (compiler_serves)
   count
 };
 

@@ -11,6 +11,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target neffcache neffcachefs fake-neuronx-cc neuron-client-sim >/dev/null
 tool=build/tools/neffcache
 version=2.21.0  # no Neuron SDK here, so the compiler version is given, not detected
+# The stand-in compiler reports it too: only a compiler of that version compiles the entries
+# of neuronxcc-$version.
+export NEFFCACHE_FAKE_VERSION=$version
 tmp=$(mktemp -d)
 cleanup() {
   fusermount3 -u -z "$tmp/mnt" 2>/dev/null || true

@@ -61,6 +61,14 @@ TEST_CASE("an entry path is neuronxcc-*/MODULE_* and nothing that could leave th
     CHECK_FALSE(is_entry_path(bad));
 }
 
+TEST_CASE("an entry's compiler folder is the one before its MODULE_ folder; an LNL entry has none", "[layout]") {
+  CHECK(compiler_dir_of("/c/neuronxcc-2.15.128.0+56dc5a86/MODULE_1+2") == "neuronxcc-2.15.128.0+56dc5a86");
+  CHECK(compiler_dir_of("neuronxcc-2.21.0/MODULE_1+2") == "neuronxcc-2.21.0");
+  CHECK(compiler_dir_of("s3://b/p/neuronxcc-2.21.0/MODULE_1+2/") == "neuronxcc-2.21.0");
+  CHECK(compiler_dir_of("/c/0123456789abcdef0123456789abcdef").empty());
+  CHECK(compiler_dir_of("MODULE_1+2").empty());
+}
+
 TEST_CASE("an entry's state follows from its files", "[layout]") {
   using F = EntryFile;
   auto state = [](std::initializer_list<F> files, bool live = true) {

@@ -222,7 +222,7 @@ TEST_CASE("a compiler error records model.log and no NEFF, as the Neuron cache d
 
 TEST_CASE("a corrupt HLO fails its compile with the reason in model.log", "[compile]") {
   test::TempDir root, work;
-  auto entry = root / "neuronxcc-1" / "MODULE_bad+0";
+  auto entry = root / test::k_fake_dir / "MODULE_bad+0";
   test::fs::create_directories(entry);
   test::spit(entry / "model.hlo_module.pb", "definitely not protobuf");
   auto r = compile_entry(entry.string(), fake_settings(work));
@@ -236,7 +236,7 @@ TEST_CASE("an HLO that is a FIFO, a link or a folder is refused unread: recorded
   const std::vector<std::string> kinds{"fifo", "link to a device", "link outside", "folder"};
   for (const auto& kind : kinds) {
     INFO(kind);
-    auto entry = root / "neuronxcc-1" / ("MODULE_" + std::to_string(&kind - kinds.data()) + "+0");
+    auto entry = root / test::k_fake_dir / ("MODULE_" + std::to_string(&kind - kinds.data()) + "+0");
     test::fs::create_directories(entry);
     const auto hlo = entry / "model.hlo_module.pb";
     // A FIFO with no writer blocks a plain open for ever; /dev/zero never ends; a link
@@ -462,6 +462,7 @@ TEST_CASE("a real kernel OOM kill in a small memory cgroup, of the compiler or o
                    "sh -c 'echo $$ > {} && exec {} compile --framework=XLA --target=trn1 {{hlo}} --output {{neff}}'",
                    cgroup->dir() + "/cgroup.procs", k_fake))
                    .value();
+  s.compiler_version = std::string(test::k_fake_version);  // (sh reports none)
   auto r = compile_entry(entry, s);
   INFO(r.message);
   INFO(test::slurp(test::fs::path(entry) / std::string(k_compile_log_file)));
@@ -572,6 +573,37 @@ TEST_CASE("an entry locked by someone else is busy and nothing runs", "[compile]
   CHECK(r.outcome == CompileOutcome::busy);
   CHECK(r.message.find("held by a running process") != std::string::npos);
   CHECK(test::count_lines(work / "compiles.log") == 0);
+}
+
+TEST_CASE("an entry of another compiler's folder is never compiled: refused in one line naming both versions",
+          "[compile]") {
+  test::TempDir root, work;
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");  // neuronxcc-2.21.0
+  // libneuronxla names the folder after the full version: 2.21.0.0+b0d7f0f4 is another
+  // compiler. (A program file of its own: versions are asked once per file.)
+  const auto other = work / "other-neuronx-cc";
+  test::spit(other, "#!/bin/sh\nNEFFCACHE_FAKE_VERSION=2.21.0.0+b0d7f0f4 exec " + k_fake + " \"$@\"\n");
+  test::fs::permissions(other, test::fs::perms::owner_all);
+  auto s = fake_settings(work);
+  s.compiler = CompilerTemplate::parse(other.string() + " compile {hlo} --output {neff}").value();
+  auto r = compile_entry(entry, s);
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK(r.refused);
+  CHECK(r.attempts == 0);
+  CHECK(r.message.find("its folder is for compiler 2.21.0, and '" + other.string() + "' reports 2.21.0.0+b0d7f0f4") !=
+        std::string::npos);
+  CHECK(r.message.find('\n') == std::string::npos);
+  // Nothing written: no lock, no log, no record.
+  CHECK(stray_files(entry).empty());
+  CHECK(!test::fs::exists(test::fs::path(entry) / std::string(k_compile_log_file)));
+  CHECK(state_of(entry) == EntryState::pending);
+  // A compiler that names no version compiles no Neuron entry either.
+  s.compiler = CompilerTemplate::parse("env " + k_fake + " compile {hlo} --output {neff}").value();
+  r = compile_entry(entry, s);
+  CHECK(r.refused);
+  CHECK(r.message.find("'env' reports no version") != std::string::npos);
+  // The compiler of the folder's version compiles it.
+  CHECK(compile_entry(entry, fake_settings(work)).outcome == CompileOutcome::success);
 }
 
 TEST_CASE("a missing compiler is a clear transient error", "[compile]") {

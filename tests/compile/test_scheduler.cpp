@@ -95,6 +95,8 @@ Scheduler::Options recording_options(const test::TempDir& work, RecordingRunner&
   o.settings.compiler = CompilerTemplate::parse("fake {hlo} --output {neff} --key {key}").value();
   o.settings.workdir_root = work.path().string();
   o.settings.runner = &runner;
+  // A stand-in compiler that cannot be asked: the version of the folder its entries are in.
+  o.settings.compiler_version = std::string(test::k_fake_version);
   return o;
 }
 

@@ -228,6 +228,7 @@ TEST_CASE("a deterministic failure is reused by twins, and retry clears it for e
   auto a = put_entry(dir.path(), "a", hlo);
   Scheduler::Options o;
   o.settings.compiler = CompilerTemplate::parse("false {hlo} {neff}").value();
+  o.settings.compiler_version = std::string(test::k_fake_version);  // (false reports none)
   o.settings.workdir_root = work.path().string();
   {
     Scheduler s(o);

@@ -65,35 +65,48 @@ bool eventually(F done, std::chrono::milliseconds limit = 5000ms) {
 TEST_CASE("entry view: what each stage of an entry shows and what its open does", "[fuse-unit]") {
   SECTION("no HLO: nothing") {
     auto f = files_of({"model.neff"});
-    CHECK(entry_stage(f, false) == EntryStage::not_entry);
-    CHECK(names_of(f, entry_stage(f, false)).empty());
+    CHECK(entry_stage(f, false, true) == EntryStage::not_entry);
+    CHECK(names_of(f, entry_stage(f, false, true)).empty());
   }
   SECTION("pending: both placeholders, the open compiles") {
     auto f = files_of({"model.hlo_module.pb"});
-    CHECK(entry_stage(f, false) == EntryStage::pending);
+    CHECK(entry_stage(f, false, true) == EntryStage::pending);
     CHECK(names_of(f, EntryStage::pending) == std::vector<std::string>{"model.neff", "model.done"});
     CHECK(placeholder_open(EntryStage::pending, false) == PlaceholderOpen::compile);
   }
   SECTION("pending with the NEFF in place and no model.done: only model.done") {
     auto f = files_of({"model.hlo_module.pb", "model.neff"});
-    CHECK(entry_stage(f, false) == EntryStage::pending);
+    CHECK(entry_stage(f, false, true) == EntryStage::pending);
     CHECK(names_of(f, EntryStage::pending) == std::vector<std::string>{"model.done"});
   }
   SECTION("a client compiling it (its live lock): none") {
     auto f = files_of({"model.hlo_module.pb", "model.hlo_module.pb.lock"});
-    CHECK(entry_stage(f, true) == EntryStage::client_compiling);
+    CHECK(entry_stage(f, true, true) == EntryStage::client_compiling);
     CHECK(names_of(f, EntryStage::client_compiling).empty());
     CHECK_FALSE(shows_placeholders(EntryStage::client_compiling, true));
   }
+  SECTION("another compiler's (its folder names a version ours does not report): none, whatever its files") {
+    for (auto f : {files_of({"model.hlo_module.pb"}), files_of({"model.hlo_module.pb", "model.log"}),
+                   files_of({"model.hlo_module.pb", "model.hlo_module.pb.lock"})}) {
+      CHECK(entry_stage(f, false, false) == EntryStage::another_compiler);
+      CHECK(names_of(f, EntryStage::another_compiler, true).empty());
+    }
+    CHECK(entry_stage(files_of({"model.hlo_module.pb", "model.neff", "model.done"}), false, false) == EntryStage::done);
+    CHECK(compiles_here("/c/neuronxcc-2.21.0.0+fake/MODULE_1+2", "neuronxcc-2.21.0.0+fake"));
+    CHECK_FALSE(compiles_here("/c/neuronxcc-2.21.0/MODULE_1+2", "neuronxcc-2.21.0.0+fake"));
+    CHECK_FALSE(compiles_here("/c/neuronxcc-2.21.0/MODULE_1+2", ""));
+    CHECK(compiles_here("/c/0123456789abcdef0123456789abcdef", ""));  // LNL: its key names its compiler
+    CHECK(compiles_here("/c/neuronxcc-2.21.0/MODULE_1+2", std::nullopt));  // compiles off: a miss is refused
+  }
   SECTION("done: the real files, no placeholders, even with a client lock") {
     auto f = files_of({"model.hlo_module.pb", "model.neff", "model.done"});
-    CHECK(entry_stage(f, true) == EntryStage::done);
+    CHECK(entry_stage(f, true, true) == EntryStage::done);
     CHECK(names_of(f, EntryStage::done).empty());
   }
   SECTION("failed: as on a disk, no placeholders (a status tool reads it as failed); with --retry-failed, "
           "placeholders whose open compiles; an open that finds it failed after its lookup fails") {
     auto f = files_of({"model.hlo_module.pb", "model.log"});
-    CHECK(entry_stage(f, false) == EntryStage::failed);
+    CHECK(entry_stage(f, false, true) == EntryStage::failed);
     CHECK_FALSE(shows_placeholders(EntryStage::failed, false));
     CHECK(names_of(f, EntryStage::failed).empty());
     CHECK(shows_placeholders(EntryStage::failed, true));
@@ -129,20 +142,21 @@ TEST_CASE("entry view: what each stage of an entry shows and what its open does"
 
 TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
   test::TempDir d;
-  test::spit(d / "e" / "model.hlo_module.pb", "x");
+  test::spit(d / "neuronxcc-2" / "e" / "model.hlo_module.pb", "x");
   test::spit(d / "plain" / "readme", "x");
-  auto stage_of = [&](const std::string& dir) {
+  auto stage_of = [&](const std::string& dir, std::optional<std::string> compiler_dir = "neuronxcc-2") {
     UniqueFd fd(::open((d / dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     REQUIRE(fd);
-    return entry_stage_at(fd.get());
+    return entry_stage_at(fd.get(), compiler_dir);
   };
-  CHECK(stage_of("e") == EntryStage::pending);
+  CHECK(stage_of("neuronxcc-2/e") == EntryStage::pending);
+  CHECK(stage_of("neuronxcc-2/e", "neuronxcc-3") == EntryStage::another_compiler);
   CHECK(stage_of("plain") == EntryStage::not_entry);
-  test::spit(d / "e" / "model.log", "error");
-  CHECK(stage_of("e") == EntryStage::failed);
-  test::spit(d / "e" / "model.neff", "x");
-  test::spit(d / "e" / "model.done", "x");
-  CHECK(stage_of("e") == EntryStage::done);
+  test::spit(d / "neuronxcc-2" / "e" / "model.log", "error");
+  CHECK(stage_of("neuronxcc-2/e") == EntryStage::failed);
+  test::spit(d / "neuronxcc-2" / "e" / "model.neff", "x");
+  test::spit(d / "neuronxcc-2" / "e" / "model.done", "x");
+  CHECK(stage_of("neuronxcc-2/e") == EntryStage::done);
 }
 
 TEST_CASE("inode table: references, forget, placeholders, renames and reopening", "[fuse-unit]") {

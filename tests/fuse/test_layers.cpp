@@ -61,11 +61,12 @@ int errno_of(int rc) { return rc == 0 || rc > 0 ? 0 : errno; }
 const std::vector<std::string> k_two_graphs{"gopjrt_tuple.hlo.pb", "rocm08_normal_9.hlo_proto.pb"};
 
 // A cache that the simulated client compiled `graphs` into (its own keys, as a client
-// on another machine leaves them), plus a pending entry of another graph; the pending
-// entry's path below the root.
-std::string make_shipped_cache(const fs::path& cache, const fs::path& log, const std::vector<std::string>& graphs) {
+// on another machine leaves them; `client_env`: NAME=value words for it), plus a pending
+// entry of another graph; the pending entry's path below the root.
+std::string make_shipped_cache(const fs::path& cache, const fs::path& log, const std::vector<std::string>& graphs,
+                               const std::vector<std::string>& client_env = {}) {
   fs::create_directories(cache);
-  auto made = test::run(client_sim(cache, log, {}, graphs));
+  auto made = test::run(client_sim(cache, log, client_env, graphs));
   REQUIRE(made.exit_code == 0);
   REQUIRE(sim_summary(made.output)["compiled"] == graphs.size());
   const std::string pending = "neuronxcc-2.21.0/MODULE_pending+0";
@@ -198,7 +199,9 @@ TEST_CASE("with --upper, a pending entry of the read-only cache and a new entry 
 TEST_CASE("with --upper, removing an entry of the read-only cache hides it with a whiteout, also after a restart",
           "[fuse][layers]") {
   test::TempDir dir;
-  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  // The shipped entries in a compiler folder of their own, without the pending one.
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs,
+                                                 {"NEFFCACHE_FAKE_VERSION=2.21.0.0+fake"});
   const auto before = test::snapshot_tree(dir / "cache");
   const auto shipped = listed_entries(dir / "cache");
   fs::create_directories(dir / "upper");

@@ -81,3 +81,32 @@ TEST_CASE("optimum-neuron's cache through the mount: its registry and symlinks, 
   CHECK(check(false) == "failed");
   CHECK(check(true) == "success");
 }
+
+TEST_CASE("an entry of another compiler's folder passes through as on a disk: no placeholder, no compile, its "
+          "client compiles it", "[fuse][neuron-facts]") {
+  Mount m;
+  auto ours = m.entry("gopjrt_tuple.hlo.pb", "ours+1");
+  // The folder libneuronxla of another SDK names (the full version its compiler reports).
+  const std::string theirs = "neuronxcc-2.21.0.0+b0d7f0f4/MODULE_theirs+2";
+  fs::create_directories(m.backing() / theirs);
+  fs::copy_file(test::k_corpus / "spu_jax_cnn.hlo.pb", m.backing() / theirs / "model.hlo_module.pb");
+  CHECK(names_in(m.mnt() / ours) == std::set<std::string>{"model.hlo_module.pb", "model.neff", "model.done"});
+  CHECK(names_in(m.mnt() / theirs) == std::set<std::string>{"model.hlo_module.pb"});
+  CHECK(::access((m.mnt() / theirs / "model.neff").c_str(), F_OK) != 0);
+  CHECK(errno == ENOENT);
+  // An HLO written through the mount into such a folder starts no compile either.
+  const std::string fresh = "neuronxcc-2.20.0/MODULE_fresh+3";
+  fs::create_directories(m.mnt() / fresh);
+  write_plain(m.mnt() / fresh / "model.hlo_module.pb", test::slurp(test::k_corpus / "gopjrt_x_squared.hlo.pb"));
+  // Its client compiles it, as on a disk: the NEFF and model.done it writes are its own.
+  test::spit(m.mnt() / theirs / "model.neff", "client's NEFF");
+  test::spit(m.mnt() / theirs / "model.done", "");
+  CHECK(test::slurp(m.backing() / theirs / "model.neff") == "client's NEFF");
+  // Ours compiles on open; theirs never did.
+  auto [err, bytes] = read_all(m.mnt() / ours / "model.neff");
+  CHECK(err == 0);
+  CHECK(fake::parse_fake_neff(bytes).has_value());
+  std::this_thread::sleep_for(300ms);
+  CHECK(m.compiles() == 1);
+  CHECK(names_in(m.backing() / fresh) == std::set<std::string>{"model.hlo_module.pb"});
+}

@@ -36,7 +36,7 @@ namespace {
 using test::S3Mount;
 
 using test::k_daemon;
-const std::string k_compiler_dir = "neuronxcc-2.21.0.0+fake";
+const std::string k_compiler_dir = "neuronxcc-2.21.0";
 using test::k_fake_template;
 
 std::string mount_rel_of(int i) { return test::fake_entry(i, 2000); }

@@ -96,7 +96,7 @@ inline std::vector<std::string> s3_tool_argv(const std::vector<std::string>& arg
 
 // The path in the cache of a test's i-th entry; `first` keeps the tests of one file apart.
 inline std::string fake_entry(int i, int first) {
-  return fmt::format("neuronxcc-2.21.0.0+fake/MODULE_{}+4f2d9c1a", first + i);
+  return fmt::format("neuronxcc-2.21.0/MODULE_{}+4f2d9c1a", first + i);
 }
 
 // Stores `n` pending entries (distinct corpus graphs, with flags) under `prefix`.

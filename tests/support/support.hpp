@@ -44,6 +44,11 @@ inline const std::string k_tool = test::path::tool;
 inline const std::string k_fake = test::path::fake_compiler;
 inline const std::string k_sim = test::path::client_sim;
 inline const std::string k_daemon = test::path::daemon;
+// The version the fake compiler reports in the tests (NEFFCACHE_FAKE_VERSION, which each test
+// process sets for itself and what it starts: paths.cpp.in), and so the compiler folder
+// whose entries it may compile (compiler_serves).
+inline constexpr std::string_view k_fake_version = "2.21.0";
+inline const std::string k_fake_dir = "neuronxcc-2.21.0";
 // The fake compiler as a compile template (tools' --compiler, the daemon's).
 inline const std::string k_fake_template =
     std::string(test::path::fake_compiler) + " compile --framework=XLA --target=trn1 {hlo} --output {neff} {flags}";

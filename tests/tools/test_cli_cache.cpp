@@ -158,6 +158,49 @@ TEST_CASE("neffcache ls and scan report every entry's state", "[cli]") {
   test::check_one_line_error(tool({"scan", "--cache", (dir / "missing").string()}), "missing");
 }
 
+TEST_CASE("neffcache compile and neuron_parallel_compile compile only the entries of their compiler's folder", "[cli]") {
+  test::TempDir dir;
+  const auto cache = dir / "cache";
+  auto ours = put(cache, "gopjrt_tuple.hlo.pb");  // neuronxcc-2.21.0, the fake's
+  auto put_as = [&](const std::string& version, const std::string& file) {
+    auto r = tool({"put", "--cache", cache.string(), "--compiler-version", version, (test::k_corpus / file).string()});
+    REQUIRE(r.exit_code == 0);
+    return fs::path(r.output.substr(0, r.output.size() - 1));
+  };
+  // The same SDK's full version is another folder, as is an older SDK's.
+  std::vector<fs::path> theirs{put_as("2.21.0.0+b0d7f0f4", "gopjrt_x_squared.hlo.pb"),
+                               put_as("2.20.0", "rocm08_normal_9.hlo_proto.pb"),
+                               put_as("2.20.0", "spu_jax_cnn.hlo.pb")};
+  const auto log = dir / "compiles.log";
+  auto skipped = [](const std::string& output) {
+    int n = 0;
+    for (auto at = output.find("is skipped"); at != std::string::npos; at = output.find("is skipped", at + 1)) ++n;
+    return n;
+  };
+  auto r = tool({"compile", "--cache", cache.string(), "--compiler", k_fake_template, "--json"},
+                {"NEFFCACHE_FAKE_LOG=" + log.string()});
+  CHECK(r.exit_code == 0);  // skipped entries are not failures
+  auto report = last_json(r.output);
+  CHECK(report["compilation_summary"]["true"] == 1);
+  CHECK(report["compilation_report"].size() == 1);
+  CHECK(test::count_lines(log) == 1);
+  CHECK(fs::exists(ours / "model.done"));
+  // One line per other folder, naming both versions.
+  CHECK(r.output.find("its folder is for compiler 2.20.0, and '" + k_fake + "' reports 2.21.0 (every entry of "
+                      "neuronxcc-2.20.0 is skipped)") != std::string::npos);
+  CHECK(r.output.find("its folder is for compiler 2.21.0.0+b0d7f0f4, and '" + k_fake + "' reports 2.21.0") !=
+        std::string::npos);
+  CHECK(skipped(r.output) == 2);
+  for (const auto& e : theirs) CHECK(fs::directory_iterator(e)->path().filename() == "model.hlo_module.pb");
+  // neuron_parallel_compile's compile step: the same.
+  r = test::run({"env", "NEURON_COMPILE_CACHE_URL=" + cache.string(), "NEFFCACHE_FAKE_LOG=" + log.string(),
+                 test::path::npc, "--command", "compile", "--compiler", k_fake_template});
+  CHECK(r.exit_code == 0);
+  CHECK(skipped(r.output) == 2);
+  CHECK(test::count_lines(log) == 1);
+  for (const auto& e : theirs) CHECK(!fs::exists(e / "model.neff"));
+}
+
 TEST_CASE("neffcache compile: parallel, the Neuron report, exit status = failed graphs", "[cli]") {
   test::TempDir dir;
   const auto cache = dir / "cache";
@@ -453,14 +496,14 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
   const auto no_compiler = dir / "empty-bin", with_fake = dir / "bin";
   fs::create_directories(no_compiler);
   fs::create_directories(with_fake);
-  fs::create_symlink(k_fake, with_fake / "neuronx-cc");  // reports version 2.21.0.0+fake
+  fs::create_symlink(k_fake, with_fake / "neuronx-cc");  // reports version 2.21.0 (NEFFCACHE_FAKE_VERSION)
   auto put_as = [&](const std::string& version, const std::string& file) {
     auto r = tool({"put", "--cache", cache.string(), "--compiler-version", version, (test::k_corpus / file).string()});
     REQUIRE(r.exit_code == 0);
     return fs::path(r.output.substr(0, r.output.size() - 1));
   };
-  put_as("2.21.0.0+fake", "gopjrt_tuple.hlo.pb");
-  put_as("2.21.0.0+fake", "rocm08_normal_9.hlo_proto.pb");
+  put_as("2.21.0", "gopjrt_tuple.hlo.pb");
+  put_as("2.21.0", "rocm08_normal_9.hlo_proto.pb");
   auto old = put_as("2.19.0", "spu_jax_cnn.hlo.pb");
   test::spit(old / "model.log", "error");
   auto on_path = [&](const fs::path& bin, const std::string& program, std::vector<std::string> args) {
@@ -473,7 +516,7 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
   // No neuronx-cc at all: every compiler folder is counted, and named.
   auto r = on_path(no_compiler, test::k_tool, {"scan"});
   CHECK(r.exit_code == 0);
-  CHECK(r.output.find("Counting neuronxcc-2.19.0, neuronxcc-2.21.0.0+fake (every compiler folder; compiler "
+  CHECK(r.output.find("Counting neuronxcc-2.19.0, neuronxcc-2.21.0 (every compiler folder; compiler "
                       "'neuronx-cc' not found on PATH)") != std::string::npos);
   CHECK(r.output.find("remaining items are 2, locked are 0, failed are 1, done are 0, total is 3") != std::string::npos);
   r = on_path(no_compiler, test::path::npc, {"--command", "scan"});
@@ -483,10 +526,10 @@ TEST_CASE("commands that need no compiler work without one, and scan says which 
   r = on_path(with_fake, test::k_tool, {"scan", "--json"});
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.output);
-  CHECK(j["compiler_dirs"] == nlohmann::json::array({"neuronxcc-2.21.0.0+fake"}));
+  CHECK(j["compiler_dirs"] == nlohmann::json::array({"neuronxcc-2.21.0"}));
   CHECK(j["total"] == 2);
   r = on_path(with_fake, test::path::npc, {"--command", "scan-with-failed"});
-  CHECK(r.output.find("Counting neuronxcc-2.21.0.0+fake (the folder of 'neuronx-cc' 2.21.0.0+fake)") != std::string::npos);
+  CHECK(r.output.find("Counting neuronxcc-2.21.0 (the folder of 'neuronx-cc' 2.21.0)") != std::string::npos);
 
   // The rest of the commands on a cache need no compiler either.
   for (std::vector<std::string> args :

@@ -75,8 +75,10 @@ TEST_CASE("fake-neuronx-cc refuses garbage and unknown options", "[fake]") {
   auto old = run({"env", "NEFFCACHE_FAKE_RATE=0", k_fake, "--target=trn1", "compile",
                   (test::k_corpus / "gopjrt_tuple.hlo.pb").string(), "--output", (dir / "old.neff").string()});
   CHECK(old.exit_code == 0);
-  auto version = run({k_fake, "--version"});
+  auto version = run({"env", "-u", "NEFFCACHE_FAKE_VERSION", k_fake, "--version"});
   CHECK(version.output.rfind("NeuronX Compiler version 2.21.0.0+fake\n", 0) == 0);
+  auto chosen = run({"env", "NEFFCACHE_FAKE_VERSION=2.15.128.0+56dc5a86", k_fake, "--version"});
+  CHECK(chosen.output.rfind("NeuronX Compiler version 2.15.128.0+56dc5a86\n", 0) == 0);
 }
 
 TEST_CASE("fake-neuronx-cc injects failures on request", "[fake]") {

@@ -158,7 +158,7 @@ inline Result<ContentId> entry_content_id(const std::string& entry_dir,
                    fmt::format("{}: an LNL entry with no known compiler version has no content identity", entry_dir)};
     compiler_dir = std::move(*dir);
   } else {
-    compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
+    compiler_dir = compiler_dir_of(entry_dir);
   }
   if (!files->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO file", entry_dir)};
   auto hlo = analyze_hlo_file(fmt::format("{}/{}", entry_dir, *files->hlo_name()));

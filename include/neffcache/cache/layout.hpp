@@ -114,6 +114,17 @@ inline bool is_entry_path(std::string_view path) {
          path.find('/', slash + 1) == std::string_view::npos && path.find("..") == std::string_view::npos;
 }
 
+// The compiler folder (neuronxcc-<v>) of a Neuron entry at `entry_path` (a folder, or
+// its path in a cache): the component before its MODULE_ folder. Empty for an LNL entry,
+// whose key names its compiler itself, and for a path with no folder before the entry.
+inline std::string compiler_dir_of(std::string_view entry_path) {
+  while (entry_path.size() > 1 && entry_path.back() == '/') entry_path.remove_suffix(1);
+  auto last = entry_path.rfind('/');
+  if (last == std::string_view::npos || is_lnl_key(entry_path.substr(last + 1))) return {};
+  auto dir = entry_path.substr(0, last);
+  return std::string(dir.substr(dir.rfind('/') + 1));
+}
+
 // The dialect of an entry path (is_entry_path must hold).
 inline Dialect dialect_of_path(std::string_view path) { return is_lnl_key(path) ? Dialect::lnl : Dialect::neuron; }
 

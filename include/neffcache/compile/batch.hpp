@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,23 +37,34 @@ class Batch {
   };
 
   Batch(Scheduler::Options opts, std::vector<std::string> default_flags)
-      : default_flags_(std::move(default_flags)),
-        compiler_program_(opts.settings.run_as ? std::string() : opts.settings.compiler.program()),
-        scheduler_(std::move(opts)) {}
+      : default_flags_(std::move(default_flags)), settings_(opts.settings), scheduler_(std::move(opts)) {}
   ~Batch() { scheduler_.shutdown(); }
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
   // Adds an entry folder and submits its compile at `priority` (deferred: after the
   // other work, see Priority); adding one twice does nothing. Reads the entry's HLO (for
-  // the job's size and dedup key), so it may take a moment.
+  // the job's size and dedup key), so it may take a moment. An entry whose folder names
+  // another compiler (compiler_serves) is skipped: not added, with one line in the
+  // settings' log for the first of each compiler folder.
   void add(const std::string& entry_dir, Priority priority = Priority::background) {
+    const auto version = compiler_version(settings_);
+    if (auto serves = compiler_serves(entry_dir, version, settings_.compiler.program()); !serves) {
+      std::string folder = compiler_dir_of(entry_dir);
+      bool first;
+      {
+        std::lock_guard lk(mu_);
+        first = skipped_.insert(folder).second;
+      }
+      if (first && settings_.log) settings_.log(fmt::format("{} (every entry of {} is skipped)", serves.error().message, folder));
+      return;
+    }
     {
       std::lock_guard lk(mu_);
       if (!items_.try_emplace(entry_dir, Item{entry_dir, hlo_path_of(entry_dir), {}}).second) return;
       order_.push_back(entry_dir);
     }
-    scheduler_.submit(prepare_job(entry_dir, default_flags_, compiler_program_), priority,
+    scheduler_.submit(prepare_job(entry_dir, default_flags_, version.value_or("")), priority,
                       [this, entry_dir](const CompileResult& r) {
                         std::lock_guard lk(mu_);
                         items_.at(entry_dir).result = r;
@@ -107,8 +119,9 @@ class Batch {
   }
 
   std::vector<std::string> default_flags_;
-  const std::string compiler_program_;  // the compiler's, for LNL entries' identities
+  const CompileSettings settings_;  // the scheduler's: which entries its compiler may compile
   mutable std::mutex mu_;  // guards the members below; never held while calling the scheduler
+  std::set<std::string> skipped_;  // compiler folders whose entries were skipped
   std::condition_variable cv_;
   std::map<std::string, Item> items_;
   std::vector<std::string> order_;

@@ -101,6 +101,11 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
     return transient(fmt::format("{}: {}", entry_dir, files->is_lnl() ? "no graph.hlo with LNL's metadata: its client compiles it"
                                                                       : "no HLO file to compile"));
   if (!s.compiles_off.empty()) return refused(r, entry_dir, s);
+  // Never a NEFF of another compiler than the one its folder names.
+  if (auto serves = compiler_serves(entry_dir, s); !serves) {
+    r.refused = true;
+    return transient(serves.error().message);
+  }
 
   auto lock = EntryLock::try_acquire_entry(entry_dir, *files, s.lock);
   if (!lock) {
@@ -283,7 +288,7 @@ inline CompileResult compile_entry(const std::string& entry_dir, const CompileSe
                                 {"host", detail::current_process().host}};
     // An LNL entry has no compiler folder: its result's identity names this version.
     if (files->is_lnl())
-      if (auto version = lnl_compiler_version(s)) meta["compiler_version"] = *version;
+      if (auto version = compiler_version(s)) meta["compiler_version"] = *version;
     if (auto held = lock->heartbeat(); !held) return transient(held.error().message);  // (see record_failure)
     auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner, *files, compiler_log);
     if (!published) return transient(published.error().message);

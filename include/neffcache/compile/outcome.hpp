@@ -50,7 +50,8 @@ struct CompileResult {
   // it back at once, without using max_retries: retrying with the same memory would be
   // killed again, so the caller retries it with a bigger reservation.
   bool oom_killed = false;
-  // Transient because compiles are off (CompileSettings::compiles_off): nothing was run.
+  // Transient because compiles are off (CompileSettings::compiles_off), or because the
+  // entry's folder names another compiler (compiler_serves): nothing was run.
   bool refused = false;
   // A result reused from an entry of an equal graph (compile/twin.hpp): that entry, and
   // the compile time its result took, which this one saved.

@@ -4,8 +4,8 @@
 // directory cache's "already settled?" rule, folder_settled (compile/compile.hpp).
 #pragma once
 
-#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,11 +24,10 @@ namespace neffcache {
 // JobSpec. An unreadable HLO still gives a spec, keyed by the entry alone: its compile
 // then records the failure in model.log. A done entry is not read either: submit answers
 // it without a compile, so a key would be a whole HLO read and hashed for nothing.
-// `compiler_program`: the program that compiles it (the template's), whose version names
-// an LNL entry's identity (none when empty or when it names no version: then the entry
-// has no dedup key).
+// `compiler_version`: the version of the compiler that compiles it (compiler_version),
+// which names an LNL entry's identity (none when empty: then the entry has no dedup key).
 inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::string>& default_flags = {},
-                           const std::string& compiler_program = {}) {
+                           std::string_view compiler_version = {}) {
   JobSpec spec{entry_dir, {}, 0};
   auto files = read_entry_files(entry_dir);
   if (!files || !files->has_job() || files->done()) return spec;
@@ -39,12 +38,11 @@ inline JobSpec prepare_job(const std::string& entry_dir, const std::vector<std::
   std::string compiler_dir;
   if (files->is_lnl()) {
     // Its identity names the version of the compiler that will compile it here.
-    auto version = compiler_program.empty() ? std::nullopt : compiler_version_of(compiler_program);
-    auto dir = lnl_identity_compiler_dir(entry_dir, *files, version.value_or(""));
+    auto dir = lnl_identity_compiler_dir(entry_dir, *files, compiler_version);
     if (!dir) return spec;
     compiler_dir = std::move(*dir);
   } else {
-    compiler_dir = std::filesystem::path(entry_dir).parent_path().filename().string();
+    compiler_dir = compiler_dir_of(entry_dir);
   }
   auto flags = entry_compiler_flags(entry_dir, *files, default_flags);
   if (!flags) return spec;

@@ -41,6 +41,13 @@ struct RunAs {
   uid_t uid = 0;
   gid_t gid = 0;  // the user's primary group; its other groups come with it
   std::string name;
+
+  // `argv` run as this user, through setpriv (which must be on PATH).
+  std::vector<std::string> command(std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"setpriv", fmt::format("--reuid={}", uid), fmt::format("--regid={}", gid),
+                               "--init-groups", "--"});
+    return argv;
+  }
 };
 
 // A user by name or number, from the user database. Unknown users are errors.
@@ -179,10 +186,7 @@ class PosixRunner final : public ProcessRunner {
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    std::vector<std::string> argv = spec.argv;
-    if (spec.run_as && !argv.empty())
-      argv.insert(argv.begin(), {"setpriv", fmt::format("--reuid={}", spec.run_as->uid),
-                                 fmt::format("--regid={}", spec.run_as->gid), "--init-groups", "--"});
+    const std::vector<std::string> argv = spec.run_as && !spec.argv.empty() ? spec.run_as->command(spec.argv) : spec.argv;
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

@@ -24,6 +24,7 @@
 
 #include <neffcache/cache/flags.hpp>
 #include <neffcache/cache/key.hpp>
+#include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/compile/runner.hpp>
 #include <neffcache/core/result.hpp>
@@ -54,12 +55,14 @@ inline bool runnable(const std::string& program) { return resolve_program(progra
 
 // The version of the compiler `program` as `<program> --version` reports it in neuronx-cc's
 // words ("... Compiler version <v>"; a wrapper such as `nice` or `env`, whose output names
-// other versions, gives none), asked once per program file: the answer is kept while the
+// other versions, gives none), run as `run_as` when given (root runs no compiler, not even
+// to ask its version), asked once per program file and user: the answer is kept while the
 // file it resolves to is the same (inode, size, change time), so a compiler upgraded in
 // place is asked again at its next use; a failure is asked again after a minute. nullopt
 // when it cannot be run or names no version. Thread-safe; the query runs without the
 // lock, so two first callers may both ask.
-inline std::optional<std::string> compiler_version_of(const std::string& program) {
+inline std::optional<std::string> compiler_version_of(const std::string& program,
+                                                      const std::optional<RunAs>& run_as = std::nullopt) {
   constexpr auto k_retry_failure = std::chrono::minutes(1);
   struct Known {
     ino_t ino = 0;
@@ -76,17 +79,20 @@ inline std::optional<std::string> compiler_version_of(const std::string& program
   if (!file || ::stat(file->c_str(), &st) != 0) return std::nullopt;
   const auto now = std::chrono::steady_clock::now();
   Known k{st.st_ino, st.st_size, static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec, {}, now};
+  const std::string asker = run_as ? fmt::format("{}\n{}", *file, run_as->uid) : *file;
   {
     std::lock_guard lock(mu);
-    if (auto it = known.find(*file);
+    if (auto it = known.find(asker);
         it != known.end() && it->second.same_file(k) && (it->second.version || now - it->second.asked < k_retry_failure))
       return it->second.version;
   }
-  if (auto run = detail::run_capture({*file, "--version"}, k_version_query_timeout); run && run->exit_code == 0)
+  std::vector<std::string> argv{*file, "--version"};
+  if (run_as) argv = run_as->command(std::move(argv));
+  if (auto run = detail::run_capture(argv, k_version_query_timeout); run && run->exit_code == 0)
     if (auto at = run->output.find("Compiler version"); at != std::string::npos)
       if (auto v = parse_compiler_version(std::string_view(run->output).substr(at))) k.version = std::move(*v);
   std::lock_guard lock(mu);
-  known.insert_or_assign(*file, k);
+  known.insert_or_assign(asker, k);
   return k.version;
 }
 
@@ -184,6 +190,9 @@ struct CompileSettings {
   // them, the files a compile writes into an entry belong to the entry HLO's owner when
   // we are root.
   std::optional<RunAs> run_as;
+  // The version the compiler reports, where the caller knows it without asking (a stand-in
+  // runner's); nullopt: asked with `--version` (compiler_version).
+  std::optional<std::string> compiler_version;
   LockOptions lock;
   ProcessRunner* runner = nullptr;  // default: a PosixRunner
   // Asked between heartbeats; returning true stops the compile as a transient failure.
@@ -208,12 +217,38 @@ struct CompileSettings {
   int oom_retries = 0;
 };
 
-// The compiler version that names the content identity of LNL entries compiled with `s`
-// (index.hpp): its program's (compiler_version_of), none when compiles run as another
-// user (the daemon runs no compiler as root, not even to ask its version).
-inline std::optional<std::string> lnl_compiler_version(const CompileSettings& s) {
-  if (s.run_as) return std::nullopt;
-  return compiler_version_of(s.compiler.program());
+// The version of the compiler of `s`: s.compiler_version when set, else what its program
+// reports, asked as the user compiles run as (compiler_version_of). It decides which
+// Neuron entries `s` may compile (compiler_serves) and names the content identity of the
+// LNL entries it compiles (index.hpp).
+inline std::optional<std::string> compiler_version(const CompileSettings& s) {
+  if (s.compiler_version) return s.compiler_version;
+  return compiler_version_of(s.compiler.program(), s.run_as);
+}
+
+// Whether a compiler `program` that reports `version` (nullopt: none) may compile the
+// entry at `entry_path` (a folder, or its path in a cache). libneuronxla names a Neuron
+// entry's folder neuronxcc-<v> after the full version its compiler reports, and loads
+// what is there as that compiler's: so only a compiler that reports exactly <v> compiles
+// it. An LNL entry's key names its compiler's version itself: any compiler may. The
+// error is one line naming both versions.
+inline Result<void> compiler_serves(std::string_view entry_path, const std::optional<std::string>& version,
+                                    std::string_view program) {
+  const std::string dir = compiler_dir_of(entry_path);
+  if (dir.empty()) return {};
+  if (version && dir == fmt::format("{}{}", k_compiler_dir_prefix, *version)) return {};
+  std::string_view wanted = std::string_view(dir).substr(dir.starts_with(k_compiler_dir_prefix) ? k_compiler_dir_prefix.size() : 0);
+  return Error{Errc::invalid_argument,
+               version ? fmt::format("{}: not compiled: its folder is for compiler {}, and '{}' reports {}", entry_path,
+                                     wanted, program, *version)
+                       : fmt::format("{}: not compiled: its folder is for compiler {}, and '{}' reports no version "
+                                     "('{} --version')",
+                                     entry_path, wanted, program, program)};
+}
+
+// compiler_serves for the compiler of `s`.
+inline Result<void> compiler_serves(std::string_view entry_path, const CompileSettings& s) {
+  return compiler_serves(entry_path, compiler_version(s), s.compiler.program());
 }
 
 // The compiler a run's --compiler option names: `text` parsed as a template (the default

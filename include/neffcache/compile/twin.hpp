@@ -135,7 +135,7 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
                               {"compile_seconds_saved", twin.record.compile_seconds}};
   // An LNL entry keeps the version its identity named: its own identity, later.
   if (files->is_lnl())
-    if (auto v = lnl_compiler_version(s)) meta["compiler_version"] = *v;
+    if (auto v = compiler_version(s)) meta["compiler_version"] = *v;
   auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner, *files);
   if (!p) return end(CompileOutcome::transient, p.error().message);
   r.twin = twin.record.entry;
@@ -147,16 +147,15 @@ inline CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, 
 // Neuron entry's folder, or the version our record of an LNL entry's result names;
 // nullopt when nobody can tell (an LNL entry its client compiled).
 inline std::optional<std::string> result_compiler_dir(const std::string& entry_dir, const EntryFiles& files) {
-  if (!files.is_lnl()) return std::filesystem::path(entry_dir).parent_path().filename().string();
+  if (!files.is_lnl()) return compiler_dir_of(entry_dir);
   return lnl_identity_compiler_dir(entry_dir, files, {});
 }
 
 // The compiler folder of the identity of `entry_dir` when compiled with `s`: a Neuron
 // entry's folder, or the version of the compiler an LNL entry is compiled with here.
 inline std::optional<std::string> identity_compiler_dir(const std::string& entry_dir, const CompileSettings& s) {
-  if (!EntryFiles::of_entry_path(entry_dir).is_lnl())
-    return std::filesystem::path(entry_dir).parent_path().filename().string();
-  auto v = lnl_compiler_version(s);
+  if (!EntryFiles::of_entry_path(entry_dir).is_lnl()) return compiler_dir_of(entry_dir);
+  auto v = compiler_version(s);
   if (!v) return std::nullopt;
   return fmt::format("{}{}", k_compiler_dir_prefix, *v);
 }

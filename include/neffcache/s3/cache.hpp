@@ -194,6 +194,10 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
   if (auto settled = settled_outcome(*files, s.retry_failed)) return r.outcome = *settled, r;
   if (!files->has_hlo()) return transient(fmt::format("{}: no HLO to compile", s3.describe(base)));
   if (!s.compiles_off.empty()) return refused(r, s3.describe(base), s);
+  if (auto serves = compiler_serves(rel, s); !serves) {
+    r.refused = true;
+    return transient(serves.error().message);
+  }
 
   auto lease = S3Lease::acquire(s3, fmt::format("{}/{}", base, files->s3_lock_name()), o.lease_ttl, o.host);
   if (!lease) {
