@@ -1,4 +1,4 @@
-// The daemon's options (set from the command line in main.cpp).
+// The daemon's options (set from the command line in daemon.cpp).
 #pragma once
 
 #include <chrono>
