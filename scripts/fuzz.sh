@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bash scripts/fuzz.sh [--build-only | --no-build] [SECONDS]
 #
-# Builds the libFuzzer targets with clang and runs each for SECONDS (default 30) from its
-# seeds and from every input found before, as many at a time as there are cores. A crash, a
+# Builds the libFuzzer targets with clang and runs each for about SECONDS (default 30) of CPU
+# from its seeds and from every input found before: all at once, for SECONDS x targets / cores
+# of wall time, so that no core idles while the last one runs alone. A crash, a
 # leak or a violated property fails the run; the input is kept in build-fuzz/found/TARGET/
 # (copy it to fuzz/found/TARGET/ so that the test suite replays it from then on).
 set -euo pipefail
@@ -25,7 +26,7 @@ if [ "$build" -eq 1 ]; then
 fi
 [ "$run" -eq 1 ] || exit 0
 
-# fuzz_one TARGET: runs one target for $seconds; its log is build-fuzz/fuzz-TARGET.log.
+# fuzz_one TARGET: runs one target for $wall seconds; its log is build-fuzz/fuzz-TARGET.log.
 fuzz_one() {
   local target=$1
   local seeds=fuzz/seeds/$target
@@ -36,7 +37,7 @@ fuzz_one() {
   local dirs=("$work" "$seeds")
   [ -d "fuzz/found/$target" ] && dirs+=("fuzz/found/$target")
   # Inputs up to 64 KiB: the large corpus graphs are still read, cut to that size.
-  if ! "build-fuzz/fuzz/fuzz_$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+  if ! "build-fuzz/fuzz/fuzz_$target" -max_total_time="$wall" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$found/" -print_final_stats=1 "${dirs[@]}" >"build-fuzz/fuzz-$target.log" 2>&1; then
     tail -n 40 "build-fuzz/fuzz-$target.log" >&2
     echo "fuzz: $target failed; the input is in $found/" >&2
@@ -45,8 +46,9 @@ fuzz_one() {
   echo "$target: $(grep -E '^stat::number_of_executed_units|^Done' "build-fuzz/fuzz-$target.log" | tr '\n' ' ')"
 }
 export -f fuzz_one
-export seconds
+wall=$(((seconds * ${#targets[@]} + jobs - 1) / jobs))
+export wall
 
-echo "== fuzz ${targets[*]}, $seconds s each, $jobs at a time"
+echo "== fuzz ${targets[*]}, all at once for $wall s (about $seconds s of CPU each on $jobs cores)"
 # xargs stops at the first target that fails (exit 255) and exits non-zero.
-printf '%s\n' "${targets[@]}" | xargs -P "$jobs" -I{} bash -c 'fuzz_one {} || exit 255'
+printf '%s\n' "${targets[@]}" | xargs -P "${#targets[@]}" -I{} bash -c 'fuzz_one {} || exit 255'

@@ -127,4 +127,4 @@ stage "test (ASan+UBSan)" bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1:
 
 seconds=${NEFFCACHE_FUZZ_SECONDS:-30}
 stage "build (fuzz)" bash scripts/fuzz.sh --build-only
-stage "fuzz (${seconds} s per target)" bash scripts/fuzz.sh --no-build "$seconds"
+stage "fuzz (${seconds} s of CPU per target)" bash scripts/fuzz.sh --no-build "$seconds"
