@@ -9,8 +9,9 @@
 #   compile  running a compiler on an entry, the scheduler, batches
 #   s3       the S3 client, leases, S3 caches, sync, the local tier
 #   store    one interface over a directory, an S3 cache and the local tier
-# A layer's detail/ folder belongs to the layer. Headers directly under neffcache/ (the
-# umbrella and the forwarding headers kept for the old paths) stand above every layer.
+# A layer's detail/ folder belongs to the layer. The umbrella, neffcache/neffcache.hpp, is the
+# one header outside the layers and stands above them all: the flat paths of before the layers
+# (<neffcache/layout.hpp>, <neffcache/detail/fs.hpp>, ...) were never released and are gone.
 # And nothing under include/ reaches into the daemon (fuse/) or the tools (tools/):
 # every include of <neffcache/...> must name a file under include/, and quoted
 # includes, which is how fuse/ and tools/ files are reached, are not allowed.
@@ -24,14 +25,17 @@ endif()
 file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}" "${INCLUDE_DIR}/neffcache/*")
 set(problems "")
 foreach(header IN LISTS headers)
-  # The header's layer: the first folder under neffcache/, if it is one.
-  string(REGEX MATCH "^neffcache/([^/]+)/" _ "${header}")
+  # The header's layer: the first folder under neffcache/.
   set(own -1)
-  if(CMAKE_MATCH_1)
+  if(header MATCHES "^neffcache/([^/]+)/")
     list(FIND layers "${CMAKE_MATCH_1}" own)
-    if(own EQUAL -1 AND NOT CMAKE_MATCH_1 STREQUAL "detail")
+    if(own EQUAL -1)
       string(APPEND problems "  ${header}: folder ${CMAKE_MATCH_1}/ is no known layer (${layers})\n")
+      continue()
     endif()
+  elseif(NOT header STREQUAL "neffcache/neffcache.hpp")
+    string(APPEND problems "  ${header}: a header outside the layers (only the umbrella, neffcache.hpp, may be)\n")
+    continue()
   endif()
   file(STRINGS "${INCLUDE_DIR}/${header}" lines REGEX "^[ \t]*#[ \t]*include")
   foreach(line IN LISTS lines)
@@ -48,7 +52,7 @@ foreach(header IN LISTS headers)
       continue()
     endif()
     if(own EQUAL -1)
-      continue()  # the umbrella and forwarding headers may include any layer
+      continue()  # the umbrella includes every layer
     endif()
     set(theirs 999)  # a top-level header: above every layer
     if(target MATCHES "^([^/]+)/")
@@ -62,7 +66,9 @@ foreach(header IN LISTS headers)
 endforeach()
 
 if(problems)
-  message(FATAL_ERROR "include direction (core < hlo < cache < compile < s3) broken:\n${problems}")
+  string(REPLACE ";" " < " order "${layers}")
+  message(FATAL_ERROR "include direction (${order}) broken:\n${problems}")
 endif()
 list(LENGTH headers count)
-message(STATUS "include direction kept in ${count} headers (core < hlo < cache < compile < s3)")
+string(REPLACE ";" " < " order "${layers}")
+message(STATUS "include direction kept in ${count} headers (${order})")

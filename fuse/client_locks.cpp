@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/layout.hpp>
+#include <neffcache/cache/layout.hpp>
 
 #include "entry_view.hpp"
 #include "inode_table.hpp"

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include <neffcache/detail/fs.hpp>
+#include <neffcache/core/detail/fs.hpp>
 
 namespace neffcachefs {
 

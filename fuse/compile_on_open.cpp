@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/layout.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/compile/prepare.hpp>
 
 #include "entry_view.hpp"
 #include "inode_table.hpp"

@@ -32,8 +32,8 @@
 #include <thread>
 #include <vector>
 
-#include <neffcache/detail/fs.hpp>
-#include <neffcache/scheduler.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/compile/scheduler.hpp>
 
 #include "options.hpp"
 #include "reply.hpp"

@@ -3,7 +3,7 @@
 
 #include <fcntl.h>
 
-#include <neffcache/lock.hpp>
+#include <neffcache/cache/lock.hpp>
 
 #include "inode_table.hpp"
 

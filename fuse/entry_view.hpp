@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include <neffcache/layout.hpp>
+#include <neffcache/cache/layout.hpp>
 #include <neffcache/compile/outcome.hpp>
 
 namespace neffcachefs {

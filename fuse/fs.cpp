@@ -23,9 +23,9 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/layout.hpp>
-#include <neffcache/lock.hpp>
-#include <neffcache/maintenance.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lock.hpp>
+#include <neffcache/cache/maintenance.hpp>
 
 namespace neffcachefs {
 

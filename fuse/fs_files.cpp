@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 
-#include <neffcache/layout.hpp>
+#include <neffcache/cache/layout.hpp>
 
 #include "caller.hpp"
 

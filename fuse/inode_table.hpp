@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <neffcache/detail/fs.hpp>
+#include <neffcache/core/detail/fs.hpp>
 
 namespace neffcachefs {
 

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <optional>
 
-#include <neffcache/detail/proc.hpp>
-#include <neffcache/flags.hpp>
+#include <neffcache/core/detail/proc.hpp>
+#include <neffcache/cache/flags.hpp>
 #include <neffcache/cache/lock.hpp>
-#include <neffcache/layout.hpp>
+#include <neffcache/cache/layout.hpp>
 
 #include "entry_view.hpp"
 

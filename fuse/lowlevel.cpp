@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include <neffcache/detail/fs.hpp>
+#include <neffcache/core/detail/fs.hpp>
 
 #include "fs.hpp"
 #include "reply.hpp"

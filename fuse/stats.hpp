@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <neffcache/scheduler.hpp>
+#include <neffcache/compile/scheduler.hpp>
 
 namespace neffcachefs {
 

@@ -10,11 +10,11 @@
 #include <string_view>
 #include <vector>
 
-#include <neffcache/compile.hpp>
-#include <neffcache/flags.hpp>
-#include <neffcache/hlo.hpp>
-#include <neffcache/s3.hpp>
-#include <neffcache/s3_lease.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/hlo/hlo.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/s3/lease.hpp>
 
 namespace neffcache::fuzz {
 

@@ -1,7 +1,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/flags.hpp>
+#include <neffcache/cache/flags.hpp>
 #include <neffcache/cache/lnl.hpp>
 
 #include "support.hpp"

@@ -8,7 +8,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/inventory.hpp>
+#include <neffcache/cache/inventory.hpp>
 
 #include "support.hpp"
 

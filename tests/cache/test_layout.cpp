@@ -5,8 +5,8 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/layout.hpp>
-#include <neffcache/lock.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lock.hpp>
 
 #include "support.hpp"
 

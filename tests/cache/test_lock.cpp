@@ -12,7 +12,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/lock.hpp>
+#include <neffcache/cache/lock.hpp>
 
 #include "support.hpp"
 

@@ -10,7 +10,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <fmt/format.h>
 
-#include <neffcache/maintenance.hpp>
+#include <neffcache/cache/maintenance.hpp>
 
 #include "lnl.hpp"
 #include "support.hpp"

@@ -2,7 +2,8 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/url.hpp>
+#include <neffcache/cache/location.hpp>
+#include <neffcache/cache/url.hpp>
 
 #include "support.hpp"
 

@@ -11,9 +11,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile.hpp>
-#include <neffcache/detail/sys.hpp>
-#include <neffcache/hlo.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/core/detail/sys.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "cgroup.hpp"

@@ -7,7 +7,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile.hpp>
+#include <neffcache/compile/compile.hpp>
 #include <neffcache/compile/prepare.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"

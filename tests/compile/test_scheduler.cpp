@@ -8,8 +8,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/batch.hpp>
-#include <neffcache/scheduler.hpp>
+#include <neffcache/compile/batch.hpp>
+#include <neffcache/compile/scheduler.hpp>
+#include <neffcache/compile/prepare.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "support.hpp"

@@ -4,7 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/size.hpp>
+#include <neffcache/core/size.hpp>
 
 using namespace neffcache;
 

@@ -27,10 +27,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/compile.hpp>
-#include <neffcache/flags.hpp>
-#include <neffcache/hlo.hpp>
-#include <neffcache/lock.hpp>
+#include <neffcache/compile/compile.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/hlo/hlo.hpp>
+#include <neffcache/cache/lock.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "hlo_subset.pb.h"

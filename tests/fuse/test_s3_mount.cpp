@@ -18,8 +18,8 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/s3_cache.hpp>
-#include <neffcache/s3_tier.hpp>
+#include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/tier.hpp>
 
 #include "nki.hpp"
 #include "s3_mount.hpp"

@@ -7,7 +7,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include <neffcache/hlo.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "hlo_subset.pb.h"
 #include "support.hpp"

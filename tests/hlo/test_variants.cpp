@@ -5,7 +5,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/hlo.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "hlo_subset.pb.h"
 #include "hlo_variants.hpp"

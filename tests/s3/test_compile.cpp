@@ -9,8 +9,8 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/s3_cache.hpp>
-#include <neffcache/s3_lease.hpp>
+#include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/lease.hpp>
 
 #include "s3_support.hpp"
 #include "support.hpp"

@@ -8,7 +8,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
-#include <neffcache/s3_lease.hpp>
+#include <neffcache/s3/lease.hpp>
 
 #include "s3_support.hpp"
 

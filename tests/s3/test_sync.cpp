@@ -5,7 +5,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
-#include <neffcache/s3.hpp>
+#include <neffcache/s3/client.hpp>
 
 #include "s3_support.hpp"
 #include "support.hpp"

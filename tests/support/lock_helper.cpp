@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include <neffcache/lock.hpp>
+#include <neffcache/cache/lock.hpp>
 
 using namespace std::chrono;
 using neffcache::EntryLock;

@@ -14,8 +14,8 @@
 #include <catch2/catch_test_macros.hpp>
 #include <fmt/format.h>
 
-#include <neffcache/s3.hpp>
-#include <neffcache/s3_cache.hpp>
+#include <neffcache/s3/client.hpp>
+#include <neffcache/s3/cache.hpp>
 
 #include "paths.hpp"
 #include "support.hpp"

@@ -25,10 +25,10 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <fmt/format.h>
-#include <neffcache/detail/fs.hpp>
-#include <neffcache/clock.hpp>
-#include <neffcache/detail/process.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/core/detail/fs.hpp>
+#include <neffcache/core/clock.hpp>
+#include <neffcache/core/detail/process.hpp>
+#include <neffcache/cache/url.hpp>
 
 #include "mount.hpp"
 #include "paths.hpp"

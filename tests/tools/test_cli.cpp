@@ -2,7 +2,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/key.hpp>
+#include <neffcache/cache/key.hpp>
 
 #include "support.hpp"
 

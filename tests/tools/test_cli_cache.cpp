@@ -9,10 +9,10 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/flags.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/layout.hpp>
-#include <neffcache/lock.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/lock.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "hlo_variants.hpp"

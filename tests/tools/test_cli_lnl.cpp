@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/cache/lnl.hpp>
-#include <neffcache/layout.hpp>
+#include <neffcache/cache/layout.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "lnl.hpp"

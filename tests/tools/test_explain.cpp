@@ -3,7 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/hlo.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "support.hpp"
 

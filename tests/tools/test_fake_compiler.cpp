@@ -8,7 +8,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <neffcache/hlo.hpp>
+#include <neffcache/hlo/hlo.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "support.hpp"

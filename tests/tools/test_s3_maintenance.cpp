@@ -10,9 +10,9 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/hlo.hpp>
-#include <neffcache/s3_cache.hpp>
-#include <neffcache/s3_lease.hpp>
+#include <neffcache/hlo/hlo.hpp>
+#include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/lease.hpp>
 
 #include <neffcache/cache/lnl.hpp>
 

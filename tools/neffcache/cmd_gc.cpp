@@ -8,8 +8,8 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <neffcache/inventory.hpp>
-#include <neffcache/size.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/core/size.hpp>
 
 #include "neffcache/common.hpp"
 

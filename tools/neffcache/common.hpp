@@ -17,13 +17,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <neffcache/flags.hpp>
-#include <neffcache/key.hpp>
-#include <neffcache/layout.hpp>
-#include <neffcache/inventory.hpp>
-#include <neffcache/result.hpp>
+#include <neffcache/cache/flags.hpp>
+#include <neffcache/cache/key.hpp>
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/inventory.hpp>
+#include <neffcache/core/result.hpp>
 #include <neffcache/store/open.hpp>
-#include <neffcache/url.hpp>
+#include <neffcache/cache/location.hpp>
+#include <neffcache/cache/url.hpp>
 #include <neffcache/cache/index.hpp>
 
 #include "common/log.hpp"

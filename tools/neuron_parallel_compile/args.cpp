@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <neffcache/compile.hpp>
+#include <neffcache/compile/compile.hpp>
 
 #include "neffcache/cmd_compile.hpp"
 #include "neffcache/common.hpp"

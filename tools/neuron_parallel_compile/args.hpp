@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <neffcache/scheduler.hpp>
+#include <neffcache/compile/scheduler.hpp>
 
 #include "neuron_parallel_compile/schedule.hpp"
 

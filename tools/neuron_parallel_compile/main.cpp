@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/compile.hpp>
+#include <neffcache/compile/compile.hpp>
 
 #include "common/log.hpp"
 #include "neffcache/cmd_analyze.hpp"

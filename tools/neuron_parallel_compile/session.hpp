@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <neffcache/batch.hpp>
-#include <neffcache/result.hpp>
+#include <neffcache/compile/batch.hpp>
+#include <neffcache/core/result.hpp>
 #include <neffcache/store/store.hpp>
 
 #include "neuron_parallel_compile/args.hpp"

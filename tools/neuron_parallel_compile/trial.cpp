@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/detail/fs.hpp>
+#include <neffcache/core/detail/fs.hpp>
 
 #include "neuron_parallel_compile/say.hpp"
 

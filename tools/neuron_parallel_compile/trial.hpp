@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <neffcache/result.hpp>
+#include <neffcache/core/result.hpp>
 
 namespace neffcache::npc {
 

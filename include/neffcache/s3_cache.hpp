@@ -1,5 +1,0 @@
-// Forwarding header: <neffcache/s3_cache.hpp> moved to <neffcache/s3/cache.hpp> when the headers
-// were grouped by concept. Kept until the next minor version; include the new path.
-#pragma once
-
-#include <neffcache/s3/cache.hpp>
