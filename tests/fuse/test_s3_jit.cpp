@@ -40,6 +40,23 @@ struct TwoHosts {
   test::S3Mount host_a, host_b;
 };
 
+// A compile by the Neuron wrapper through the shim (first in PATH, the fake compiler of
+// `real` behind it, logging to `log`) on host `host` (its own HOME, where the shim keeps
+// what it knows of the compiler) with `url` as its cache.
+std::vector<std::string> shim_compile(const test::TempDir& dir, const test::fs::path& real, const test::fs::path& log,
+                                      const std::string& host, const test::fs::path& hlo, const test::fs::path& out,
+                                      const std::string& url) {
+  std::vector<std::string> argv{"env"};
+  for (auto& w : test::s3_env_words({"NEURON_COMPILE_CACHE_URL=" + url, "NEFFCACHE_FAKE_RATE=0",
+                                     "NEFFCACHE_FAKE_SECONDS=0.5", "NEFFCACHE_FAKE_LOG=" + log.string(),
+                                     "HOME=" + (dir / host).string(),
+                                     "PATH=" + test::path_with({test::k_shim_dir, real})}))
+    argv.push_back(w);
+  argv.insert(argv.end(), {"neuronx-cc", "compile", hlo.string(), "--framework", "XLA", "--target", "trn2",
+                           "--output", out.string(), "-O1"});
+  return argv;
+}
+
 }  // namespace
 
 TEST_CASE("a just-in-time client on a bucket mount: its own compile is the entry's, and goes to the other hosts",
@@ -164,20 +181,8 @@ TEST_CASE("neffcache-cc with an s3:// cache: a graph compiled on one host is a h
   test::TempDir dir;
   const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
   const auto [a, b, a2, b2, c] = test::jit_graphs(dir);
-  // A compile by the Neuron wrapper on host `host` (its own HOME, where the shim keeps
-  // what it knows of the compiler) with `url` as its cache.
   auto compile_argv = [&](const std::string& host, const test::fs::path& hlo, const test::fs::path& out,
-                          const std::string& url) {
-    std::vector<std::string> argv{"env"};
-    for (auto& w : test::s3_env_words({"NEURON_COMPILE_CACHE_URL=" + url, "NEFFCACHE_FAKE_RATE=0",
-                                       "NEFFCACHE_FAKE_SECONDS=0.5", "NEFFCACHE_FAKE_LOG=" + log.string(),
-                                       "HOME=" + (dir / host).string(),
-                                       "PATH=" + test::path_with({test::k_shim_dir, real})}))
-      argv.push_back(w);
-    argv.insert(argv.end(), {"neuronx-cc", "compile", hlo.string(), "--framework", "XLA", "--target", "trn2",
-                             "--output", out.string(), "-O1"});
-    return argv;
-  };
+                          const std::string& url) { return shim_compile(dir, real, log, host, hlo, out, url); };
   const std::string url = fmt::format("s3://{}/team", s3->bucket());
 
   auto first = test::run(compile_argv("host-a", a, dir / "a.neff", url));
@@ -214,4 +219,31 @@ TEST_CASE("neffcache-cc with an s3:// cache: a graph compiled on one host is a h
   CHECK(gone.output.starts_with("neffcache-cc: warning: "));
   CHECK(test::count_lines(log) == 3);
   CHECK(test::fs::file_size(dir / "b.neff") > 0);
+}
+
+TEST_CASE("neffcache-cc publishing to an s3:// cache drops the failure its entry recorded before", "[s3][shim]") {
+  auto s3 = test::fresh_bucket("shimfailed");
+  test::TempDir dir;
+  const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
+  const test::fs::path a = test::jit_graphs(dir).a;
+  const std::string url = fmt::format("s3://{}/team", s3->bucket());
+  REQUIRE(test::run(shim_compile(dir, real, log, "host-a", a, dir / "a.neff", url)).exit_code == 0);
+  auto objects = [&] {
+    std::vector<std::string> names;
+    if (auto listed = s3->list("team/"))
+      for (const auto& o : listed->objects) names.push_back(o.key);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto done = objects();
+  REQUIRE(done.size() == 4);  // compile_flags.json, model.done, model.hlo_module.pb, model.neff
+  const std::string base = test::fs::path(done.front()).parent_path().string();
+  // The entry as a failed compile of another tool leaves it: its log, no NEFF, no marker.
+  REQUIRE(s3->remove(base + "/model.neff"));
+  REQUIRE(s3->remove(base + "/model.done"));
+  REQUIRE(s3->put(base + "/model.log", "compile failed: out of memory\n"));
+  // The shim compiles it again and publishes: the entry is done, and no longer failed.
+  CHECK(test::run(shim_compile(dir, real, log, "host-a", a, dir / "a2.neff", url)).exit_code == 0);
+  CHECK(test::count_lines(log) == 2);
+  CHECK(objects() == done);
 }

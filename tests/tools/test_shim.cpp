@@ -5,11 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
+
+#include <neffcache/compile/memory.hpp>
 
 #include "../fuse/fuse_test.hpp"
 #include "jit.hpp"
@@ -164,6 +169,34 @@ TEST_CASE("neffcache-cc never waits for the entry its caller holds locked", "[sh
   CHECK(r.exit_code == 0);
   CHECK(test::count_lines(log) == 1);
   CHECK(r.output.find("1 compiled here") != std::string::npos);
+}
+
+TEST_CASE("neffcache-cc leaves the host's memory to a compile that has waited longer, as the scheduler does",
+          "[shim][memory]") {
+  using namespace std::chrono_literals;
+  constexpr uint64_t MiB = 1 << 20;
+  test::TempDir dir;
+  const fs::path real = real_compiler_dir(dir);
+  const fs::path cache = dir / "cache", log = dir / "compiles.log";
+  const std::string ledger_dir = (dir / "ledger").string();
+  auto env = jit_env(cache, log, path_with({k_shim_dir, real}));
+  env.insert(env.end(), {"NEFFCACHE_MEM_LEDGER=" + ledger_dir, "NEFFCACHE_MEM_BUDGET=1GiB"});
+  // Another process of the host holds nothing and waits for 900 MiB (say, for the
+  // compiles of another user to end), refreshing its claim as a waiting process does.
+  auto other = neffcache::MemoryLedger::open(ledger_dir, 1024 * MiB, "other").value();
+  auto claim = [&](uint64_t bytes) {
+    other->admit([&](neffcache::MemoryLedger::Admission& a) -> uint64_t { return a.waiting = bytes, 0; });
+  };
+  claim(900 * MiB);
+  // The shim's graph, never compiled before, is predicted to need the whole budget: it
+  // would not leave the 900 MiB, so it waits behind the claim, though nothing is held.
+  auto rank = test::start_jit(env, {test::k_corpus / "gopjrt_tuple.hlo.pb"});
+  for (int i = 0; i < 10; ++i) std::this_thread::sleep_for(200ms), claim(900 * MiB);
+  CHECK(test::count_lines(log) == 0);
+  claim(0);  // the other process took its memory elsewhere: the shim compiles
+  auto summary = test::summary_of(*rank);
+  CHECK(summary["failed"] == 0);
+  CHECK(test::count_lines(log) == 1);
 }
 
 TEST_CASE("neffcache-cc over a neffcachefs mount hands its compiles to the daemon: twins compile nowhere, a new "

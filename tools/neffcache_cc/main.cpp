@@ -265,8 +265,7 @@ int run_real(const std::string& real, int argc, char** argv, const Keepalive& al
 
 // Admits the compile against the host's memory ledger (shared with every neffcache
 // process on the host; NEFFCACHE_MEM_BUDGET, NEFFCACHE_MEM_LEDGER): waits until `need`
-// (at most the whole budget) fits beside what the others hold and what the process
-// waiting longest needs, saying so once. Returns the reservation (0: no ledger, or the
+// (at most the whole budget) fits by the scheduler's rule (Admission::fits), saying so once. Returns the reservation (0: no ledger, or the
 // deadline passed: the compile runs anyway, as it would without the shim).
 uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, SteadyClock::time_point deadline) {
   if (!ledger) return 0;
@@ -274,7 +273,7 @@ uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, Ste
   bool said = false;
   for (;;) {
     const uint64_t id = ledger->admit([&](MemoryLedger::Admission& a) -> uint64_t {
-      if (a.held == 0 || a.held + need + a.ahead <= ledger->budget()) {
+      if (a.fits(need, ledger->budget())) {
         a.what = what;
         return need;
       }
@@ -410,16 +409,15 @@ int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, cha
     if (!lost) (void)lease->release();
     return status;
   }
-  // Published only while the lease is ours: the graph (flags, then the HLO), the NEFF,
-  // then model.done (only if absent), as a compile under the lease publishes.
+  // Published only while the lease is ours: the graph (flags, then the HLO), then the
+  // result as every compile under a lease publishes it (upload_s3_result).
   auto published = [&]() -> Result<void> {
     if (lost) return Error{Errc::busy, fmt::format("{}: the lease was lost during the compile", s3.describe(base))};
     if (auto r = lease->renew(); !r) return r.error();
     if (auto g = store_s3_graph(s3, bucket.url().prefix, job.entry, hlo_bytes, flags); !g) return g.error();
-    if (auto n = s3.upload(fmt::format("{}/{}", base, k_neff_file), call.output); !n) return n.error();
-    auto d = s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
-    if (!d && d.error().code != Errc::precondition_failed) return d.error();
-    return {};
+    auto names = detail::s3_entry_names(s3, base);
+    if (!names) return names.error();
+    return detail::upload_s3_result(s3, base, detail::files_named(job.entry, *names), call.output);
   }();
   if (!published) {
     fmt::print(stderr, "{}: warning: the NEFF was not cached: {}\n", k_me, published.error().message);

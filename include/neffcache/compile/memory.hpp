@@ -167,6 +167,13 @@ class MemoryLedger {
     uint64_t ahead = 0;  // what the process waiting longest for memory needs, unless it is us
     std::string what;    // answer: what the reservation is for
     uint64_t waiting = 0;  // answer: what our best compile waits for (0: it is not waiting)
+
+    // The one fairness rule of every admission: `n` bytes may be reserved now if they fit
+    // beside what is held (anything does when nothing is: a compile larger than the budget
+    // runs alone) and leave room for what the process waiting longest needs.
+    bool fits(uint64_t n, uint64_t budget) const {
+      return (held == 0 || held + n <= budget) && (ahead == 0 || held + n + ahead <= budget);
+    }
   };
 
   // Creates the folder if needed (mode 1777, as /tmp: every user's processes share it).

@@ -453,10 +453,7 @@ class Scheduler {
     uint64_t bytes = 0;
     const uint64_t budget = opts_.memory->budget();
     const uint64_t id = opts_.memory->admit([&](MemoryLedger::Admission& a) -> uint64_t {
-      // Fits now, and leaves room for whatever another process has waited for longer.
-      auto fits = [&](uint64_t n) {
-        return (a.held == 0 || a.held + n <= budget) && (a.ahead == 0 || a.held + n + a.ahead <= budget);
-      };
+      auto fits = [&](uint64_t n) { return a.fits(n, budget); };
       auto take = [&](Job* j, uint64_t n) { return chosen = j, bytes = n, a.what = j->targets.front()->entry, n; };
       const uint64_t head_needs = need(*head);
       if (fits(head_needs)) return take(head, head_needs);

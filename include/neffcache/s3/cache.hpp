@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -132,28 +133,30 @@ inline std::vector<std::string> input_names(const EntryFiles& files) {
   return out;
 }
 
-// Uploads the result in the local entry folder `entry_dir` (done there) to the entry at
-// `base` whose objects are `files`: the NEFF (LNL: with the compiler's log, which LNL
-// keeps beside it, when there is one), then the done marker, created only if absent (LNL's marker says how
-// large the NEFF is), and drops a failure recorded before. Only under the entry's lease.
+// Uploads a compile's result to the entry at `base` whose objects are `files`, under the
+// entry's lease only: the NEFF at `neff` (LNL: with the compiler's log, which LNL keeps
+// beside it, when there is one), then the done marker, created only if absent (LNL's
+// marker says how large the NEFF is), and drops a failure recorded before. Every compile
+// that publishes to S3 goes through here (sync copies whole entries its own way).
 inline Result<void> upload_s3_result(S3Client& s3, const std::string& base, const EntryFiles& files,
-                                     const std::string& entry_dir) {
-  auto up = [&](std::string_view name, const PutCondition& cond = {}) {
-    return s3.upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name), cond);
+                                     const std::string& neff) {
+  const std::string beside = std::filesystem::path(neff).parent_path().string();
+  auto up = [&](std::string_view name, const std::string& from, const PutCondition& cond = {}) {
+    return s3.upload(fmt::format("{}/{}", base, name), from, cond);
   };
   // A NEFF still being written (a copy of an entry whose marker came first) must not
   // become the entry's for every host: it goes up only if unchanged during the upload.
-  const std::string neff_path = fmt::format("{}/{}", entry_dir, files.neff_name());
   struct stat before {}, after {};
-  if (::stat(neff_path.c_str(), &before) != 0) return sys_error("stat", neff_path);
-  if (auto neff = up(files.neff_name()); !neff) return neff.error();
-  if (::stat(neff_path.c_str(), &after) != 0) return sys_error("stat", neff_path);
+  if (::stat(neff.c_str(), &before) != 0) return sys_error("stat", neff);
+  if (auto n = up(files.neff_name(), neff); !n) return n.error();
+  if (::stat(neff.c_str(), &after) != 0) return sys_error("stat", neff);
   if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || after.st_ino != before.st_ino)
-    return Error{Errc::io, fmt::format("{} changed while it was uploaded", neff_path)};
-  if (files.is_lnl() && ::access(fmt::format("{}/{}", entry_dir, k_lnl_log_file).c_str(), F_OK) == 0)
-    if (auto log = up(k_lnl_log_file); !log) return log.error();
-  auto done = files.is_lnl() ? up(files.done_name(), {.if_absent = true})
+    return Error{Errc::io, fmt::format("{} changed while it was uploaded", neff)};
+  const std::string log = fmt::format("{}/{}", beside, k_lnl_log_file);
+  if (files.is_lnl() && ::access(log.c_str(), F_OK) == 0)
+    if (auto l = up(k_lnl_log_file, log); !l) return l.error();
+  auto done = files.is_lnl() ? up(files.done_name(), fmt::format("{}/{}", beside, files.done_name()), {.if_absent = true})
                              : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
   if (!done && done.error().code != Errc::precondition_failed) return done.error();
   if (files.has(EntryFile::log)) (void)s3.remove(fmt::format("{}/{}", base, files.failure_name()));  // a retried failure
@@ -271,7 +274,8 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
     if (!f) return finish(transient(f.error().message));
     return finish(local_result);
   }
-  if (auto up = detail::upload_s3_result(s3, base, *files, entry_dir); !up) return finish(transient(up.error().message));
+  if (auto up = detail::upload_s3_result(s3, base, *files, fmt::format("{}/{}", entry_dir, files->neff_name())); !up)
+    return finish(transient(up.error().message));
   if (o.published) o.published(entry_dir);
   return finish(local_result);
 }
@@ -295,7 +299,7 @@ inline Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, co
   if (!names) return give_back(false), names.error();
   const EntryFiles files = detail::files_named(rel, *names);
   if (files.done()) return give_back(true), false;
-  auto up = detail::upload_s3_result(s3, base, files, entry_dir);
+  auto up = detail::upload_s3_result(s3, base, files, fmt::format("{}/{}", entry_dir, files.neff_name()));
   give_back(static_cast<bool>(up));
   if (!up) return up.error();
   return true;
