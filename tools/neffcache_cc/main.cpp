@@ -396,23 +396,23 @@ int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, cha
   }
   // Look again under the lease: whoever held it may have finished.
   if (hit = fetched(); !hit || *hit) {
-    if (!hit || !s3.remove(lease->key())) (void)lease->release();
+    lease->finish(hit ? S3Lease::Entry::settled : S3Lease::Entry::open);
     return hit ? served(seconds_since(t0) > 0.05) : fallback(real, argc, argv, hit.error().message);
   }
-  bool lost = false;  // (set by the renewals' thread, read once it has been joined)
+  // (The renewals' thread is joined before the lease is looked at again.)
   const int status =
       compile_admitted(real, argc, argv, backing, job, deadline, {-1, lease->renew_interval(), [&] {
-                         if (auto r = lease->renew(); !r && r.error().code == Errc::precondition_failed) lost = true;
+                         (void)lease->renew();  // (a lease lost says so in lost())
                        }}).first;
   struct stat out_st {};
   if (status != 0 || ::stat(call.output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
-    if (!lost) (void)lease->release();
+    lease->finish(S3Lease::Entry::open);
     return status;
   }
   // Published only while the lease is ours: the graph (flags, then the HLO), then the
   // result as every compile under a lease publishes it (upload_s3_result).
   auto published = [&]() -> Result<void> {
-    if (lost) return Error{Errc::busy, fmt::format("{}: the lease was lost during the compile", s3.describe(base))};
+    if (lease->lost()) return Error{Errc::busy, fmt::format("{}: the lease was lost during the compile", s3.describe(base))};
     if (auto r = lease->renew(); !r) return r.error();
     if (auto g = store_s3_graph(s3, bucket.url().prefix, job.entry, hlo_bytes, flags); !g) return g.error();
     auto names = detail::s3_entry_names(s3, base);
@@ -421,10 +421,10 @@ int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, cha
   }();
   if (!published) {
     fmt::print(stderr, "{}: warning: the NEFF was not cached: {}\n", k_me, published.error().message);
-    if (!lost) (void)lease->release();
+    lease->finish(S3Lease::Entry::open);
     return status;
   }
-  if (!s3.remove(lease->key())) (void)lease->release();
+  lease->finish(S3Lease::Entry::settled);
   return status;
 }
 

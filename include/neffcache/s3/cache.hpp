@@ -209,8 +209,7 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
     return r;
   }
   auto finish = [&](CompileResult res) {
-    (void)lease->release();
-    if (is_success(res.outcome)) (void)s3.remove(lease->key());
+    lease->finish(is_success(res.outcome) ? S3Lease::Entry::settled : S3Lease::Entry::open);
     return res;
   };
   files = files_now();
@@ -287,14 +286,9 @@ inline CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, c
 inline Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,
                                      const std::string& entry_dir, S3Lease lease) {
   const std::string base = s3_key(prefix, rel);
-  auto give_back = [&](bool done) {
-    if (!done || !s3.remove(lease.key())) (void)lease.release();
-  };
+  auto give_back = [&](bool done) { lease.finish(done ? S3Lease::Entry::settled : S3Lease::Entry::open); };
   // Publish only while the lease is still ours.
-  if (auto renewed = lease.renew(); !renewed) {
-    if (renewed.error().code != Errc::precondition_failed) (void)lease.release();  // (lost: not ours to give)
-    return renewed.error();
-  }
+  if (auto renewed = lease.renew(); !renewed) return give_back(false), renewed.error();
   auto names = detail::s3_entry_names(s3, base);
   if (!names) return give_back(false), names.error();
   const EntryFiles files = detail::files_named(rel, *names);
@@ -341,7 +335,7 @@ Result<void> with_s3_lease(S3Client& s3, const std::string& prefix, const std::s
   names = s3_entry_names(s3, base);
   Result<void> r = names ? change(*names) : Result<void>(names.error());
   // We hold the lease, so deleting it hands the entry back as it was before any lock.
-  if (auto gone = s3.remove(lock_key); !gone) (void)lease->release();
+  lease->finish(S3Lease::Entry::settled);
   return r;
 }
 

@@ -107,9 +107,16 @@ inline Result<LeaseInfo> read_lease(S3Client& s3, const std::string& key) {
 }
 
 // A held lease. Move-only; not released by the destructor (a crashed holder is the
-// case the ttl exists for, and release needs the network): call release().
+// case the ttl exists for, and release needs the network): call finish() or release().
+// One thread at a time.
 class S3Lease {
  public:
+  // What its holder leaves the entry as, when it gives the lease back (finish).
+  enum class Entry {
+    settled,  // done, or as it was before anyone locked it: no one needs the lease again
+    open,     // still to compile: the next taker may
+  };
+
   // Takes the lease at `key` or says who holds it (Errc::busy). `host` names us in the
   // record (default: this machine's name).
   static Result<S3Lease> acquire(S3Client& s3, const std::string& key,
@@ -152,9 +159,11 @@ class S3Lease {
     ++record_.seq;
     auto r = s3_->put(key_, detail::lease_json(record_), {.if_match = etag_});
     if (!r) {
-      if (r.error().code == Errc::precondition_failed)
+      if (r.error().code == Errc::precondition_failed) {
+        lost_ = true;
         return Error{Errc::precondition_failed, fmt::format("{}: lease lost: it expired and another host took it over",
                                                             s3_->describe(key_))};
+      }
       return r.error();
     }
     etag_ = r->etag;
@@ -171,6 +180,18 @@ class S3Lease {
     return {};
   }
 
+  // Gives the lease back once its holder is through: for a settled entry its object is
+  // deleted (released if the delete fails), for an open one it is released. A lease a
+  // renewal found lost is someone else's object now: left alone (a delete is not
+  // conditional).
+  void finish(Entry entry) {
+    if (lost_) return;
+    if (entry == Entry::settled && s3_->remove(key_)) return;
+    (void)release();
+  }
+
+  // A renewal found it expired and taken over: publish nothing under it.
+  bool lost() const { return lost_; }
   const std::string& key() const { return key_; }
   const LeaseRecord& record() const { return record_; }
   std::chrono::seconds renew_interval() const { return std::max(std::chrono::seconds(1), record_.ttl / 4); }
@@ -183,6 +204,7 @@ class S3Lease {
   std::string key_;
   LeaseRecord record_;
   std::string etag_;
+  bool lost_ = false;  // a renewal found it taken over
 };
 
 }  // namespace neffcache

@@ -264,10 +264,8 @@ class S3Tier {
                                   o_.compile.host);
     if (!lease && lease.error().code == Errc::busy) return forget_look(key), Error{Errc::exists, lease.error().message};
     if (!lease) return lease.error();
-    bool lost = false;  // taken over: the lease object is someone else's now
-    auto hand_back = [&] {
-      if (!lost && !s3_->remove(lease->key())) (void)lease->release();
-    };
+    // (Settled whatever happens: the entry is up, was there already, or is as before.)
+    auto hand_back = [&] { lease->finish(S3Lease::Entry::settled); };
     auto there = detail::s3_entry_names(*s3_, base);
     if (!there) return hand_back(), there.error();
     if (const EntryFiles remote = detail::files_named(key, *there); remote.has_hlo() || remote.has(EntryFile::done)) {
@@ -281,7 +279,6 @@ class S3Tier {
     for (const auto& name : *names) {
       if (!r) break;
       if (auto renewed = lease->renew(); !renewed) {
-        lost = renewed.error().code == Errc::precondition_failed;
         r = renewed.error();
         break;
       }
