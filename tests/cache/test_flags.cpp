@@ -102,8 +102,8 @@ TEST_CASE("an entry's compiler flags: its compile_flags.json, else the defaults,
   auto from_file = entry_compiler_flags(entry, with_json, defaults);
   REQUIRE(from_file.has_value());
   CHECK(*from_file == std::vector<std::string>{"-O1", "--model-type=transformer"});
-  CHECK(*entry_compiler_flags(std::optional(path), defaults) == *from_file);
-  CHECK(*entry_compiler_flags(std::nullopt, defaults) == *from_defaults);
+  CHECK(*neuron_compiler_flags(std::optional(path), defaults) == *from_file);
+  CHECK(*neuron_compiler_flags(std::nullopt, defaults) == *from_defaults);
 
   SECTION("an entry's own fault: bad contents, or a wrapper option without its value") {
     test::spit(path, R"(["-O1", 3])");

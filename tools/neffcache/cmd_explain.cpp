@@ -73,7 +73,7 @@ Result<Asked> read_asked(const ExplainOptions& opts, const store::Store& cache) 
         if (!local) return local.error();
         json.emplace(std::move(*local));
       }
-      auto entry_flags = entry_compiler_flags(json ? std::optional(json->path()) : std::nullopt, a.default_flags);
+      auto entry_flags = neuron_compiler_flags(json ? std::optional(json->path()) : std::nullopt, a.default_flags);
       if (!entry_flags) return entry_flags.error();
       flags = std::move(*entry_flags);
     }

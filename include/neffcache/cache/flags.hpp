@@ -255,16 +255,16 @@ inline Result<std::vector<std::string>> read_compile_flags(const std::string& pa
   return flags;
 }
 
-// The compiler flags an entry is compiled with: those of its compile_flags.json when
-// `flags_file` names one, else `default_flags` (NEURON_CC_FLAGS of the daemon or tool),
-// either way with the wrapper's own options removed (separate_wrapper_options). The one
-// rule for the compile, the job's dedup key, the content identity and `explain`.
+// The compiler flags a Neuron-dialect entry is compiled with: those of its
+// compile_flags.json when `flags_file` names one, else `default_flags` (NEURON_CC_FLAGS of
+// the daemon or tool), either way with the wrapper's own options removed
+// (separate_wrapper_options). Of any entry, either dialect: entry_compiler_flags (lnl.hpp).
 // Errors, so that a caller can tell the two apart: the file cannot be read (Errc::io,
 // or Errc::not_found if it went meanwhile), which may pass; or the entry's own fault,
 // contents that are no list of strings (Errc::bad_flags_file) or a wrapper option
 // without its value (Errc::invalid_argument). Messages from the file name it.
-inline Result<std::vector<std::string>> entry_compiler_flags(const std::optional<std::string>& flags_file,
-                                                             const std::vector<std::string>& default_flags) {
+inline Result<std::vector<std::string>> neuron_compiler_flags(const std::optional<std::string>& flags_file,
+                                                              const std::vector<std::string>& default_flags) {
   std::optional<std::vector<std::string>> from_file;
   if (flags_file) {
     auto read = read_compile_flags(*flags_file);

@@ -246,10 +246,11 @@ inline Result<LnlCommand> read_lnl_command(const std::string& path) {
 }
 
 // The compiler flags of the entry folder `entry_dir`, whose files are `files` (rather
-// than a look: the callers have just listed the folder), in either dialect: its
-// compile_flags.json when `files` lists one, else `default_flags` (see
-// entry_compiler_flags in flags.hpp); of an LNL entry, lnl_key_flags of its command.txt,
-// or `default_flags` when it has only LNL's metadata.
+// than a look: the callers have just listed the folder), in either dialect: of a Neuron
+// entry, neuron_compiler_flags (flags.hpp: its compile_flags.json, else `default_flags`);
+// of an LNL entry, lnl_key_flags of its command.txt, or `default_flags` when it has only
+// LNL's metadata. The one rule for the compile, the job's dedup key, the content identity
+// and `explain`.
 inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir, const EntryFiles& files,
                                                              const std::vector<std::string>& default_flags) {
   std::optional<std::string> flags_file;
@@ -259,7 +260,7 @@ inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& 
     if (!c) return c.error();
     return lnl_key_flags(*c);
   }
-  return entry_compiler_flags(flags_file, default_flags);
+  return neuron_compiler_flags(flags_file, default_flags);
 }
 
 // The content of LNL's completion marker: "completed:<unix time>\nneff_size:<bytes>\n".
