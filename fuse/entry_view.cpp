@@ -45,7 +45,7 @@ bool shows_result(const EntryFiles& files, CompileOutcome outcome) {
 
 bool is_product_name(std::string_view n) {
   if (n == k_neff_file || n == k_done_file || n == k_lnl_marker_file) return true;
-  return n.starts_with("graph_") && n.ends_with(".neff") && is_lnl_key(n.substr(6, n.size() - 11));
+  return lnl_neff_key(n).has_value();
 }
 
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }

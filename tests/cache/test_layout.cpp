@@ -69,6 +69,15 @@ TEST_CASE("an entry's compiler folder is the one before its MODULE_ folder; an L
   CHECK(compiler_dir_of("MODULE_1+2").empty());
 }
 
+TEST_CASE("an LNL NEFF's name gives back its key; no other name gives one", "[layout]") {
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  CHECK(lnl_neff_key(lnl_neff_name(key)) == key);
+  for (std::string_view other : {"model.neff", "graph_.neff", "graph_0123.neff", "graph_0123456789ABCDEF0123456789abcdef.neff",
+                                 "graph_0123456789abcdef0123456789abcdef.neff.tmp", "xgraph_0123456789abcdef0123456789abcdef.neff",
+                                 "graph_0123456789abcdef0123456789abcdefneff", ""})
+    CHECK_FALSE(lnl_neff_key(other));
+}
+
 TEST_CASE("an entry's state follows from its files", "[layout]") {
   using F = EntryFile;
   auto state = [](std::initializer_list<F> files, bool live = true) {

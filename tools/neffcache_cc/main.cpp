@@ -136,10 +136,7 @@ Result<std::string> find_real_compiler(const std::string& self) {
 // --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else the default.
 std::string caller_cache(const LnlCommand& c) {
   const fs::path out(c.output);
-  const std::string name = out.filename().string();
-  if (name.starts_with("graph_") && name.ends_with(".neff") &&
-      is_lnl_key(std::string_view(name).substr(6, name.size() - 6 - 5)))
-    return out.parent_path().parent_path().string();
+  if (lnl_neff_key(out.filename().string())) return out.parent_path().parent_path().string();
   return {};
 }
 

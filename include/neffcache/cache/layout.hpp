@@ -79,6 +79,15 @@ inline bool is_lnl_key(std::string_view name) {
 
 // The NEFF of the LNL entry `key`: graph_<key>.neff.
 inline std::string lnl_neff_name(std::string_view key) { return fmt::format("graph_{}.neff", key); }
+// The key in the name of an LNL NEFF (graph_<key>.neff), or nothing if `name` is none.
+inline std::optional<std::string_view> lnl_neff_key(std::string_view name) {
+  constexpr std::string_view prefix = "graph_", suffix = ".neff";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return std::nullopt;
+  const auto key = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!is_lnl_key(key)) return std::nullopt;
+  return key;
+}
 
 // The key's lock in an LNL root, beside the entry folder: ".<key>.compilation_metadata.lock",
 // held with flock(2) and left behind after release.
