@@ -191,7 +191,17 @@ TEST_CASE("neffcache-cc leaves the host's memory to a compile that has waited lo
   // The shim's graph, never compiled before, is predicted to need the whole budget: it
   // would not leave the 900 MiB, so it waits behind the claim, though nothing is held.
   auto rank = test::start_jit(env, {test::k_corpus / "gopjrt_tuple.hlo.pb"});
-  for (int i = 0; i < 10; ++i) std::this_thread::sleep_for(200ms), claim(900 * MiB);
+  // Until the shim has said in the ledger that it waits too (and a while after), the real
+  // compiler does not run.
+  auto shim_waits = [&] {
+    for (const auto& h : other->holders())
+      if (h.program == "neffcache-cc" && h.waiting > 0) return true;
+    return false;
+  };
+  bool waited = false;
+  for (int i = 0; i < 300 && !waited; ++i) std::this_thread::sleep_for(100ms), claim(900 * MiB), waited = shim_waits();
+  CHECK(waited);
+  for (int i = 0; i < 5; ++i) std::this_thread::sleep_for(200ms), claim(900 * MiB);
   CHECK(test::count_lines(log) == 0);
   claim(0);  // the other process took its memory elsewhere: the shim compiles
   auto summary = test::summary_of(*rank);

@@ -4,7 +4,7 @@
 // entries and their states from listings and compiles an entry under its lease:
 //
 //   1. the entry's listing says done or failed: nothing to do;
-//   2. take the lease (s3_lease.hpp); held elsewhere: busy;
+//   2. take the lease (lease.hpp); held elsewhere: busy;
 //   3. look again under the lease: whoever held it may have finished;
 //   4. download the HLO and flags into a local staging entry, compile it there with
 //      compile_entry (timeouts, retries, failure records as for a directory), renewing

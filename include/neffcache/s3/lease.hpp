@@ -114,7 +114,7 @@ class S3Lease {
   // What its holder leaves the entry as, when it gives the lease back (finish).
   enum class Entry {
     settled,  // done, or as it was before anyone locked it: no one needs the lease again
-    open,     // still to compile: the next taker may
+    open,     // still to compile, or failed: the next taker may compile it
   };
 
   // Takes the lease at `key` or says who holds it (Errc::busy). `host` names us in the

@@ -1,4 +1,4 @@
-// A cache in an S3 bucket (s3_cache.hpp): entries are the objects under
+// A cache in an S3 bucket (s3/cache.hpp): entries are the objects under
 // <prefix>/neuronxcc-*/MODULE_*/, named by users by their URL. Changes are made under
 // the entry's lease; compiles run here in a staging folder under the lease.
 #pragma once

@@ -10,7 +10,7 @@
 // - the name users see for an entry is view(entry): a folder, or a URL. Compile batches
 //   name their jobs so too, and the store's compile function takes those names back;
 // - maintenance changes an entry under its lock (a directory) or its lease (S3), and a
-//   live compile is left alone with Errc::busy, as maintenance.hpp and s3_cache.hpp do;
+//   live compile is left alone with Errc::busy, as cache/maintenance.hpp and s3/cache.hpp do;
 // - where a store cannot do something it says so in a one-line Error.
 //
 // Stores are not copied or moved: entries point at theirs, which must outlive them.

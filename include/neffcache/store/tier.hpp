@@ -1,4 +1,4 @@
-// The local tier of an S3 cache (s3_tier.hpp): the folder a daemon mounts for
+// The local tier of an S3 cache (s3/tier.hpp): the folder a daemon mounts for
 // `neffcachefs s3://... --local-cache DIR`, filled from S3 as names are asked for. The
 // S3 cache is the truth: listings, maintenance and verification go to S3 (a recorded
 // failure cleared here is cleared for every host); entries are seen, and compiled, in
