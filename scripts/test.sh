@@ -113,9 +113,15 @@ fi
 stage "build (Release)" build build -DCMAKE_BUILD_TYPE=Release
 stage "test (Release)" bash -c "cd build && ctest --output-on-failure -j$test_jobs"
 
+# The sanitizer stages build Debug with line tables only (-g1): a report names every frame's
+# file and line as with -g, and a unit compiles 10-17% faster (under ASan+UBSan: the daemon's
+# parts 115 -> 103 s, the second unit of the tests 163 -> 135 s) into a smaller object. A
+# debugger's view of variables needs -g, which --quick keeps.
+sanitizer_debug=-DCMAKE_CXX_FLAGS_DEBUG=-g1
+
 # The concurrency tests (locks, compile jobs, scheduler, the daemon, S3) under TSan.
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/support/tsan.supp
-stage "build (TSan)" build build-tsan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_TSAN=ON -- neffcache_tests neffcache_s3_tests \
+stage "build (TSan)" build build-tsan -DCMAKE_BUILD_TYPE=Debug "$sanitizer_debug" -DNEFFCACHE_TSAN=ON -- neffcache_tests neffcache_s3_tests \
   "${programs[@]}"
 # Catch2's tag filter selects them (the Catch2 in bookworm-backports cannot turn tags into ctest labels).
 stage "test (TSan)" shards '[lock],[compile],[scheduler],[index],[fuse]~[load]'
@@ -125,7 +131,7 @@ unset TSAN_OPTIONS
 
 # Everything that runs; not the headers compiled one by one (header_self_contained), which
 # is a compile check the Release stage made already and has nothing to run.
-stage "build (ASan+UBSan)" build build-asan -DCMAKE_BUILD_TYPE=Debug -DNEFFCACHE_SANITIZE=ON -- neffcache_tests \
+stage "build (ASan+UBSan)" build build-asan -DCMAKE_BUILD_TYPE=Debug "$sanitizer_debug" -DNEFFCACHE_SANITIZE=ON -- neffcache_tests \
   neffcache_s3_tests "${programs[@]}"
 stage "test (ASan+UBSan)" bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$test_jobs -E '$largest'"
