@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/clock.hpp>
+#include <neffcache/core/env.hpp>
 #include <neffcache/core/detail/process.hpp>
 #include <neffcache/cache/url.hpp>
 
