@@ -208,19 +208,47 @@ void say_pass(const LnlCommand& c, const std::string& from) {
                                                            k_me, from));
 }
 
-// What keeps the lock of a compile alive while the real compiler runs: a descriptor the
-// compiler inherits (our entry lock's, so that it stays held if we die first), and a
-// beat run every `every` (a lock's heartbeat, a lease's renewal).
+// What keeps the lock of a compile alive from the wait for memory to the compiler's end: a
+// descriptor the compiler inherits (our entry lock's, so that it stays held if we die
+// first), and a beat run every `every` (a lock's heartbeat, a lease's renewal).
 struct Keepalive {
   int inherit_fd = -1;
   std::chrono::milliseconds every{0};
   std::function<void()> beat;
 };
 
+// Runs a Keepalive's beat on a thread of its own from construction to destruction.
+class Beating {
+ public:
+  explicit Beating(const Keepalive& alive) {
+    if (alive.beat)
+      thread_ = std::thread([this, &alive] {
+        std::unique_lock lk(mu_);
+        while (!cv_.wait_for(lk, alive.every, [&] { return done_; })) alive.beat();
+      });
+  }
+  ~Beating() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  Beating(const Beating&) = delete;
+  Beating& operator=(const Beating&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 // Runs the real compiler with the caller's arguments, stdio shared, in our process group
-// (so a Ctrl-C reaches it as it would without us), keeping `alive` while it runs.
-// Returns the exit status the caller should see (128 + signal for a signal).
-int run_real(const std::string& real, int argc, char** argv, const Keepalive& alive) {
+// (so a Ctrl-C reaches it as it would without us); it inherits `inherit_fd`. Returns the
+// exit status the caller should see (128 + signal for a signal).
+int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
   std::vector<char*> args{const_cast<char*>(real.c_str())};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
@@ -232,29 +260,14 @@ int run_real(const std::string& real, int argc, char** argv, const Keepalive& al
     return 127;
   }
   if (pid == 0) {
-    if (alive.inherit_fd >= 0) ::fcntl(alive.inherit_fd, F_SETFD, 0);
+    if (inherit_fd >= 0) ::fcntl(inherit_fd, F_SETFD, 0);
     ::execv(real.c_str(), args.data());
     fmt::print(stderr, "{}: error: cannot run {}: {}\n", k_me, real, std::strerror(errno));
     ::_exit(127);
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::thread heartbeat;
-  if (alive.beat)
-    heartbeat = std::thread([&] {
-      std::unique_lock lk(mu);
-      while (!cv.wait_for(lk, alive.every, [&] { return done; })) alive.beat();
-    });
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  {
-    std::lock_guard lk(mu);
-    done = true;
-  }
-  cv.notify_all();
-  if (heartbeat.joinable()) heartbeat.join();
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
@@ -330,19 +343,26 @@ struct Job {
 };
 
 // The real compiler, run once the host's memory ledger admits what compiles of this
-// graph (or graphs of its size) peaked at before, keeping `alive` while it runs; its own
-// peak is recorded after. Counted. Returns its exit status and how long it ran.
+// graph (or graphs of its size) peaked at before; its own peak is recorded after. `alive`
+// is kept from the start of the wait for memory, which can be long: a lease or lock left
+// unrenewed meanwhile would pass to another process, which would compile the graph too.
+// Counted. Returns the compiler's exit status and how long it ran.
 std::pair<int, double> compile_admitted(const std::string& real, int argc, char** argv, const std::string& backing,
                                         const Job& job, SteadyClock::time_point deadline, const Keepalive& alive) {
   auto ledger = open_memory_ledger("", "", k_me, [](std::string_view w) { fmt::print(stderr, "{}: warning: {}\n", k_me, w); });
   if (!ledger) fmt::print(stderr, "{}: warning: {}; compiling without the memory budget\n", k_me, ledger.error().message);
   PeakHistory peaks((fs::path(state_dir(backing)) / fs::path(k_peaks_dir).filename()).string());
   const auto predicted = peaks.predict(job.id.str(), job.instructions, job.hlo_bytes);
-  const uint64_t reservation = admit(ledger ? ledger->get() : nullptr, predicted.bytes, job.entry, deadline);
-  const auto start = SteadyClock::now();
-  const int status = run_real(real, argc, argv, alive);
-  const double seconds = seconds_since(start);
-  if (ledger && *ledger) (*ledger)->release(reservation);
+  int status = 0;
+  double seconds = 0;
+  {
+    const Beating beating(alive);
+    const uint64_t reservation = admit(ledger ? ledger->get() : nullptr, predicted.bytes, job.entry, deadline);
+    const auto start = SteadyClock::now();
+    status = run_real(real, argc, argv, alive.inherit_fd);
+    seconds = seconds_since(start);
+    if (ledger && *ledger) (*ledger)->release(reservation);
+  }
   struct rusage children {};
   if (::getrusage(RUSAGE_CHILDREN, &children) == 0 && status == 0)
     peaks.add(job.id.str(), job.instructions, job.hlo_bytes, static_cast<uint64_t>(children.ru_maxrss));
