@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include <neffcache/compile/memory.hpp>
 #include <neffcache/s3/lease.hpp>
 
 #include "jit.hpp"
@@ -258,25 +257,14 @@ TEST_CASE("neffcache-cc on an s3:// cache renews its lease while it waits for th
   test::TempDir dir;
   const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
   const std::string url = fmt::format("s3://{}/team", s3->bucket()), ledger_dir = (dir / "ledger").string();
-  // Another process of the host waits for 900 MiB of the 1 GiB budget, refreshing its claim:
-  // the shim's new graph, predicted to need the whole budget, waits behind it.
-  auto other = neffcache::MemoryLedger::open(ledger_dir, 1024 * MiB, "other").value();
-  auto claim = [&](uint64_t bytes) {
-    other->admit([&](neffcache::MemoryLedger::Admission& a) -> uint64_t { return a.waiting = bytes, 0; });
-  };
-  claim(900 * MiB);
+  // Another process of the host waits for 900 MiB of the 1 GiB budget: the shim's new
+  // graph, predicted to need the whole budget, waits behind it.
+  test::WaitingClaim other(ledger_dir, 1024 * MiB, 900 * MiB);
   auto argv = shim_compile(dir, real, log, "host-a", test::jit_graphs(dir).a, dir / "a.neff", url);
   argv.insert(std::find(argv.begin(), argv.end(), "neuronx-cc"),
               {"NEFFCACHE_MEM_LEDGER=" + ledger_dir, "NEFFCACHE_MEM_BUDGET=1GiB"});
   test::Child shim(argv, /*quiet_stderr=*/true);
-  auto shim_waits = [&] {
-    for (const auto& h : other->holders())
-      if (h.program == "neffcache-cc" && h.waiting > 0) return true;
-    return false;
-  };
-  bool waited = false;
-  for (int i = 0; i < 300 && !waited; ++i) std::this_thread::sleep_for(100ms), claim(900 * MiB), waited = shim_waits();
-  REQUIRE(waited);
+  REQUIRE(other.hold_until_shim_waits());
   // It took the entry's lease before it asked for memory: the bucket holds only that.
   auto listed = s3->list("team/");
   REQUIRE(listed);
@@ -288,8 +276,7 @@ TEST_CASE("neffcache-cc on an s3:// cache renews its lease while it waits for th
   // Past a renewal interval (a quarter of the 60-s ttl) of waiting, the lease has been
   // written again: another host still finds it live when the ttl has passed since it was taken.
   const auto interval = std::max(std::chrono::seconds(1), before->record->ttl / 4);
-  for (auto until = std::chrono::steady_clock::now() + interval + 2s; std::chrono::steady_clock::now() < until;)
-    std::this_thread::sleep_for(200ms), claim(900 * MiB);
+  other.hold(interval + 2s);
   auto during = neffcache::read_lease(*s3, lease_key);
   REQUIRE(during);
   REQUIRE(during->record);
@@ -297,7 +284,7 @@ TEST_CASE("neffcache-cc on an s3:// cache renews its lease while it waits for th
   CHECK(during->record->seq > before->record->seq);
   CHECK(during->age < interval);
   CHECK(test::count_lines(log) == 0);
-  claim(0);  // the memory is free: the shim compiles and publishes
+  other.set(0);  // the memory is free: the shim compiles and publishes
   CHECK(shim.wait() == 0);
   CHECK(test::count_lines(log) == 1);
   CHECK_FALSE(neffcache::read_lease(*s3, lease_key));  // settled: the lease is gone

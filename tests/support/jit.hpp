@@ -3,14 +3,18 @@
 // from PATH on a miss, with the shim's folder of links first in PATH or not.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
+
+#include <neffcache/compile/memory.hpp>
 
 #include "hlo_variants.hpp"
 #include "paths.hpp"
@@ -111,5 +115,39 @@ inline int sum_of(const std::vector<nlohmann::json>& summaries, const char* fiel
   for (const auto& s : summaries) n += s[field].get<int>();
   return n;
 }
+
+// Another process of the host that holds no memory and waits for some of the ledger's
+// budget at `dir` (say, for the compiles of another user to end), refreshing its claim as a
+// waiting process does: a compile of the shim that would not leave it that much waits.
+class WaitingClaim {
+ public:
+  WaitingClaim(const std::string& dir, uint64_t budget, uint64_t bytes)
+      : ledger_(neffcache::MemoryLedger::open(dir, budget, "other").value()) {
+    set(bytes);
+  }
+  // Claims `bytes` from now on (0: none, and the shim may go).
+  void set(uint64_t bytes) {
+    bytes_ = bytes;
+    ledger_->admit([&](neffcache::MemoryLedger::Admission& a) -> uint64_t { return a.waiting = bytes_, 0; });
+  }
+  // Keeps the claim for `d`.
+  void hold(std::chrono::milliseconds d) {
+    for (auto until = std::chrono::steady_clock::now() + d; std::chrono::steady_clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100)), set(bytes_);
+  }
+  // Keeps the claim until a neffcache-cc says in the ledger that it waits too (at most 30 s).
+  bool hold_until_shim_waits() {
+    for (int i = 0; i < 300; ++i) {
+      hold(std::chrono::milliseconds(100));
+      for (const auto& h : ledger_->holders())
+        if (h.program == "neffcache-cc" && h.waiting > 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::shared_ptr<neffcache::MemoryLedger> ledger_;
+  uint64_t bytes_ = 0;
+};
 
 }  // namespace test

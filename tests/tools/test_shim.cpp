@@ -13,9 +13,6 @@
 
 #include <fmt/format.h>
 
-
-#include <neffcache/compile/memory.hpp>
-
 #include "../fuse/fuse_test.hpp"
 #include "jit.hpp"
 #include "support.hpp"
@@ -181,29 +178,17 @@ TEST_CASE("neffcache-cc leaves the host's memory to a compile that has waited lo
   const std::string ledger_dir = (dir / "ledger").string();
   auto env = jit_env(cache, log, path_with({k_shim_dir, real}));
   env.insert(env.end(), {"NEFFCACHE_MEM_LEDGER=" + ledger_dir, "NEFFCACHE_MEM_BUDGET=1GiB"});
-  // Another process of the host holds nothing and waits for 900 MiB (say, for the
-  // compiles of another user to end), refreshing its claim as a waiting process does.
-  auto other = neffcache::MemoryLedger::open(ledger_dir, 1024 * MiB, "other").value();
-  auto claim = [&](uint64_t bytes) {
-    other->admit([&](neffcache::MemoryLedger::Admission& a) -> uint64_t { return a.waiting = bytes, 0; });
-  };
-  claim(900 * MiB);
-  // The shim's graph, never compiled before, is predicted to need the whole budget: it
-  // would not leave the 900 MiB, so it waits behind the claim, though nothing is held.
+  // Another process of the host holds nothing and waits for 900 MiB. The shim's graph,
+  // never compiled before, is predicted to need the whole budget: it would not leave the
+  // 900 MiB, so it waits behind the claim, though nothing is held.
+  test::WaitingClaim other(ledger_dir, 1024 * MiB, 900 * MiB);
   auto rank = test::start_jit(env, {test::k_corpus / "gopjrt_tuple.hlo.pb"});
   // Until the shim has said in the ledger that it waits too (and a while after), the real
   // compiler does not run.
-  auto shim_waits = [&] {
-    for (const auto& h : other->holders())
-      if (h.program == "neffcache-cc" && h.waiting > 0) return true;
-    return false;
-  };
-  bool waited = false;
-  for (int i = 0; i < 300 && !waited; ++i) std::this_thread::sleep_for(100ms), claim(900 * MiB), waited = shim_waits();
-  CHECK(waited);
-  for (int i = 0; i < 5; ++i) std::this_thread::sleep_for(200ms), claim(900 * MiB);
+  CHECK(other.hold_until_shim_waits());
+  other.hold(1000ms);
   CHECK(test::count_lines(log) == 0);
-  claim(0);  // the other process took its memory elsewhere: the shim compiles
+  other.set(0);  // the other process took its memory elsewhere: the shim compiles
   auto summary = test::summary_of(*rank);
   CHECK(summary["failed"] == 0);
   CHECK(test::count_lines(log) == 1);
