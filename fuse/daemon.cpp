@@ -296,7 +296,7 @@ int run_daemon(int argc, char** argv) {
   if (!no_compile) {
     const auto& settings = opts.scheduler.settings;
     if (auto version = neffcache::compiler_version(settings)) {
-      opts.compiler_dir = fmt::format("{}{}", neffcache::k_compiler_dir_prefix, *version);
+      opts.compiler_dir = neffcache::compiler_dir_name(*version);
       fmt::print(stderr, "neffcachefs: compiler '{}' reports version {}: it compiles the entries of {} and LNL's; "
                          "the other neuronxcc-* folders pass through as they are\n",
                  settings.compiler.program(), *version, *opts.compiler_dir);

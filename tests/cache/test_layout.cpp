@@ -61,6 +61,15 @@ TEST_CASE("an entry path is neuronxcc-*/MODULE_* and nothing that could leave th
     CHECK_FALSE(is_entry_path(bad));
 }
 
+TEST_CASE("an entry folder's name is MODULE_* or an LNL key; a compiler's folder is neuronxcc-<version>", "[layout]") {
+  for (std::string_view good : {"MODULE_1+aa", "MODULE_", "0123456789abcdef0123456789abcdef"}) CHECK(is_entry_folder(good));
+  for (std::string_view bad : {"", "module_1", "neuronxcc-2.21.0", "model.neff", "0123456789ABCDEF0123456789abcdef",
+                               "0123456789abcdef0123456789abcde", ".neffcache"})
+    CHECK_FALSE(is_entry_folder(bad));
+  CHECK(compiler_dir_name("2.21.0") == "neuronxcc-2.21.0");
+  CHECK(is_entry_path(compiler_dir_name("2.15.128.0+56dc5a86") + "/MODULE_1+aa"));
+}
+
 TEST_CASE("an entry's compiler folder is the one before its MODULE_ folder; an LNL entry has none", "[layout]") {
   CHECK(compiler_dir_of("/c/neuronxcc-2.15.128.0+56dc5a86/MODULE_1+2") == "neuronxcc-2.15.128.0+56dc5a86");
   CHECK(compiler_dir_of("neuronxcc-2.21.0/MODULE_1+2") == "neuronxcc-2.21.0");

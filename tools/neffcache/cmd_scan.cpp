@@ -33,7 +33,7 @@ CompilerScope compiler_scope(const store::Store& cache, const std::vector<EntryI
     if (auto dir = cache.entry(e).compiler_dir(); !dir.empty()) all.insert(std::move(dir));
   auto version = detect_compiler_version(compiler);
   if (version) {
-    std::string dir = fmt::format("{}{}", k_compiler_dir_prefix, *version);
+    std::string dir = compiler_dir_name(*version);
     if (all.contains(dir)) return {{dir}, fmt::format("the folder of '{}' {}", compiler, *version)};
     return {all, fmt::format("every compiler folder; none is of '{}' {}", compiler, *version)};
   }

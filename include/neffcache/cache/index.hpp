@@ -137,7 +137,7 @@ inline std::optional<std::string> lnl_identity_compiler_dir(const std::string& e
   if (files.done() || files.failed()) v = detail::recorded_compiler_version(entry_dir);
   else if (!compiler_version.empty() && check_compiler_version(compiler_version)) v = std::string(compiler_version);
   if (!v) return std::nullopt;
-  return fmt::format("{}{}", k_compiler_dir_prefix, *v);
+  return compiler_dir_name(*v);
 }
 
 // The identity of the entry folder `entry_dir` (…/neuronxcc-<v>/MODULE_<…>, or an LNL
@@ -321,7 +321,7 @@ class ContentIndex {
       int fd = detail::open_dir_at(AT_FDCWD, dir.c_str());
       if (fd < 0) continue;
       (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) {
-        if (!name.starts_with(k_module_dir_prefix) && !is_lnl_key(name)) return;
+        if (!is_entry_folder(name)) return;
         auto r = read_record(fmt::format("{}/{}", dir, name));
         if (r && r->entry == entry_of(id, name) && seen.insert(r->entry).second) out.push_back(std::move(*r));
       });

@@ -77,6 +77,13 @@ inline bool is_lnl_key(std::string_view name) {
   return true;
 }
 
+// Whether `name` is an entry folder's name: MODULE_* (a Neuron entry, in its compiler's
+// folder) or an LNL key.
+inline bool is_entry_folder(std::string_view name) { return name.starts_with(k_module_dir_prefix) || is_lnl_key(name); }
+
+// The folder of a compiler's Neuron entries: neuronxcc-<version>.
+inline std::string compiler_dir_name(std::string_view version) { return fmt::format("{}{}", k_compiler_dir_prefix, version); }
+
 // The NEFF of the LNL entry `key`: graph_<key>.neff.
 inline std::string lnl_neff_name(std::string_view key) { return fmt::format("graph_{}.neff", key); }
 // The key in the name of an LNL NEFF (graph_<key>.neff), or nothing if `name` is none.
@@ -105,7 +112,7 @@ struct EntryKey {
   std::string graph_hash;
   std::string flags_hash;
 
-  std::string compiler_dir() const { return fmt::format("{}{}", k_compiler_dir_prefix, compiler_version); }
+  std::string compiler_dir() const { return compiler_dir_name(compiler_version); }
   std::string module_dir() const { return fmt::format("{}{}+{}", k_module_dir_prefix, graph_hash, flags_hash); }
   std::string relative_path() const { return compiler_dir() + "/" + module_dir(); }
 };

@@ -236,7 +236,7 @@ inline Result<void> compiler_serves(std::string_view entry_path, const std::opti
                                     std::string_view program) {
   const std::string dir = compiler_dir_of(entry_path);
   if (dir.empty()) return {};
-  if (version && dir == fmt::format("{}{}", k_compiler_dir_prefix, *version)) return {};
+  if (version && dir == compiler_dir_name(*version)) return {};
   std::string_view wanted = std::string_view(dir).substr(dir.starts_with(k_compiler_dir_prefix) ? k_compiler_dir_prefix.size() : 0);
   return Error{Errc::invalid_argument,
                version ? fmt::format("{}: not compiled: its folder is for compiler {}, and '{}' reports {}", entry_path,

@@ -157,7 +157,7 @@ inline std::optional<std::string> identity_compiler_dir(const std::string& entry
   if (!EntryFiles::of_entry_path(entry_dir).is_lnl()) return compiler_dir_of(entry_dir);
   auto v = compiler_version(s);
   if (!v) return std::nullopt;
-  return fmt::format("{}{}", k_compiler_dir_prefix, *v);
+  return compiler_dir_name(*v);
 }
 
 // Gives `entry_dir` the result of `source_dir`, an entry of the same cache with the same

@@ -105,7 +105,7 @@ class DirectoryStore final : public Store {
       if (!p.has_filename()) p = p.parent_path();  // a trailing '/'
       if (fs::is_regular_file(p, ec)) p = p.parent_path();
       const std::string folder = p.filename().string();
-      if (!fs::is_directory(p, ec) || (!folder.starts_with(k_module_dir_prefix) && !is_lnl_key(folder))) continue;
+      if (!fs::is_directory(p, ec) || !is_entry_folder(folder)) continue;
       auto e = of_folder(fs::absolute(p, ec).lexically_normal().string());
       if (!e) return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the cache {}", arg, view_)};
       return e;

@@ -56,7 +56,7 @@ class S3Store final : public Store {
     while (!path.empty() && path.back() == '/') path.pop_back();
     if (auto slash = path.rfind('/'); slash != std::string::npos) {
       std::string_view last = std::string_view(path).substr(slash + 1);
-      if (!last.starts_with(k_module_dir_prefix) && !is_lnl_key(last)) path.erase(slash);
+      if (!is_entry_folder(last)) path.erase(slash);
     }
     return named(path);
   }

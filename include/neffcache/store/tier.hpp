@@ -131,8 +131,7 @@ class TierStore final : public Store {
     std::error_code ec;
     fs::path p = fs::absolute(fs::path(arg), ec).lexically_normal();
     if (!p.has_filename()) p = p.parent_path();
-    if (const std::string name = p.filename().string(); !name.starts_with(k_module_dir_prefix) && !is_lnl_key(name))
-      p = p.parent_path();
+    if (!is_entry_folder(p.filename().string())) p = p.parent_path();
     return of_folder(p.string());
   }
 
