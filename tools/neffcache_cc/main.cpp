@@ -217,14 +217,16 @@ struct Keepalive {
   std::function<void()> beat;
 };
 
-// Runs a Keepalive's beat on a thread of its own from construction to destruction.
+// Runs a Keepalive's beat (a copy of it) on a thread of its own, every `every` from
+// construction (the first one `every` after it) to destruction, which waits for a beat
+// under way (a renewal: at most the S3 client's timeout).
 class Beating {
  public:
   explicit Beating(const Keepalive& alive) {
     if (alive.beat)
-      thread_ = std::thread([this, &alive] {
+      thread_ = std::thread([this, every = alive.every, beat = alive.beat] {
         std::unique_lock lk(mu_);
-        while (!cv_.wait_for(lk, alive.every, [&] { return done_; })) alive.beat();
+        while (!cv_.wait_for(lk, every, [&] { return done_; })) beat();
       });
   }
   ~Beating() {
@@ -254,6 +256,9 @@ int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
   args.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
+  // Written before the fork: the child of a process with a thread (Beating) calls only
+  // what is safe after a fork (fcntl, execv, write, _exit).
+  const std::string cannot_run = fmt::format("{}: error: cannot run {}: ", k_me, real);
   const pid_t pid = ::fork();
   if (pid < 0) {
     fmt::print(stderr, "{}: error: fork: {}\n", k_me, std::strerror(errno));
@@ -262,7 +267,10 @@ int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
   if (pid == 0) {
     if (inherit_fd >= 0) ::fcntl(inherit_fd, F_SETFD, 0);
     ::execv(real.c_str(), args.data());
-    fmt::print(stderr, "{}: error: cannot run {}: {}\n", k_me, real, std::strerror(errno));
+    const char* why = ::strerrordesc_np(errno);  // (glibc's strerror without the locale: safe here)
+    (void)!::write(STDERR_FILENO, cannot_run.data(), cannot_run.size());
+    if (why) (void)!::write(STDERR_FILENO, why, std::strlen(why));
+    (void)!::write(STDERR_FILENO, "\n", 1);
     ::_exit(127);
   }
   int status = 0;
