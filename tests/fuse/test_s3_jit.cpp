@@ -27,6 +27,8 @@ const std::vector<std::string> k_jit_daemon_env{"NEFFCACHE_FAKE_SECONDS=0.3", "N
 
 // Two hosts of one job, each a mount of one fresh bucket. The compiles of both (their
 // daemons' and their clients' own) go to one log.
+// The tests name its members through a structured binding; a lambda names them through the
+// object (clang before 16 cannot capture a structured binding).
 struct TwoHosts {
   explicit TwoHosts(std::string_view what)
       : s3(test::fresh_bucket(what)),
@@ -69,7 +71,7 @@ TEST_CASE("a just-in-time client on a bucket mount: its own compile is the entry
   const test::fs::path &a = g.a, &b = g.b;
   // No shim: the clients run the real compiler themselves.
   auto on = [&](const test::S3Mount& host) {
-    return test::jit_env(host.mnt(), log, test::path_with({real}));
+    return test::jit_env(host.mnt(), hosts.log, test::path_with({hosts.real}));
   };
 
   auto first = test::train_jit(test::ranks_of(2, on(host_a)), {a, b});
@@ -118,7 +120,7 @@ TEST_CASE("neffcache-cc on two hosts sharing a bucket: twins of graphs compiled 
   const auto [a, b, a2, b2, c] = test::jit_graphs(dir);
   // The clients of a host use its mount as their cache, with the shim first in PATH.
   auto on = [&](const test::S3Mount& host) {
-    return test::jit_env(host.mnt(), log, test::path_with({test::k_shim_dir, real}));
+    return test::jit_env(host.mnt(), hosts.log, test::path_with({test::k_shim_dir, hosts.real}));
   };
 
   // An earlier job, on host A only.
@@ -142,7 +144,7 @@ TEST_CASE("a just-in-time client's compile holds the bucket's lease: another hos
   auto& [s3, dir, real, log, host_a, host_b] = hosts;
   const test::fs::path a = test::jit_graphs(dir).a;
   auto on = [&](const test::S3Mount& host) {
-    auto env = test::jit_env(host.mnt(), log, test::path_with({real}));
+    auto env = test::jit_env(host.mnt(), hosts.log, test::path_with({hosts.real}));
     env.push_back("NEFFCACHE_FAKE_SECONDS=4");  // the client's own compile is slow
     return env;
   };
@@ -151,7 +153,7 @@ TEST_CASE("a just-in-time client's compile holds the bucket's lease: another hos
   // puts the graph up.
   auto rank_a = test::start_jit(on(host_a), {a});
   auto leased_graph = [&] {
-    auto l = s3->list("");
+    auto l = hosts.s3->list("");
     if (!l) return false;
     bool hlo = false, lease = false;
     for (const auto& o : l->objects) {
