@@ -61,6 +61,16 @@ TEST_CASE("an entry path is neuronxcc-*/MODULE_* and nothing that could leave th
     CHECK_FALSE(is_entry_path(bad));
 }
 
+TEST_CASE("an entry folder in a cache folder is named by its entry path there", "[layout]") {
+  const std::string lnl_key = "0123456789abcdef0123456789abcdef";
+  CHECK(entry_path_in("/c", "/c/neuronxcc-2.21.0/MODULE_1+aa") == "neuronxcc-2.21.0/MODULE_1+aa");
+  CHECK(entry_path_in("/c", "/c/" + lnl_key) == lnl_key);
+  for (std::string_view not_in : {"/c", "/c/", "/cc/neuronxcc-2.21.0/MODULE_1+aa", "/d/neuronxcc-2.21.0/MODULE_1+aa",
+                                  "/c/neuronxcc-2.21.0", "/c/neuronxcc-2.21.0/MODULE_1+aa/model.neff",
+                                  "/c/.neffcache/index", "/c//neuronxcc-2.21.0/MODULE_1+aa"})
+    CHECK_FALSE(entry_path_in("/c", not_in));
+}
+
 TEST_CASE("an entry folder's name is MODULE_* or an LNL key; a compiler's folder is neuronxcc-<version>", "[layout]") {
   for (std::string_view good : {"MODULE_1+aa", "MODULE_", "0123456789abcdef0123456789abcdef"}) CHECK(is_entry_folder(good));
   for (std::string_view bad : {"", "module_1", "neuronxcc-2.21.0", "model.neff", "0123456789ABCDEF0123456789abcdef",

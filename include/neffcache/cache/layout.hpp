@@ -130,6 +130,15 @@ inline bool is_entry_path(std::string_view path) {
          path.find('/', slash + 1) == std::string_view::npos && path.find("..") == std::string_view::npos;
 }
 
+// The entry path (is_entry_path) of the folder `dir` in the cache folder `root` (both
+// absolute and normalized), or nothing when `dir` is not an entry folder of that cache.
+inline std::optional<std::string> entry_path_in(std::string_view root, std::string_view dir) {
+  if (dir.size() <= root.size() + 1 || !dir.starts_with(root) || dir[root.size()] != '/') return std::nullopt;
+  std::string_view rel = dir.substr(root.size() + 1);
+  if (!is_entry_path(rel)) return std::nullopt;
+  return std::string(rel);
+}
+
 // The compiler folder (neuronxcc-<v>) of a Neuron entry at `entry_path` (a folder, or
 // its path in a cache): the component before its MODULE_ folder. Empty for an LNL entry,
 // whose key names its compiler itself, and for a path with no folder before the entry.

@@ -149,7 +149,7 @@ class S3Tier {
   // the entry.
   Result<void> upload_written(const std::string& entry_dir) {
     if (o_.read_only) return {};
-    auto rel = entry_rel(entry_dir);
+    auto rel = entry_path_in(o_.root, entry_dir);
     if (!rel) return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
     auto here = read_entry_files(entry_dir);
     if (!here) return here.error();
@@ -168,7 +168,7 @@ class S3Tier {
   // Brings the local entry `entry_dir` to its state on S3, compiling it there first if
   // it needs it (see the top of this file). Outcomes as compile_s3_entry's.
   CompileResult settle(const std::string& entry_dir, const CompileSettings& s) {
-    auto rel = entry_rel(entry_dir);
+    auto rel = entry_path_in(o_.root, entry_dir);
     if (!rel) return transient(fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root));
     const std::string base = s3_key(o_.prefix, *rel);
     // While we stand in for a client (stand_in), a look that fails keeps the job: its
@@ -349,13 +349,6 @@ class S3Tier {
   // 0 for the root, 1 for a compiler folder, 2 for an entry.
   static int depth_of(std::string_view rel) {
     return rel.empty() ? 0 : 1 + static_cast<int>(std::count(rel.begin(), rel.end(), '/'));
-  }
-
-  // The path of the entry folder `entry_dir` in the cache (neuronxcc-*/MODULE_*).
-  std::optional<std::string> entry_rel(const std::string& entry_dir) const {
-    auto rel = relative(entry_dir);
-    if (!rel || !is_entry_path(*rel)) return std::nullopt;
-    return rel;
   }
 
   // True (and noted) unless `what` was looked up on S3 within k_recheck.

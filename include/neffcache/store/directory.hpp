@@ -190,8 +190,7 @@ class DirectoryStore final : public Store {
   // An entry folder in the view or the backing folder.
   Result<Entry> of_folder(const std::string& dir) const override {
     for (const auto& root : {view_, backing_})
-      if (dir.starts_with(root + "/") && is_entry_path(std::string_view(dir).substr(root.size() + 1)))
-        return make_entry(dir.substr(root.size() + 1));
+      if (auto rel = entry_path_in(root, dir)) return make_entry(*rel);
     return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the cache {}", dir, view_)};
   }
 

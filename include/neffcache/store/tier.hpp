@@ -100,8 +100,7 @@ class TierStore final : public Store {
   bool copies_equal_graphs() const override { return false; }
 
   Result<Entry> of_folder(const std::string& dir) const override {
-    if (dir.starts_with(root_ + "/") && is_entry_path(std::string_view(dir).substr(root_.size() + 1)))
-      return make_entry(dir.substr(root_.size() + 1));
+    if (auto rel = entry_path_in(root_, dir)) return make_entry(*rel);
     return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the local tier {}", dir, root_)};
   }
   bool fill(const std::string& dir, std::string_view name) const override { return tier_->fill(dir, name); }
