@@ -563,6 +563,36 @@ TEST_CASE("a compiler holds the lock it inherits until it exits, even when its p
   CHECK_FALSE(locked_by_someone());  // and gone with the child
 }
 
+TEST_CASE("a compiler gets stdio and the lock it inherits, as descriptor 3: no other descriptor of ours",
+          "[compile]") {
+  test::TempDir dir;
+  // As a library opens them: a descriptor without close-on-exec (libcurl's sockets).
+  int leaky[2];
+  REQUIRE(::pipe(leaky) == 0);
+  detail::UniqueFd leaky_read(leaky[0]), leaky_write(leaky[1]);
+  detail::UniqueFd lock(::open((dir / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  REQUIRE(lock);
+  detail::UniqueFd log(::open((dir / "log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  REQUIRE(log);
+  RunSpec spec;
+  // The shell's own descriptors (listed by a child of it: no pipe of the shell's), and
+  // what its descriptor 3 is.
+  spec.argv = {"sh", "-c", "ls /proc/$$/fd; if [ -e /proc/$$/fd/3 ]; then readlink /proc/$$/fd/3; fi"};
+  spec.log_fd = log.get();
+  PosixRunner runner;
+  auto run = [&] {
+    REQUIRE(::ftruncate(log.get(), 0) == 0);
+    REQUIRE(::lseek(log.get(), 0, SEEK_SET) == 0);
+    auto r = runner.run(spec);
+    REQUIRE(r.has_value());
+    CHECK(r->exit_code == 0);
+    return test::slurp(dir / "log");
+  };
+  CHECK(run() == "0\n1\n2\n");
+  spec.inherit_fd = lock.get();
+  CHECK(run() == fmt::format("0\n1\n2\n3\n{}\n", (dir / "lock").string()));
+}
+
 TEST_CASE("an entry locked by someone else is busy and nothing runs", "[compile]") {
   test::TempDir root, work;
   test::ScopedEnv log("NEFFCACHE_FAKE_LOG", (work / "compiles.log").string());

@@ -75,8 +75,9 @@ struct RunSpec {
   // like a timeout does (RunEnd::cancelled).
   std::function<bool()> tick;
   std::chrono::milliseconds tick_interval{1000};
-  // Kept open in the child at the same number (not owned). For the entry lock: its
-  // kernel lock then lasts as long as the compiler does, even past our own death.
+  // Kept open in the child as descriptor 3 (not owned). For the entry lock: its kernel
+  // lock then lasts as long as the compiler does, even past our own death. The child gets
+  // no other descriptor but stdio.
   int inherit_fd = -1;
   std::optional<RunAs> run_as;  // run as this user (setpriv must be on PATH)
 };
@@ -130,6 +131,7 @@ class GroupGuard {
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     posix_spawn_file_actions_adddup2(&fa, read_end.get(), 3);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 4);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t none, all;
@@ -172,8 +174,13 @@ class PosixRunner final : public ProcessRunner {
       posix_spawn_file_actions_adddup2(&fa, spec.log_fd, 1);
       posix_spawn_file_actions_adddup2(&fa, spec.log_fd, 2);
     }
-    // dup2 onto itself clears FD_CLOEXEC (glibc 2.29 and later).
-    if (spec.inherit_fd >= 0) posix_spawn_file_actions_adddup2(&fa, spec.inherit_fd, spec.inherit_fd);
+    // Nothing else of ours: a descriptor a library opens without close-on-exec (libcurl's
+    // S3 connections and its wake-up socket pair) would live in the compiler for its whole
+    // run, and keep a connection the daemon closed open. (dup2 onto itself clears
+    // FD_CLOEXEC, glibc 2.29 and later.)
+    int first_closed = 3;
+    if (spec.inherit_fd >= 0) posix_spawn_file_actions_adddup2(&fa, spec.inherit_fd, first_closed++);
+    posix_spawn_file_actions_addclosefrom_np(&fa, first_closed);
     if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
