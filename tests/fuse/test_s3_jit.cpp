@@ -295,3 +295,43 @@ TEST_CASE("neffcache-cc on an s3:// cache renews its lease while it waits for th
   CHECK(test::count_lines(log) == 1);
   CHECK_FALSE(neffcache::read_lease(*s3, lease_key));  // settled: the lease is gone
 }
+
+TEST_CASE("neffcache-cc whose lease passed to another host while it waited for memory compiles nothing: it serves "
+          "that host's NEFF",
+          "[s3][shim][memory]") {
+  using namespace std::chrono_literals;
+  constexpr uint64_t MiB = 1 << 20;
+  auto s3 = test::fresh_bucket("shimlost");
+  test::TempDir dir;
+  const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
+  const std::string url = fmt::format("s3://{}/team", s3->bucket()), ledger_dir = (dir / "ledger").string();
+  test::WaitingClaim other(ledger_dir, 1024 * MiB, 900 * MiB);
+  auto argv = shim_compile(dir, real, log, "host-a", test::jit_graphs(dir).a, dir / "a.neff", url);
+  argv.insert(std::find(argv.begin(), argv.end(), "neuronx-cc"),
+              {"NEFFCACHE_MEM_LEDGER=" + ledger_dir, "NEFFCACHE_MEM_BUDGET=1GiB"});
+  test::Child shim(argv, /*quiet_stderr=*/true);
+  REQUIRE(other.hold_until_shim_waits());
+  auto listed = s3->list("team/");
+  REQUIRE(listed);
+  REQUIRE(listed->objects.size() == 1);
+  const std::string lease_key = listed->objects.front().key;
+  auto mine = neffcache::read_lease(*s3, lease_key);
+  REQUIRE(mine);
+  REQUIRE(mine->record);
+  // Another host takes the lease over (as after a partition that kept the shim from renewing
+  // it for a whole ttl): the shim's next renewal finds it lost.
+  neffcache::LeaseRecord theirs;
+  theirs.host = "host-b";
+  theirs.instance = "their-instance";
+  REQUIRE(s3->put(lease_key, neffcache::detail::lease_json(theirs)));
+  other.hold(std::max(std::chrono::seconds(1), mine->record->ttl / 4) + 3s);
+  // That host publishes its NEFF and gives its lease back; then the memory frees.
+  const std::string base = test::fs::path(lease_key).parent_path().string();
+  REQUIRE(s3->put(base + "/model.neff", "NEFF of host-b"));
+  REQUIRE(s3->put(base + "/model.done", ""));
+  REQUIRE(s3->remove(lease_key));
+  other.set(0);
+  CHECK(shim.wait() == 0);
+  CHECK(test::count_lines(log) == 0);
+  CHECK(test::slurp(dir / "a.neff") == "NEFF of host-b");
+}

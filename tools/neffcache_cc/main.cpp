@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -210,11 +211,14 @@ void say_pass(const LnlCommand& c, const std::string& from) {
 
 // What keeps the lock of a compile alive from the wait for memory to the compiler's end: a
 // descriptor the compiler inherits (our entry lock's, so that it stays held if we die
-// first), and a beat run every `every` (a lock's heartbeat, a lease's renewal).
+// first), a beat run every `every` (a lock's heartbeat, a lease's renewal), and what the
+// beat sets when it finds the hold taken over (a lease that expired while we could not
+// renew it): then the compile does not start.
 struct Keepalive {
   int inherit_fd = -1;
   std::chrono::milliseconds every{0};
   std::function<void()> beat;
+  const std::atomic<bool>* lost = nullptr;
 };
 
 // Runs a Keepalive's beat (a copy of it) on a thread of its own, every `every` from
@@ -354,9 +358,11 @@ struct Job {
 // graph (or graphs of its size) peaked at before; its own peak is recorded after. `alive`
 // is kept from the start of the wait for memory, which can be long: a lease or lock left
 // unrenewed meanwhile would pass to another process, which would compile the graph too.
-// Counted. Returns the compiler's exit status and how long it ran.
-std::pair<int, double> compile_admitted(const std::string& real, int argc, char** argv, const std::string& backing,
-                                        const Job& job, SteadyClock::time_point deadline, const Keepalive& alive) {
+// Counted. Returns the compiler's exit status and how long it ran; nothing when the hold
+// was lost before the compiler could start (another process compiles the graph now).
+std::optional<std::pair<int, double>> compile_admitted(const std::string& real, int argc, char** argv,
+                                                       const std::string& backing, const Job& job,
+                                                       SteadyClock::time_point deadline, const Keepalive& alive) {
   auto ledger = open_memory_ledger("", "", k_me, [](std::string_view w) { fmt::print(stderr, "{}: warning: {}\n", k_me, w); });
   if (!ledger) fmt::print(stderr, "{}: warning: {}; compiling without the memory budget\n", k_me, ledger.error().message);
   PeakHistory peaks((fs::path(state_dir(backing)) / fs::path(k_peaks_dir).filename()).string());
@@ -366,6 +372,10 @@ std::pair<int, double> compile_admitted(const std::string& real, int argc, char*
   {
     const Beating beating(alive);
     const uint64_t reservation = admit(ledger ? ledger->get() : nullptr, predicted.bytes, job.entry, deadline);
+    if (alive.lost && *alive.lost) {
+      if (ledger && *ledger) (*ledger)->release(reservation);
+      return std::nullopt;
+    }
     const auto start = SteadyClock::now();
     status = run_real(real, argc, argv, alive.inherit_fd);
     seconds = seconds_since(start);
@@ -375,7 +385,7 @@ std::pair<int, double> compile_admitted(const std::string& real, int argc, char*
   if (::getrusage(RUSAGE_CHILDREN, &children) == 0 && status == 0)
     peaks.add(job.id.str(), job.instructions, job.hlo_bytes, static_cast<uint64_t>(children.ru_maxrss));
   count(backing, {"compiles"});
-  return {status, seconds};
+  return std::pair(status, seconds);
 }
 
 // An s3:// cache: our entry in the bucket holds the identity's result, and every host
@@ -408,27 +418,44 @@ int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, cha
 
   const std::string lease_key = fmt::format("{}/{}", base, EntryFiles::of_entry_path(job.entry).s3_lock_name());
   auto lease = S3Lease::acquire(s3, lease_key);
-  for (; !lease && lease.error().code == Errc::busy; lease = S3Lease::acquire(s3, lease_key)) {
-    if (SteadyClock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (hit = fetched(); !hit || *hit) break;
+  std::atomic<bool> lost = false;
+  int status = 0;
+  // Until the compiler runs under our lease: a lease lost while we waited for memory has
+  // another holder, whose NEFF we wait for as for any other (or whose lease we take when
+  // it gives up).
+  for (;;) {
+    for (; !lease && lease.error().code == Errc::busy; lease = S3Lease::acquire(s3, lease_key)) {
+      if (SteadyClock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      if (hit = fetched(); !hit || *hit) break;
+    }
+    if (hit && *hit) return served(true);
+    if (!hit) return fallback(real, argc, argv, hit.error().message);
+    if (!lease) {
+      count(backing, {"fallbacks"});
+      return fallback(real, argc, argv, lease.error().message);
+    }
+    // Look again under the lease: whoever held it may have finished.
+    if (hit = fetched(); !hit || *hit) {
+      lease->finish(hit ? S3Lease::Entry::settled : S3Lease::Entry::open);
+      return hit ? served(seconds_since(t0) > 0.05) : fallback(real, argc, argv, hit.error().message);
+    }
+    // (The renewals' thread is joined before the lease is looked at again.)
+    auto ran = compile_admitted(real, argc, argv, backing, job, deadline,
+                                {-1, lease->renew_interval(),
+                                 [&] {
+                                   if (!lease->renew() && lease->lost()) lost = true;
+                                 },
+                                 &lost});
+    if (ran) {
+      status = ran->first;
+      break;
+    }
+    fmt::print(stderr, "{}: warning: {}: the lease passed to another holder while this one waited for memory; "
+               "waiting for its NEFF\n", k_me, s3.describe(base));
+    lost = false;
+    lease = S3Lease::acquire(s3, lease_key);
   }
-  if (hit && *hit) return served(true);
-  if (!hit) return fallback(real, argc, argv, hit.error().message);
-  if (!lease) {
-    count(backing, {"fallbacks"});
-    return fallback(real, argc, argv, lease.error().message);
-  }
-  // Look again under the lease: whoever held it may have finished.
-  if (hit = fetched(); !hit || *hit) {
-    lease->finish(hit ? S3Lease::Entry::settled : S3Lease::Entry::open);
-    return hit ? served(seconds_since(t0) > 0.05) : fallback(real, argc, argv, hit.error().message);
-  }
-  // (The renewals' thread is joined before the lease is looked at again.)
-  const int status =
-      compile_admitted(real, argc, argv, backing, job, deadline, {-1, lease->renew_interval(), [&] {
-                         (void)lease->renew();  // (a lease lost says so in lost())
-                       }}).first;
   struct stat out_st {};
   if (status != 0 || ::stat(call.output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
     lease->finish(S3Lease::Entry::open);
@@ -553,9 +580,10 @@ int main(int argc, char** argv) {
     if (auto served = serve(*twin, waited)) return *served;
 
   remove_publish_leftovers(entry_dir);
+  // (A lock is never taken over while its heartbeat runs: no `lost`, always an answer.)
   const auto [status, compile_seconds] =
-      compile_admitted(*real, argc, argv, backing, job, deadline,
-                       {lock->descriptor(), k_lock_stale_after / 4, [&] { (void)lock->heartbeat(); }});
+      *compile_admitted(*real, argc, argv, backing, job, deadline,
+                        {lock->descriptor(), k_lock_stale_after / 4, [&] { (void)lock->heartbeat(); }});
   struct stat out_st {};
   if (status != 0 || ::stat(call->output.c_str(), &out_st) != 0 || !S_ISREG(out_st.st_mode)) {
     lock->release();
