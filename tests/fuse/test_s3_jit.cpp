@@ -6,6 +6,7 @@
 // compiled before from the bucket, whatever name the client gives it.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <catch2/catch_test_macros.hpp>
@@ -252,86 +253,90 @@ TEST_CASE("neffcache-cc publishing to an s3:// cache drops the failure its entry
   CHECK(objects() == done);
 }
 
+namespace {
+
+// A shim that compiles a new graph into an s3:// cache and waits for the host's memory with
+// the entry's lease taken: another process of the host waits for 900 MiB of the 1 GiB budget,
+// and the shim's graph, predicted to need the whole budget, waits behind it.
+struct ShimWaitingForMemory {
+  static constexpr uint64_t MiB = 1 << 20;
+  explicit ShimWaitingForMemory(std::string_view what)
+      : s3(test::fresh_bucket(what)),
+        real(test::real_compiler_dir(dir)),
+        log(dir / "compiles.log"),
+        other((dir / "ledger").string(), 1024 * MiB, 900 * MiB) {
+    auto argv = shim_compile(dir, real, log, "host-a", test::jit_graphs(dir).a, dir / "a.neff",
+                             fmt::format("s3://{}/team", s3->bucket()));
+    argv.insert(std::find(argv.begin(), argv.end(), "neuronx-cc"),
+                {"NEFFCACHE_MEM_LEDGER=" + (dir / "ledger").string(), "NEFFCACHE_MEM_BUDGET=1GiB"});
+    shim.emplace(argv, /*quiet_stderr=*/true);
+    REQUIRE(other.hold_until_shim_waits());
+    // It took the entry's lease before it asked for memory: the bucket holds only that.
+    auto listed = s3->list("team/");
+    REQUIRE(listed);
+    REQUIRE(listed->objects.size() == 1);
+    lease_key = listed->objects.front().key;
+    auto read = neffcache::read_lease(*s3, lease_key);
+    REQUIRE(read);
+    REQUIRE(read->record);
+    lease = *read->record;
+  }
+  // How often the shim renews its lease: a quarter of its ttl.
+  std::chrono::seconds renewal_interval() const { return std::max(std::chrono::seconds(1), lease.ttl / 4); }
+
+  std::unique_ptr<neffcache::S3Client> s3;
+  test::TempDir dir;
+  const test::fs::path real, log;
+  test::WaitingClaim other;
+  std::optional<test::Child> shim;
+  std::string lease_key;
+  neffcache::LeaseRecord lease;  // as the shim first wrote it
+};
+
+}  // namespace
+
 TEST_CASE("neffcache-cc on an s3:// cache renews its lease while it waits for the host's memory", "[s3][shim][memory]") {
   using namespace std::chrono_literals;
-  constexpr uint64_t MiB = 1 << 20;
-  auto s3 = test::fresh_bucket("shimwait");
-  test::TempDir dir;
-  const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
-  const std::string url = fmt::format("s3://{}/team", s3->bucket()), ledger_dir = (dir / "ledger").string();
-  // Another process of the host waits for 900 MiB of the 1 GiB budget: the shim's new
-  // graph, predicted to need the whole budget, waits behind it.
-  test::WaitingClaim other(ledger_dir, 1024 * MiB, 900 * MiB);
-  auto argv = shim_compile(dir, real, log, "host-a", test::jit_graphs(dir).a, dir / "a.neff", url);
-  argv.insert(std::find(argv.begin(), argv.end(), "neuronx-cc"),
-              {"NEFFCACHE_MEM_LEDGER=" + ledger_dir, "NEFFCACHE_MEM_BUDGET=1GiB"});
-  test::Child shim(argv, /*quiet_stderr=*/true);
-  REQUIRE(other.hold_until_shim_waits());
-  // It took the entry's lease before it asked for memory: the bucket holds only that.
-  auto listed = s3->list("team/");
-  REQUIRE(listed);
-  REQUIRE(listed->objects.size() == 1);
-  const std::string lease_key = listed->objects.front().key;
-  auto before = neffcache::read_lease(*s3, lease_key);
-  REQUIRE(before);
-  REQUIRE(before->record);
-  // Within a renewal interval (a quarter of the 60-s ttl) of waiting, and some time for the
-  // write, the lease is written again: another host still finds it live when the ttl has
-  // passed since it was taken.
-  const auto interval = std::max(std::chrono::seconds(1), before->record->ttl / 4);
-  other.hold(interval);
-  auto during = neffcache::read_lease(*s3, lease_key);
+  ShimWaitingForMemory w("shimwait");
+  // Within a renewal interval of waiting, and some time for the write, the lease is written
+  // again: another host still finds it live when the ttl has passed since it was taken.
+  const auto interval = w.renewal_interval();
+  w.other.hold(interval);
+  auto during = neffcache::read_lease(*w.s3, w.lease_key);
   for (auto until = std::chrono::steady_clock::now() + 10s;
-       during && during->record && during->record->seq == before->record->seq && std::chrono::steady_clock::now() < until;)
-    other.hold(500ms), during = neffcache::read_lease(*s3, lease_key);
+       during && during->record && during->record->seq == w.lease.seq && std::chrono::steady_clock::now() < until;)
+    w.other.hold(500ms), during = neffcache::read_lease(*w.s3, w.lease_key);
   REQUIRE(during);
   REQUIRE(during->record);
-  CHECK(during->record->instance == before->record->instance);
-  CHECK(during->record->seq > before->record->seq);
+  CHECK(during->record->instance == w.lease.instance);
+  CHECK(during->record->seq > w.lease.seq);
   CHECK(during->age < interval);
-  CHECK(test::count_lines(log) == 0);
-  other.set(0);  // the memory is free: the shim compiles and publishes
-  CHECK(shim.wait() == 0);
-  CHECK(test::count_lines(log) == 1);
-  CHECK_FALSE(neffcache::read_lease(*s3, lease_key));  // settled: the lease is gone
+  CHECK(test::count_lines(w.log) == 0);
+  w.other.set(0);  // the memory is free: the shim compiles and publishes
+  CHECK(w.shim->wait() == 0);
+  CHECK(test::count_lines(w.log) == 1);
+  CHECK_FALSE(neffcache::read_lease(*w.s3, w.lease_key));  // settled: the lease is gone
 }
 
 TEST_CASE("neffcache-cc whose lease passed to another host while it waited for memory compiles nothing: it serves "
           "that host's NEFF",
           "[s3][shim][memory]") {
   using namespace std::chrono_literals;
-  constexpr uint64_t MiB = 1 << 20;
-  auto s3 = test::fresh_bucket("shimlost");
-  test::TempDir dir;
-  const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
-  const std::string url = fmt::format("s3://{}/team", s3->bucket()), ledger_dir = (dir / "ledger").string();
-  test::WaitingClaim other(ledger_dir, 1024 * MiB, 900 * MiB);
-  auto argv = shim_compile(dir, real, log, "host-a", test::jit_graphs(dir).a, dir / "a.neff", url);
-  argv.insert(std::find(argv.begin(), argv.end(), "neuronx-cc"),
-              {"NEFFCACHE_MEM_LEDGER=" + ledger_dir, "NEFFCACHE_MEM_BUDGET=1GiB"});
-  test::Child shim(argv, /*quiet_stderr=*/true);
-  REQUIRE(other.hold_until_shim_waits());
-  auto listed = s3->list("team/");
-  REQUIRE(listed);
-  REQUIRE(listed->objects.size() == 1);
-  const std::string lease_key = listed->objects.front().key;
-  auto mine = neffcache::read_lease(*s3, lease_key);
-  REQUIRE(mine);
-  REQUIRE(mine->record);
+  ShimWaitingForMemory w("shimlost");
   // Another host takes the lease over (as after a partition that kept the shim from renewing
   // it for a whole ttl): the shim's next renewal finds it lost.
   neffcache::LeaseRecord theirs;
   theirs.host = "host-b";
   theirs.instance = "their-instance";
-  REQUIRE(s3->put(lease_key, neffcache::detail::lease_json(theirs)));
-  other.hold(std::max(std::chrono::seconds(1), mine->record->ttl / 4) + 3s);
+  REQUIRE(w.s3->put(w.lease_key, neffcache::detail::lease_json(theirs)));
+  w.other.hold(w.renewal_interval() + 3s);
   // That host publishes its NEFF and gives its lease back; then the memory frees.
-  const std::string base = test::fs::path(lease_key).parent_path().string();
-  REQUIRE(s3->put(base + "/model.neff", "NEFF of host-b"));
-  REQUIRE(s3->put(base + "/model.done", ""));
-  REQUIRE(s3->remove(lease_key));
-  other.set(0);
-  CHECK(shim.wait() == 0);
-  CHECK(test::count_lines(log) == 0);
-  CHECK(test::slurp(dir / "a.neff") == "NEFF of host-b");
+  const std::string base = test::fs::path(w.lease_key).parent_path().string();
+  REQUIRE(w.s3->put(base + "/model.neff", "NEFF of host-b"));
+  REQUIRE(w.s3->put(base + "/model.done", ""));
+  REQUIRE(w.s3->remove(w.lease_key));
+  w.other.set(0);
+  CHECK(w.shim->wait() == 0);
+  CHECK(test::count_lines(w.log) == 0);
+  CHECK(test::slurp(w.dir / "a.neff") == "NEFF of host-b");
 }
