@@ -71,6 +71,24 @@ TEST_CASE("an S3 lease left unrenewed expires and is taken over; its holder lear
   CHECK(read_lease(*s3, k_key)->record->host == "host-b");
 }
 
+TEST_CASE("an S3 lease whose object was removed is lost at its next renewal, and left to the next holder",
+          "[s3][lease]") {
+  auto s3 = test::fresh_bucket("removed");
+  auto a = S3Lease::acquire(*s3, k_key, 60s, "partitioned-host");
+  REQUIRE(a.has_value());
+  // Taken over and given back meanwhile, as a holder does once its entry is settled.
+  REQUIRE(s3->remove(k_key));
+  auto lost = a->renew();
+  REQUIRE_FALSE(lost.has_value());
+  CHECK(lost.error().code == Errc::precondition_failed);
+  CHECK_THAT(lost.error().message, ContainsSubstring("lease lost"));
+  CHECK(a->lost());
+  auto b = S3Lease::acquire(*s3, k_key, 60s, "host-b");
+  REQUIRE(b.has_value());
+  a->finish(S3Lease::Entry::settled);  // not a's to remove
+  CHECK(read_lease(*s3, k_key)->record->host == "host-b");
+}
+
 TEST_CASE("an S3 lease renewed in time is never taken over", "[s3][lease]") {
   auto s3 = test::fresh_bucket("renewed");
   auto a = S3Lease::acquire(*s3, k_key, 2s, "host-a");

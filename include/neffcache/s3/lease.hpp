@@ -154,15 +154,18 @@ class S3Lease {
   }
 
   // Extends the lease by its ttl. Errc::precondition_failed: it was lost (expired and
-  // taken over); the holder must stop and publish nothing.
+  // taken over, or its object removed: by a holder that took it over and is through, or
+  // by a removal of the entry); the holder must stop and publish nothing. (A conditional
+  // write to a removed object is refused with 412 by radosgw, 404 by AWS S3.)
   Result<void> renew() {
     ++record_.seq;
     auto r = s3_->put(key_, detail::lease_json(record_), {.if_match = etag_});
     if (!r) {
-      if (r.error().code == Errc::precondition_failed) {
+      if (r.error().code == Errc::precondition_failed || r.error().code == Errc::not_found) {
         lost_ = true;
-        return Error{Errc::precondition_failed, fmt::format("{}: lease lost: it expired and another host took it over",
-                                                            s3_->describe(key_))};
+        return Error{Errc::precondition_failed,
+                     fmt::format("{}: lease lost: it expired and another host took it over, or it was removed",
+                                 s3_->describe(key_))};
       }
       return r.error();
     }
@@ -190,7 +193,7 @@ class S3Lease {
     (void)release();
   }
 
-  // A renewal found it expired and taken over: publish nothing under it.
+  // A renewal found it taken over or removed: publish nothing under it.
   bool lost() const { return lost_; }
   const std::string& key() const { return key_; }
   const LeaseRecord& record() const { return record_; }
