@@ -5,6 +5,7 @@
 // daemon compiles each graph once across the hosts (the bucket's lease) and serves a graph
 // compiled before from the bucket, whatever name the client gives it.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -324,19 +325,28 @@ TEST_CASE("neffcache-cc whose lease passed to another host while it waited for m
   using namespace std::chrono_literals;
   ShimWaitingForMemory w("shimlost");
   // Another host takes the lease over (as after a partition that kept the shim from renewing
-  // it for a whole ttl): the shim's next renewal finds it lost.
+  // it for a whole ttl): the shim's next renewal finds it lost, and its wait for memory ends.
   neffcache::LeaseRecord theirs;
   theirs.host = "host-b";
   theirs.instance = "their-instance";
   REQUIRE(w.s3->put(w.lease_key, neffcache::detail::lease_json(theirs)));
   w.other.hold(w.renewal_interval() + 3s);
-  // That host publishes its NEFF and gives its lease back; then the memory frees.
+  // That host publishes its NEFF and gives its lease back. The host's memory stays taken
+  // (for a minute at most; a shim that still waited for it would compile then): the shim no
+  // longer waits for it.
   const std::string base = test::fs::path(w.lease_key).parent_path().string();
   REQUIRE(w.s3->put(base + "/model.neff", "NEFF of host-b"));
   REQUIRE(w.s3->put(base + "/model.done", ""));
   REQUIRE(w.s3->remove(w.lease_key));
-  w.other.set(0);
-  CHECK(w.shim->wait() == 0);
+  std::atomic<bool> exited = false;
+  std::thread taken([&] {
+    for (auto until = std::chrono::steady_clock::now() + 60s; !exited && std::chrono::steady_clock::now() < until;)
+      w.other.hold(100ms);
+  });
+  const int status = w.shim->wait();
+  exited = true;
+  taken.join();
+  CHECK(status == 0);
   CHECK(test::count_lines(w.log) == 0);
   CHECK(test::slurp(w.dir / "a.neff") == "NEFF of host-b");
 }

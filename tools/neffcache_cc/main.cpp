@@ -288,8 +288,10 @@ int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
 // Admits the compile against the host's memory ledger (shared with every neffcache
 // process on the host; NEFFCACHE_MEM_BUDGET, NEFFCACHE_MEM_LEDGER): waits until `need`
 // (at most the whole budget) fits by the scheduler's rule (Admission::fits), saying so once. Returns the reservation (0: no ledger, or the
-// deadline passed: the compile runs anyway, as it would without the shim).
-uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, SteadyClock::time_point deadline) {
+// deadline passed: the compile runs anyway, as it would without the shim; or `*lost` was
+// set: the compile will not run, and its waiting claim must not hold the host's others back).
+uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, SteadyClock::time_point deadline,
+               const std::atomic<bool>* lost) {
   if (!ledger) return 0;
   need = std::min(need, ledger->budget());
   bool said = false;
@@ -302,7 +304,7 @@ uint64_t admit(MemoryLedger* ledger, uint64_t need, const std::string& what, Ste
       a.waiting = need;
       return 0;
     });
-    if (id != 0 || SteadyClock::now() >= deadline) return id;
+    if (id != 0 || SteadyClock::now() >= deadline || (lost && *lost)) return id;
     if (!said)
       fmt::print(stderr, "{}: waiting for {} of host memory (budget {}) before compiling\n", k_me, format_size(need),
                  format_size(ledger->budget()));
@@ -371,7 +373,8 @@ std::optional<std::pair<int, double>> compile_admitted(const std::string& real, 
   double seconds = 0;
   {
     const Beating beating(alive);
-    const uint64_t reservation = admit(ledger ? ledger->get() : nullptr, predicted.bytes, job.entry, deadline);
+    const uint64_t reservation =
+        admit(ledger ? ledger->get() : nullptr, predicted.bytes, job.entry, deadline, alive.lost);
     if (alive.lost && *alive.lost) {
       if (ledger && *ledger) (*ledger)->release(reservation);
       return std::nullopt;
@@ -444,7 +447,7 @@ int compile_on_s3(store::S3Store& bucket, const std::string& real, int argc, cha
     auto ran = compile_admitted(real, argc, argv, backing, job, deadline,
                                 {-1, lease->renew_interval(),
                                  [&] {
-                                   if (!lease->renew() && lease->lost()) lost = true;
+                                   if (!lost && !lease->renew() && lease->lost()) lost = true;
                                  },
                                  &lost});
     if (ran) {
