@@ -267,7 +267,7 @@ TEST_CASE("with --upper, the content index looks through every layer: a twin of 
   // The graph's write through the mount started the entry's background job, which may
   // have served the twin before the reader asked: the reader can see the NEFF a moment
   // before the job is counted.
-  for (int i = 0; i < 200 && m.daemon().stats()["twins"]["served"] != 1; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 200 && m.daemon().stats()["twins"]["served"] != 1; ++i) std::this_thread::sleep_for(25ms);
   CHECK(m.daemon().stats()["twins"]["served"] == 1);
   CHECK(test::slurp(dir / "upper" / twin / "model.neff") == test::slurp(dir / "ro" / original / "model.neff"));
 }
