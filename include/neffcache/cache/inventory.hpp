@@ -2,24 +2,17 @@
 // the counts by state. The data behind `neffcache ls`, `scan`, `stats` and `gc`.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <chrono>
-#include <map>
-#include <set>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include <neffcache/cache/layers.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
+#include <neffcache/core/decl.hpp>
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {
@@ -51,18 +44,7 @@ struct EntryInfo {
 struct StateCounts {
   std::size_t empty = 0, pending = 0, partial = 0, compiling = 0, done = 0, failed = 0, stale = 0;
 
-  std::size_t& of(EntryState s) {
-    switch (s) {
-      case EntryState::empty: return empty;
-      case EntryState::pending: return pending;
-      case EntryState::partial: return partial;
-      case EntryState::compiling: return compiling;
-      case EntryState::done: return done;
-      case EntryState::failed: return failed;
-      case EntryState::stale_lock: return stale;
-    }
-    return empty;
-  }
+  std::size_t& of(EntryState s);
   // Entries a compile run would take on: pending and partial ones, stale locks (taken
   // over), and failed ones when failures are retried.
   std::size_t remaining(bool with_failed) const { return pending + partial + stale + (with_failed ? failed : 0); }
@@ -72,62 +54,13 @@ struct StateCounts {
 namespace detail {
 
 // Sizes, times and recorded compile time of one walked entry.
-inline void measure_entry(const EntryRef& ref, EntryInfo& info) {
-  // A new open file: a dup would share the walk's directory position (at its end).
-  int list_fd = ::openat(ref.dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (list_fd < 0) return;
-  auto newest = std::chrono::system_clock::time_point{};
-  const std::string neff_name = ref.files.neff_name();  // of the entry's dialect
-  (void)list_dir(list_fd, info.path, [&](std::string_view name, bool) {
-    struct stat st {};
-    std::string n(name);
-    if (::fstatat(ref.dir_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;  // gone meanwhile
-    if (S_ISREG(st.st_mode)) info.bytes += static_cast<uint64_t>(st.st_size);
-    newest = std::max(newest, to_time_point(st.st_mtim));
-    if (name == neff_name) {
-      info.neff_bytes = static_cast<uint64_t>(st.st_size);
-      info.last_use = std::max(to_time_point(st.st_atim), to_time_point(st.st_mtim));
-    }
-  });
-  if (info.last_use == std::chrono::system_clock::time_point{}) info.last_use = newest;
-  if (info.state != EntryState::done) return;
-  int meta_fd = ::openat(ref.dir_fd, std::string(k_meta_file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (meta_fd < 0) return;
-  std::string text = read_fd(meta_fd);
-  ::close(meta_fd);
-  auto meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!meta.is_object()) return;
-  if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
-    info.compile_seconds = meta["compile_seconds"].get<double>();
-  if (meta.contains("copied_from") && meta["copied_from"].is_string())
-    info.copied_from = meta["copied_from"].get<std::string>();
-  if (meta.contains("compile_seconds_saved") && meta["compile_seconds_saved"].is_number())
-    info.saved_seconds = meta["compile_seconds_saved"].get<double>();
-  if (!info.copied_from) {  // a twin's figures are its original's compile's
-    info.peak_kib = meta.value("peak_rss_kib", uint64_t{0});
-    info.predicted_peak_kib = meta.value("predicted_peak_kib", uint64_t{0});
-    info.oom_retries = meta.value("oom_retries", 0);
-  }
-}
+NEFFCACHE_DECL void measure_entry(const EntryRef& ref, EntryInfo& info);
 
 }  // namespace detail
 
 // Every entry the layers show (see for_each_entry: no order, vanished folders skipped),
 // its lock judged as try_acquire would judge it. An unreadable root is an error.
-inline Result<std::vector<EntryInfo>> list_entries(const Layers& layers, const LockOptions& lock = {}) {
-  std::vector<EntryInfo> out;
-  auto r = for_each_entry(layers, [&](const LayerEntryRef& at) {
-    EntryInfo info;
-    info.path = at.ref.relative_path();
-    info.layer = at.layer;
-    info.files = at.ref.files;
-    info.state = entry_state(at.ref, lock);
-    detail::measure_entry(at.ref, info);
-    out.push_back(std::move(info));
-  });
-  if (!r) return r.error();
-  return out;
-}
+NEFFCACHE_DECL Result<std::vector<EntryInfo>> list_entries(const Layers& layers, const LockOptions& lock = {});
 // The same for the cache at `root` alone.
 inline Result<std::vector<EntryInfo>> list_entries(const std::string& root, const LockOptions& lock = {}) {
   return list_entries(Layers(root), lock);
@@ -135,12 +68,7 @@ inline Result<std::vector<EntryInfo>> list_entries(const std::string& root, cons
 
 // Counts by state without measuring sizes: one readdir per folder, a lock read only
 // where a lock file exists.
-inline Result<StateCounts> count_entries(const Layers& layers, const LockOptions& lock = {}) {
-  StateCounts c;
-  auto r = for_each_entry(layers, [&](const LayerEntryRef& at) { ++c.of(entry_state(at.ref, lock)); });
-  if (!r) return r.error();
-  return c;
-}
+NEFFCACHE_DECL Result<StateCounts> count_entries(const Layers& layers, const LockOptions& lock = {});
 inline Result<StateCounts> count_entries(const std::string& root, const LockOptions& lock = {}) {
   return count_entries(Layers(root), lock);
 }
@@ -152,40 +80,11 @@ inline Result<StateCounts> count_entries(const std::string& root, const LockOpti
 // compiler folder (their key covers a compiler version we cannot read back), so
 // `keep_compilers` never drops them; by size they go as any done entry. Returns indexes
 // into `entries`, in the order to remove them.
-inline std::vector<std::size_t> plan_gc(const std::vector<EntryInfo>& entries, uint64_t max_bytes, int keep_compilers) {
-  std::vector<std::size_t> out;
-  std::vector<bool> chosen(entries.size());
-  uint64_t total = 0;
-  for (const auto& e : entries) total += e.bytes;
-  auto compiler_of = [](const EntryInfo& e) {
-    return e.files.is_lnl() ? std::string() : e.path.substr(0, e.path.find('/'));
-  };
-  if (keep_compilers > 0) {
-    std::map<std::string, std::chrono::system_clock::time_point> last_use;
-    for (const auto& e : entries)
-      if (!e.files.is_lnl()) last_use[compiler_of(e)] = std::max(last_use[compiler_of(e)], e.last_use);
-    std::vector<std::pair<std::chrono::system_clock::time_point, std::string>> order;
-    for (const auto& [c, t] : last_use) order.emplace_back(t, c);
-    std::sort(order.rbegin(), order.rend());  // most recently used first
-    std::set<std::string> dropped;
-    for (std::size_t i = static_cast<std::size_t>(keep_compilers); i < order.size(); ++i) dropped.insert(order[i].second);
-    for (std::size_t i = 0; i < entries.size(); ++i)
-      if (dropped.count(compiler_of(entries[i]))) {
-        out.push_back(i);
-        chosen[i] = true;
-        total -= entries[i].bytes;
-      }
-  }
-  std::vector<std::size_t> done;
-  for (std::size_t i = 0; i < entries.size(); ++i)
-    if (!chosen[i] && entries[i].state == EntryState::done) done.push_back(i);
-  std::sort(done.begin(), done.end(), [&](auto a, auto b) { return entries[a].last_use < entries[b].last_use; });
-  for (auto i : done) {
-    if (total <= max_bytes) break;
-    out.push_back(i);
-    total -= entries[i].bytes;
-  }
-  return out;
-}
+NEFFCACHE_DECL std::vector<std::size_t> plan_gc(const std::vector<EntryInfo>& entries, uint64_t max_bytes,
+                                                int keep_compilers);
 
 }  // namespace neffcache
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/cache/inventory.ipp>
+#endif

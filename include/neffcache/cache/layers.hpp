@@ -17,20 +17,16 @@
 // lower layer is never changed by anyone.
 #pragma once
 
-#include <sys/stat.h>
-
 #include <cstddef>
 #include <functional>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/core/decl.hpp>
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {
@@ -45,7 +41,7 @@ inline bool is_layer_name(std::string_view name) {
   return name.starts_with(k_whiteout_prefix) || name.starts_with(k_copy_up_prefix) || name == k_opaque_name;
 }
 // The whiteout that hides `name` in the layers below.
-inline std::string whiteout_of(std::string_view name) { return fmt::format("{}{}", k_whiteout_prefix, name); }
+NEFFCACHE_DECL std::string whiteout_of(std::string_view name);
 
 class Layers {
  public:
@@ -62,38 +58,16 @@ class Layers {
   // The layer that shows `rel` (a path below the root, such as an entry path): the first
   // whose copy has it, unless a layer above it hides it (or a folder on its way) with a
   // whiteout. nullopt: no layer shows it.
-  std::optional<std::size_t> layer_of(std::string_view rel) const {
-    struct stat st {};
-    for (std::size_t k = 0; k < roots_.size(); ++k) {
-      if (::lstat(fmt::format("{}/{}", roots_[k], rel).c_str(), &st) == 0) return k;
-      if (k + 1 < roots_.size() && hides(k, rel)) return std::nullopt;
-    }
-    return std::nullopt;
-  }
+  std::optional<std::size_t> layer_of(std::string_view rel) const;
 
   // The path of `rel` in the layer that shows it; in layer 0 when none does (where it
   // would be made).
-  std::string path(std::string_view rel) const {
-    return fmt::format("{}/{}", roots_[roots_.size() == 1 ? 0 : layer_of(rel).value_or(0)], rel);
-  }
+  std::string path(std::string_view rel) const;
 
  private:
   // Whether layer `k` hides `rel` from the layers below: a whiteout of it or of a folder
   // on its way, or an opaque folder on its way.
-  bool hides(std::size_t k, std::string_view rel) const {
-    struct stat st {};
-    for (std::size_t from = 0; from < rel.size();) {
-      const auto slash = rel.find('/', from);
-      const auto end = slash == std::string_view::npos ? rel.size() : slash;
-      const std::string_view folder = rel.substr(0, from);  // "" or "a/b/"
-      if (::lstat(fmt::format("{}/{}{}", roots_[k], folder, whiteout_of(rel.substr(from, end - from))).c_str(), &st) == 0)
-        return true;
-      if (!folder.empty() && ::lstat(fmt::format("{}/{}{}", roots_[k], folder, k_opaque_name).c_str(), &st) == 0)
-        return true;
-      from = end + 1;
-    }
-    return false;
-  }
+  bool hides(std::size_t k, std::string_view rel) const;
 
   std::vector<std::string> roots_;
 };
@@ -109,21 +83,11 @@ struct LayerEntryRef {
 // that shows it: layer 0's entries first, then those of each lower layer that no layer
 // above has or hides. Errors as for_each_entry's for layer 0; a lower layer that cannot
 // be read is an error too.
-inline Result<void> for_each_entry(const Layers& layers, const std::function<void(const LayerEntryRef&)>& visit) {
-  std::set<std::string, std::less<>> seen;
-  for (std::size_t k = 0; k < layers.size(); ++k) {
-    const std::string& root = layers.roots()[k];
-    auto r = for_each_entry(root, [&](const EntryRef& ref) {
-      std::string rel = ref.relative_path();
-      if (layers.size() > 1 && (seen.contains(rel) || layers.layer_of(rel) != k)) return;
-      visit(LayerEntryRef{ref, k, root});
-      if (layers.size() > 1) seen.insert(std::move(rel));
-    });
-    // A layer 0 that does not exist yet (a scratch or upper folder with nothing in it) has
-    // no entries; the caller made sure of the folder itself.
-    if (!r && !(k == 0 && layers.size() > 1 && r.error().code == Errc::not_found)) return r;
-  }
-  return {};
-}
+NEFFCACHE_DECL Result<void> for_each_entry(const Layers& layers,
+                                           const std::function<void(const LayerEntryRef&)>& visit);
 
 }  // namespace neffcache
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/cache/layers.ipp>
+#endif

@@ -10,17 +10,12 @@
 //   plain files, copied as they are.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
-
+#include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/result.hpp>
 #include <neffcache/hlo/hlo.hpp>
@@ -40,38 +35,16 @@ inline std::string nki_kernel_dir() {
 
 // Whether `rel` is a plain relative path: no empty, "." or ".." part, not absolute, no
 // NUL. Only such a path (from a bucket listing, say) is joined to a local folder.
-inline bool is_plain_relative_path(std::string_view rel) {
-  if (rel.empty() || rel.front() == '/' || rel.find('\0') != std::string_view::npos) return false;
-  for (std::size_t at = 0; at <= rel.size();) {
-    auto end = rel.find('/', at);
-    if (end == std::string_view::npos) end = rel.size();
-    const auto part = rel.substr(at, end - at);
-    if (part.empty() || part == "." || part == "..") return false;
-    at = end + 1;
-  }
-  return true;
-}
+NEFFCACHE_DECL bool is_plain_relative_path(std::string_view rel);
 
 // The path of the kernel `kernel` (absolute, as a graph names it) relative to the kernel
 // folder `dir`; nullopt when it lies outside, or is not a plain path (a graph naming
 // /var/tmp/nki-intermediate-cache/../../etc/passwd carries nothing).
-inline std::optional<std::string> kernel_relative_path(std::string_view dir, std::string_view kernel) {
-  while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
-  if (dir.empty() || dir.front() != '/' || kernel.size() <= dir.size() + 1 || !kernel.starts_with(dir) ||
-      (dir != "/" && kernel[dir.size()] != '/'))
-    return std::nullopt;
-  auto rel = kernel.substr(dir == "/" ? 1 : dir.size() + 1);
-  if (!is_plain_relative_path(rel)) return std::nullopt;
-  return std::string(rel);
-}
+NEFFCACHE_DECL std::optional<std::string> kernel_relative_path(std::string_view dir, std::string_view kernel);
 
 // The kernel folder `dir`, opened (the folder itself may not be a symbolic link), so that
 // kernels are reached beneath it only (open_kernel, kernel_parent). Errors: no such folder.
-inline Result<detail::UniqueFd> open_kernel_dir(const std::string& dir) {
-  detail::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return sys_error("open the NKI kernel folder", dir);
-  return fd;
-}
+NEFFCACHE_DECL Result<detail::UniqueFd> open_kernel_dir(const std::string& dir);
 
 namespace detail {
 
@@ -79,21 +52,7 @@ namespace detail {
 // reached one part at a time with O_NOFOLLOW (so through no symbolic link, and, with no
 // ".." in a plain path, never out of it), each part made first (mode 0755 less the umask)
 // when `create`. Errors: a part is missing (unless made), a link, or no folder.
-inline Result<UniqueFd> walk_beneath(int dir_fd, std::string_view rel, bool create) {
-  UniqueFd at(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!at) return sys_error("duplicate", "the NKI kernel folder");
-  for (std::size_t begin = 0;;) {
-    const auto end = rel.find('/', begin);
-    if (end == std::string_view::npos) return at;
-    const std::string part(rel.substr(begin, end - begin));
-    if (create && ::mkdirat(at.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
-      return sys_error("create", std::string(rel.substr(0, end)));
-    UniqueFd next(::openat(at.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next) return sys_error("open", std::string(rel.substr(0, end)));
-    at = std::move(next);
-    begin = end + 1;
-  }
-}
+NEFFCACHE_DECL Result<UniqueFd> walk_beneath(int dir_fd, std::string_view rel, bool create);
 
 }  // namespace detail
 
@@ -102,18 +61,7 @@ inline Result<UniqueFd> walk_beneath(int dir_fd, std::string_view rel, bool crea
 // that a link planted in a shared kernel folder never makes us read (and upload) a file
 // outside it; a FIFO there never blocks the open. Errors: it is missing, reached through
 // a link, or not a regular file.
-inline Result<detail::UniqueFd> open_kernel(int dir_fd, const std::string& rel) {
-  auto parent = detail::walk_beneath(dir_fd, rel, /*create=*/false);
-  if (!parent) return parent.error();
-  const std::string name = rel.substr(rel.rfind('/') == std::string::npos ? 0 : rel.rfind('/') + 1);
-  detail::UniqueFd fd(
-      ::openat(parent->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-  if (!fd) return sys_error("open the NKI kernel", rel);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return Error{Errc::invalid_argument, fmt::format("{}: the NKI kernel is not a regular file", rel)};
-  return fd;
-}
+NEFFCACHE_DECL Result<detail::UniqueFd> open_kernel(int dir_fd, const std::string& rel);
 
 // The folder that holds the kernel `rel` beneath the kernel folder open as `dir_fd`,
 // made as needed through no symbolic link (detail::walk_beneath): what a kernel is
@@ -131,3 +79,7 @@ inline Result<std::set<std::string>> kernels_called(const std::string& hlo_path)
 }
 
 }  // namespace neffcache
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/cache/nki.ipp>
+#endif

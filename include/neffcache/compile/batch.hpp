@@ -4,7 +4,6 @@
 #pragma once
 
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -12,11 +11,12 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/compile/prepare.hpp>
 #include <neffcache/compile/scheduler.hpp>
+#include <neffcache/core/decl.hpp>
 
 namespace neffcache {
 
@@ -47,32 +47,7 @@ class Batch {
   // the job's size and dedup key), so it may take a moment. An entry whose folder names
   // another compiler (compiler_serves) is skipped: not added, with one line in the
   // settings' log for the first of each compiler folder.
-  void add(const std::string& entry_dir, Priority priority = Priority::background) {
-    const auto version = compiler_version(settings_);
-    if (auto serves = compiler_serves(entry_dir, version, settings_.compiler.program()); !serves) {
-      std::string folder = compiler_dir_of(entry_dir);
-      bool first;
-      {
-        std::lock_guard lk(mu_);
-        first = skipped_.insert(folder).second;
-      }
-      if (first && settings_.log) settings_.log(fmt::format("{} (every entry of {} is skipped)", serves.error().message, folder));
-      return;
-    }
-    {
-      std::lock_guard lk(mu_);
-      if (!items_.try_emplace(entry_dir, Item{entry_dir, hlo_path_of(entry_dir), {}}).second) return;
-      order_.push_back(entry_dir);
-    }
-    scheduler_.submit(prepare_job(entry_dir, default_flags_, version.value_or("")), priority,
-                      [this, entry_dir](const CompileResult& r) {
-                        std::lock_guard lk(mu_);
-                        items_.at(entry_dir).result = r;
-                        ++finished_;
-                        (is_success(r.outcome) ? done_ : failed_) += 1;
-                        cv_.notify_all();
-                      });
-  }
+  void add(const std::string& entry_dir, Priority priority = Priority::background);
 
   // Blocks until every entry added so far has a result, or `until` passes; true when all have.
   bool wait_until(std::chrono::steady_clock::time_point until) {
@@ -84,39 +59,16 @@ class Batch {
     cv_.wait(lk, [&] { return finished_ == order_.size(); });
   }
 
-  Counts counts() const {
-    auto p = scheduler_.progress();
-    std::lock_guard lk(mu_);
-    Counts c;
-    c.total = order_.size();
-    c.done = done_;
-    c.failed = failed_;
-    // The scheduler knows which unfinished entries wait on another process's lock.
-    c.locked = std::min(p.locked, c.total - finished_);
-    c.remaining = c.total - finished_ - c.locked;
-    return c;
-  }
+  Counts counts() const;
 
   // Every entry in the order added, with its result once it has one.
-  std::vector<Item> items() const {
-    std::lock_guard lk(mu_);
-    std::vector<Item> out;
-    for (const auto& e : order_) out.push_back(items_.at(e));
-    return out;
-  }
+  std::vector<Item> items() const;
 
   // Stops: queued work ends as transient failures, running compiles are stopped.
   void shutdown() { scheduler_.shutdown(); }
 
  private:
-  static std::string hlo_path_of(const std::string& entry_dir) {
-    // (An entry not in a folder here, an S3 one, is named by its dialect's usual input.)
-    auto files = read_entry_files(entry_dir);
-    std::string_view name = files && files->hlo_name()                       ? *files->hlo_name()
-                            : EntryFiles::of_entry_path(entry_dir).is_lnl() ? k_lnl_hlo_file
-                                                                             : k_hlo_module_file;
-    return fmt::format("{}/{}", entry_dir, name);
-  }
+  static std::string hlo_path_of(const std::string& entry_dir);
 
   std::vector<std::string> default_flags_;
   const CompileSettings settings_;  // the scheduler's: which entries its compiler may compile
@@ -133,22 +85,11 @@ class Batch {
 // status, the retries made and the compile time; the counts by status; when the run
 // started (seconds since the epoch) and how long it took. Entries without a result yet
 // are left out.
-inline nlohmann::ordered_json neuron_report(const std::vector<Batch::Item>& items,
-                                            std::chrono::system_clock::time_point start, double seconds) {
-  nlohmann::ordered_json summary = nlohmann::ordered_json::object(), report = nlohmann::ordered_json::object();
-  for (const auto& item : items) {
-    if (!item.result) continue;
-    bool ok = is_success(item.result->outcome);
-    std::string status = ok ? "true" : "false";
-    summary[status] = summary.value(status, 0) + 1;
-    report[item.hlo_path] = {{"status", ok},
-                             {"retry", std::max(0, item.result->attempts - 1)},
-                             {"compile_time", std::round(item.result->compile_seconds * 100) / 100}};
-  }
-  return {{"compilation_summary", summary},
-          {"compilation_report", report},
-          {"start_time", std::chrono::duration<double>(start.time_since_epoch()).count()},
-          {"compilation_time", seconds}};
-}
+NEFFCACHE_DECL nlohmann::ordered_json neuron_report(const std::vector<Batch::Item>& items,
+                                                    std::chrono::system_clock::time_point start, double seconds);
 
 }  // namespace neffcache
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/compile/batch.ipp>
+#endif

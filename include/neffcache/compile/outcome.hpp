@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/core/decl.hpp>
 
 namespace neffcache {
 
@@ -21,17 +22,7 @@ enum class CompileOutcome {
   busy,           // someone else holds the entry lock
 };
 
-inline const char* to_string(CompileOutcome o) {
-  switch (o) {
-    case CompileOutcome::success: return "success";
-    case CompileOutcome::already_done: return "already done";
-    case CompileOutcome::failed: return "failed";
-    case CompileOutcome::failed_cached: return "failed (cached)";
-    case CompileOutcome::transient: return "transient failure";
-    case CompileOutcome::busy: return "busy";
-  }
-  return "?";
-}
+NEFFCACHE_DECL const char* to_string(CompileOutcome o);
 
 inline bool is_success(CompileOutcome o) {
   return o == CompileOutcome::success || o == CompileOutcome::already_done;
@@ -59,12 +50,7 @@ struct CompileResult {
   double saved_seconds = 0;
 
   // A result without a compiler run.
-  static CompileResult of(CompileOutcome o, std::string message = {}) {
-    CompileResult r;
-    r.outcome = o;
-    r.message = std::move(message);
-    return r;
-  }
+  static CompileResult of(CompileOutcome o, std::string message = {});
 };
 // What an entry's files already say of it: done, a recorded failure (unless failures are
 // retried), or nothing yet.
@@ -80,12 +66,7 @@ namespace detail {
 // quota, or no memory left on the host (errno texts, Python's and C++'s allocation
 // errors). Such a failure is transient: recorded, it would poison an entry that compiles
 // once space or memory is back. The compiler's own device-memory errors do not match.
-inline std::optional<std::string_view> resource_exhaustion(std::string_view output) {
-  for (std::string_view mark :
-       {"No space left on device", "Disk quota exceeded", "Cannot allocate memory", "MemoryError", "std::bad_alloc"})
-    if (output.find(mark) != std::string_view::npos) return mark;
-  return std::nullopt;
-}
+NEFFCACHE_DECL std::optional<std::string_view> resource_exhaustion(std::string_view output);
 
 // neuronx-cc's report that the out-of-memory killer took one of its processes: it exits
 // with k_neuron_internal_error_exit and prints "[F137] neuronx-cc was forcibly killed -
@@ -101,3 +82,7 @@ inline bool neuron_reports_oom(std::string_view output) {
 }  // namespace detail
 
 }  // namespace neffcache
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/compile/outcome.ipp>
+#endif

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <cerrno>
-#include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
-#include <fmt/format.h>
+#include <neffcache/core/decl.hpp>
 
 namespace neffcache {
 
@@ -27,21 +27,7 @@ enum class Errc {
   exists,            // a name that must be new is taken (a publish onto an entry that exists)
 };
 
-inline const char* to_string(Errc c) {
-  switch (c) {
-    case Errc::invalid_argument: return "invalid argument";
-    case Errc::bad_hlo: return "bad HLO";
-    case Errc::bad_flags_file: return "bad compile_flags.json";
-    case Errc::io: return "I/O error";
-    case Errc::not_found: return "not found";
-    case Errc::busy: return "busy";
-    case Errc::timed_out: return "timed out";
-    case Errc::denied: return "denied";
-    case Errc::precondition_failed: return "precondition failed";
-    case Errc::exists: return "exists";
-  }
-  return "error";
-}
+NEFFCACHE_DECL const char* to_string(Errc c);
 
 struct Error {
   Errc code;
@@ -50,10 +36,7 @@ struct Error {
 };
 
 // An error from a failed system call on `what` (a path, usually); errno is read now.
-inline Error sys_error(std::string_view op, std::string_view what, int err = errno) {
-  return Error{err == ENOENT ? Errc::not_found : Errc::io,
-               fmt::format("{} {}: {}", op, what, std::strerror(err)), err};
-}
+NEFFCACHE_DECL Error sys_error(std::string_view op, std::string_view what, int err = errno);
 
 // Either a T or an Error. Deliberately small: no monadic helpers, the call sites
 // read as plain `if (!r) return r.error();`.
@@ -95,3 +78,7 @@ class [[nodiscard]] Result<void> {
 };
 
 }  // namespace neffcache
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/core/result.ipp>
+#endif

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include <neffcache/core/decl.hpp>
 #include <neffcache/store/directory.hpp>
 #include <neffcache/store/s3.hpp>
 #include <neffcache/store/store.hpp>
@@ -16,18 +17,13 @@ namespace neffcache::store {
 
 // The store of `url`: an S3Store for s3:// (a client, no request yet), else a
 // DirectoryStore.
-inline Result<std::unique_ptr<Store>> open_store(const CacheUrl& url, const EnvLookup& env = process_env) {
-  if (!url.is_s3()) return std::unique_ptr<Store>(DirectoryStore::open(url.path));
-  auto s3 = S3Store::open(url, env);
-  if (!s3) return s3.error();
-  return std::unique_ptr<Store>(std::move(*s3));
-}
+NEFFCACHE_DECL Result<std::unique_ptr<Store>> open_store(const CacheUrl& url, const EnvLookup& env = process_env);
 
 // The store `given` names (a path or URL); empty: the Neuron precedence of `env`.
-inline Result<std::unique_ptr<Store>> open_store(const std::string& given, const EnvLookup& env = process_env) {
-  auto url = given.empty() ? resolve_cache_url(env) : parse_cache_url(given);
-  if (!url) return url.error();
-  return open_store(*url, env);
-}
+NEFFCACHE_DECL Result<std::unique_ptr<Store>> open_store(const std::string& given, const EnvLookup& env = process_env);
 
 }  // namespace neffcache::store
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/store/open.ipp>
+#endif

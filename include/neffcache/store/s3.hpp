@@ -6,8 +6,7 @@
 #include <memory>
 #include <string>
 
-#include <fmt/format.h>
-
+#include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/digest.hpp>
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/s3/client.hpp>
@@ -20,12 +19,7 @@ namespace neffcache::store {
 class S3Store final : public Store {
  public:
   // A client for the bucket of `url` (an s3:// URL); no request is made yet.
-  static Result<std::unique_ptr<S3Store>> open(const CacheUrl& url, const EnvLookup& env = process_env) {
-    if (!url.is_s3()) return Error{Errc::invalid_argument, fmt::format("{}: not an s3:// cache", url.text)};
-    auto s3 = S3Client::open(url, env);
-    if (!s3) return s3.error();
-    return std::unique_ptr<S3Store>(new S3Store(url, std::move(*s3)));
-  }
+  static Result<std::unique_ptr<S3Store>> open(const CacheUrl& url, const EnvLookup& env = process_env);
 
   const CacheUrl& url() const { return url_; }
   S3Client& client() const { return *s3_; }
@@ -40,26 +34,10 @@ class S3Store final : public Store {
   }
 
   // The entry's path in the cache, or its URL; a trailing '/' is fine.
-  Result<Entry> named(std::string_view given) const override {
-    std::string arg(given);
-    while (!arg.empty() && arg.back() == '/') arg.pop_back();
-    if (const std::string root = url_root(); arg.starts_with(root)) arg.erase(0, root.size());
-    if (!is_entry_path(arg))
-      return Error{Errc::invalid_argument,
-                   fmt::format("{}: not an entry of {} (give neuronxcc-*/MODULE_*, or an LNL key)", arg, url_.text)};
-    return make_entry(std::move(arg));
-  }
+  Result<Entry> named(std::string_view given) const override;
 
   // A file of the entry, by its URL or path in the cache, or the entry itself.
-  Result<Entry> named_by_file(std::string_view given) const override {
-    std::string path(given);
-    while (!path.empty() && path.back() == '/') path.pop_back();
-    if (auto slash = path.rfind('/'); slash != std::string::npos) {
-      std::string_view last = std::string_view(path).substr(slash + 1);
-      if (!is_entry_folder(last)) path.erase(slash);
-    }
-    return named(path);
-  }
+  Result<Entry> named_by_file(std::string_view given) const override;
 
   std::string view(const Entry& e) const override { return url_root() + e.path(); }
 
@@ -70,12 +48,7 @@ class S3Store final : public Store {
   }
 
   // A copy downloaded into $TMPDIR, removed when the LocalFile goes.
-  Result<LocalFile> local_file(const Entry& e, std::string_view name) const override {
-    std::string copy = fmt::format("{}/neffcache-{}", detail::getenv_or("TMPDIR", "/tmp"), detail::random_hex64());
-    auto got = s3_->download(fmt::format("{}/{}", key(e), name), copy);
-    if (!got) return got.error();
-    return LocalFile(std::move(copy), LocalFile::Kind::temporary_copy);
-  }
+  Result<LocalFile> local_file(const Entry& e, std::string_view name) const override;
 
   Result<bool> put_graph(const Entry& e, std::string_view hlo_bytes,
                          const std::vector<std::string>& flags) const override {
@@ -86,28 +59,11 @@ class S3Store final : public Store {
   Result<void> clear_results(const Entry& e) const override { return clear_s3_results(*s3_, url_.prefix, e.path()); }
   Result<void> remove(const Entry& e) const override { return remove_s3_entry(*s3_, url_.prefix, e.path()); }
 
-  Result<std::string> clear_stale_lock(const EntryInfo& e) const override {
-    auto lease = clear_s3_stale_lock(*s3_, url_.prefix, e.path, e.files);
-    if (!lease) return lease.error();
-    if (!lease->record) return std::string("a lock object of another tool, past the default ttl");
-    if (lease->record->released) return std::string("released by its holder");
-    return fmt::format("{} (pid {}) did not renew it for {} s", lease->record->host, lease->record->pid,
-                       lease->age.count());
-  }
+  Result<std::string> clear_stale_lock(const EntryInfo& e) const override;
 
   // S3 keeps no publication record: a done entry's NEFF must exist and not be empty, and
   // an LNL NEFF must have the size its marker records, when it records one.
-  NeffVerdict verify(const EntryInfo& e) const override {
-    if (!e.files.has(EntryFile::neff))
-      return {NeffCheck::broken, fmt::format("{} without {}", e.files.done_name(), e.files.neff_name())};
-    if (e.neff_bytes == 0) return {NeffCheck::broken, fmt::format("{} is empty", e.files.neff_name())};
-    if (e.files.is_lnl())
-      if (auto marker = s3_->get(fmt::format("{}/{}", s3_key(url_.prefix, e.path), k_lnl_marker_file)))
-        if (auto size = lnl_marker_neff_size(*marker); size && *size != e.neff_bytes)
-          return {NeffCheck::broken, fmt::format("{} has {} bytes, its marker says {}", e.files.neff_name(),
-                                                 e.neff_bytes, *size)};
-    return {NeffCheck::unrecorded, ""};
-  }
+  NeffVerdict verify(const EntryInfo& e) const override;
 
   // Keys have no folders to remove.
   void remove_empty_compiler_dirs(const std::set<std::string>&) const override {}
@@ -115,20 +71,14 @@ class S3Store final : public Store {
   // Jobs are the entries' URLs; each compiles under its lease (compile_s3_entry).
   // Jobs are URLs: the compile finds out under the entry's lease whether it is settled.
   SettledFunction settled_function() const override { return {}; }
-  CompileFunction compile_function() const override {
-    return [this](const std::string& job, const CompileSettings& s) {
-      auto e = named(job);
-      if (!e) return CompileResult::of(CompileOutcome::transient, e.error().message);
-      return compile_s3_entry(*s3_, url_.prefix, e->path(), s, compile_options_);
-    };
-  }
+  CompileFunction compile_function() const override;
   bool copies_equal_graphs() const override { return false; }
 
  private:
   S3Store(CacheUrl url, std::unique_ptr<S3Client> s3) : url_(std::move(url)), s3_(std::move(s3)) {}
 
   // s3://bucket/prefix/, which an entry's path follows in its URL.
-  std::string url_root() const { return fmt::format("s3://{}/{}", url_.bucket, s3_key(url_.prefix, "")); }
+  std::string url_root() const;
   std::string key(const Entry& e) const { return s3_key(url_.prefix, e.path()); }
 
   CacheUrl url_;
@@ -137,3 +87,7 @@ class S3Store final : public Store {
 };
 
 }  // namespace neffcache::store
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/store/s3.ipp>
+#endif

@@ -16,8 +16,6 @@
 // Stores are not copied or moved: entries point at theirs, which must outlive them.
 #pragma once
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <compare>
 #include <functional>
@@ -28,8 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
+#include <neffcache/core/decl.hpp>
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/compile/peaks.hpp>
 #include <neffcache/compile/twin.hpp>
@@ -80,9 +79,7 @@ class LocalFile {
   LocalFile(LocalFile&& o) noexcept : path_(std::move(o.path_)), kind_(std::exchange(o.kind_, Kind::in_place)) {}
   LocalFile& operator=(LocalFile&&) = delete;
   LocalFile(const LocalFile&) = delete;
-  ~LocalFile() {
-    if (kind_ == Kind::temporary_copy) ::unlink(path_.c_str());
-  }
+  ~LocalFile();
   const std::string& path() const { return path_; }
 
  private:
@@ -126,12 +123,7 @@ class Store {
 
   // The entry at a path in the cache (neuronxcc-*/MODULE_*, or an LNL key); anything else
   // is Errc::invalid_argument. The entry need not exist (yet).
-  Result<Entry> at(std::string_view path) const {
-    if (!is_entry_path(path))
-      return Error{Errc::invalid_argument,
-                   fmt::format("{}: not an entry path (neuronxcc-*/MODULE_*, or an LNL key of 32 hex digits)", path)};
-    return Entry(this, std::string(path));
-  }
+  Result<Entry> at(std::string_view path) const;
 
   // An entry named on the command line. A directory cache takes an entry folder or a file
   // in one, as a path or relative to the cache; an S3 cache the entry's path in the
@@ -206,9 +198,7 @@ class Store {
   // something: a daemon asks once, and spares a plain directory the work of asking.
   virtual bool has_remote() const { return false; }
   // The entry whose local folder is `dir`; Errc::invalid_argument when `dir` is none.
-  virtual Result<Entry> of_folder(const std::string& dir) const {
-    return Error{Errc::invalid_argument, fmt::format("{}: {} has no local folders", dir, name())};
-  }
+  virtual Result<Entry> of_folder(const std::string& dir) const;
   // A lookup of `name` in the local folder `dir` found nothing: makes it from elsewhere
   // (S3) if the store has it there. True if something was made.
   virtual bool fill(const std::string& /*dir*/, std::string_view /*name*/) const { return false; }
@@ -229,7 +219,7 @@ class Store {
   // A reader opened the entry's local NEFF (it is kept longest).
   virtual void neff_opened(const Entry&) const {}
   // The store's own counters for the daemon's stats.json (fetches, uploads...), if any.
-  virtual std::optional<nlohmann::ordered_json> counters() const { return std::nullopt; }
+  virtual std::optional<nlohmann::ordered_json> counters() const;
 
  protected:
   Store() = default;
@@ -240,3 +230,7 @@ class Store {
 inline std::string Entry::view() const { return store_->view(*this); }
 
 }  // namespace neffcache::store
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/store/store.ipp>
+#endif

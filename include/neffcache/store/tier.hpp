@@ -5,13 +5,11 @@
 // their local folders, and their NEFFs are fetched into them.
 #pragma once
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include <fmt/format.h>
-
+#include <neffcache/core/decl.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/s3/tier.hpp>
 #include <neffcache/store/s3.hpp>
@@ -25,23 +23,13 @@ class TierStore final : public Store {
   // missing; o.prefix is taken from the URL). Two clients: the tier's, and one for
   // listings and maintenance.
   static Result<std::unique_ptr<TierStore>> open(const CacheUrl& url, S3Tier::Options o,
-                                                 const EnvLookup& env = process_env) {
-    auto remote = S3Store::open(url, env);
-    if (!remote) return remote.error();
-    auto client = S3Client::open(url, env);
-    if (!client) return client.error();
-    o.prefix = url.prefix;
-    (*remote)->set_compile_options(o.compile);
-    std::string root = o.root;
-    auto tier = std::make_shared<S3Tier>(std::move(*client), std::move(o));
-    return std::unique_ptr<TierStore>(new TierStore(std::move(*remote), std::move(tier), std::move(root)));
-  }
+                                                 const EnvLookup& env = process_env);
 
   // The local folder, and the S3 cache it is the tier of.
   const std::string& root() const { return root_; }
   const S3Store& remote() const { return *remote_; }
   // Peaks are kept in the local folder: they are this host's to predict from.
-  std::string peaks_dir() const override { return fmt::format("{}/{}", root_, k_peaks_dir); }
+  std::string peaks_dir() const override;
 
   std::string name() const override { return remote_->name(); }
   Result<std::vector<EntryInfo>> list(IfMissing if_missing = IfMissing::error) const override {
@@ -50,28 +38,14 @@ class TierStore final : public Store {
 
   // A local entry folder or a file in one, else what the S3 cache accepts (the entry's
   // path in the cache, or its URL).
-  Result<Entry> named(std::string_view arg) const override {
-    if (auto local = local_entry(arg)) return local;
-    auto e = remote_->named(arg);
-    if (!e) return e.error();
-    return make_entry(e->path());
-  }
-  Result<Entry> named_by_file(std::string_view path) const override {
-    if (auto local = local_entry(path)) return local;
-    auto e = remote_->named_by_file(path);
-    if (!e) return e.error();
-    return make_entry(e->path());
-  }
+  Result<Entry> named(std::string_view arg) const override;
+  Result<Entry> named_by_file(std::string_view path) const override;
 
-  std::string view(const Entry& e) const override { return fmt::format("{}/{}", root_, e.path()); }
+  std::string view(const Entry& e) const override;
   Result<EntryFiles> files(const Entry& e) const override { return read_entry_files(view(e)); }
 
   // The local file when it is here, else a copy from S3.
-  Result<LocalFile> local_file(const Entry& e, std::string_view name) const override {
-    std::string here = fmt::format("{}/{}", view(e), name);
-    if (::access(here.c_str(), R_OK) == 0) return LocalFile(std::move(here), LocalFile::Kind::in_place);
-    return remote_->local_file(on_s3(e), name);
-  }
+  Result<LocalFile> local_file(const Entry& e, std::string_view name) const override;
 
   Result<bool> put_graph(const Entry& e, std::string_view hlo_bytes,
                          const std::vector<std::string>& flags) const override {
@@ -99,10 +73,7 @@ class TierStore final : public Store {
   }
   bool copies_equal_graphs() const override { return false; }
 
-  Result<Entry> of_folder(const std::string& dir) const override {
-    if (auto rel = entry_path_in(root_, dir)) return make_entry(*rel);
-    return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the local tier {}", dir, root_)};
-  }
+  Result<Entry> of_folder(const std::string& dir) const override;
   bool fill(const std::string& dir, std::string_view name) const override { return tier_->fill(dir, name); }
   void fill_listing(const std::string& dir) const override { tier_->fill_listing(dir); }
   bool has_remote() const override { return true; }
@@ -115,7 +86,7 @@ class TierStore final : public Store {
     if (to.dialect() != Dialect::lnl) return {};
     return tier_->promote(folder, to.path());
   }
-  std::optional<nlohmann::ordered_json> counters() const override { return tier_->stats(); }
+  std::optional<nlohmann::ordered_json> counters() const override;
 
  private:
   TierStore(std::unique_ptr<S3Store> remote, std::shared_ptr<S3Tier> tier, std::string root)
@@ -125,14 +96,7 @@ class TierStore final : public Store {
   Entry on_s3(const Entry& e) const { return *remote_->at(e.path()); }
 
   // A local entry folder, or a file in one, named by a path.
-  Result<Entry> local_entry(std::string_view arg) const {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::path p = fs::absolute(fs::path(arg), ec).lexically_normal();
-    if (!p.has_filename()) p = p.parent_path();
-    if (!is_entry_folder(p.filename().string())) p = p.parent_path();
-    return of_folder(p.string());
-  }
+  Result<Entry> local_entry(std::string_view arg) const;
 
   Result<void> drop_local_results(const Entry& e) const {
     const EntryFiles files = EntryFiles::of_entry_path(e.path());
@@ -145,3 +109,7 @@ class TierStore final : public Store {
 };
 
 }  // namespace neffcache::store
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/store/tier.ipp>
+#endif

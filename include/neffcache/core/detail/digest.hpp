@@ -1,7 +1,6 @@
 // Incremental MD5 and SHA-256 over OpenSSL's EVP interface, and hex output.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -10,17 +9,11 @@
 
 #include <openssl/evp.h>
 
+#include <neffcache/core/decl.hpp>
+
 namespace neffcache::detail {
 
-inline std::string to_hex(const unsigned char* data, std::size_t size) {
-  static constexpr char k_digits[] = "0123456789abcdef";
-  std::string out(size * 2, '\0');
-  for (std::size_t i = 0; i < size; ++i) {
-    out[2 * i] = k_digits[data[i] >> 4];
-    out[2 * i + 1] = k_digits[data[i] & 0xf];
-  }
-  return out;
-}
+NEFFCACHE_DECL std::string to_hex(const unsigned char* data, std::size_t size);
 
 // One running digest. EVP failures mean a broken OpenSSL installation (not bad
 // input), so they throw rather than travel through every Result.
@@ -34,12 +27,7 @@ class Digest {
   }
 
   // Finishes the digest; the object must not be updated afterwards.
-  std::string hex() {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-    unsigned int len = 0;
-    if (EVP_DigestFinal_ex(ctx_.get(), md.data(), &len) != 1) fail();
-    return to_hex(md.data(), len);
-  }
+  std::string hex();
 
  private:
   explicit Digest(const EVP_MD* type) : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
@@ -57,3 +45,7 @@ inline std::string md5_hex(std::string_view bytes) {
 }
 
 }  // namespace neffcache::detail
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/core/detail/digest.ipp>
+#endif

@@ -3,25 +3,15 @@
 // And what a process group holds in memory now (group_rss_kib).
 #pragma once
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <charconv>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/fs.hpp>
 
 namespace neffcache::detail {
@@ -36,74 +26,21 @@ struct ProcessIdentity {
 // The fields of /proc/<pid>/stat from field 3 (the state) on: fields[0] is field 3.
 // Nothing when no such process exists. Field 2 (comm) may hold spaces and parentheses,
 // so fields are counted from the last ')'.
-inline std::optional<std::vector<std::string>> proc_stat_fields(int64_t pid) {
-  auto stat = read_file(fmt::format("/proc/{}/stat", pid));
-  if (!stat) return std::nullopt;
-  auto close = stat->rfind(')');
-  if (close == std::string::npos || close + 2 > stat->size()) return std::nullopt;
-  std::vector<std::string> fields;
-  std::string_view rest = std::string_view(*stat).substr(close + 2);
-  for (std::size_t at = 0; at < rest.size();) {
-    auto end = std::min(rest.find_first_of(" \n", at), rest.size());
-    fields.emplace_back(rest.substr(at, end - at));
-    at = end + 1;
-  }
-  return fields;
-}
+NEFFCACHE_DECL std::optional<std::vector<std::string>> proc_stat_fields(int64_t pid);
 
 // Start time of `pid`, or nothing when no such process exists (or it is a zombie
 // being reaped).
-inline std::optional<uint64_t> process_start_time(int64_t pid) {
-  auto fields = proc_stat_fields(pid);
-  if (!fields || fields->size() < 22 - 2 || (*fields)[0] == "Z") return std::nullopt;  // Z: exited, not reaped
-  return std::strtoull((*fields)[22 - 3].c_str(), nullptr, 10);
-}
+NEFFCACHE_DECL std::optional<uint64_t> process_start_time(int64_t pid);
 
 // This process. Host and boot id are read once; pid and start time every call, so a
 // forked child never presents its parent's identity.
-inline ProcessIdentity current_process() {
-  static const ProcessIdentity machine = [] {
-    ProcessIdentity p;
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    p.host = host;
-    if (auto b = read_file("/proc/sys/kernel/random/boot_id")) {
-      p.boot_id = *b;
-      while (!p.boot_id.empty() && p.boot_id.back() == '\n') p.boot_id.pop_back();
-    }
-    return p;
-  }();
-  ProcessIdentity p = machine;
-  p.pid = ::getpid();
-  p.start_time = process_start_time(p.pid).value_or(0);
-  return p;
-}
+NEFFCACHE_DECL ProcessIdentity current_process();
 
 // The resident memory (KiB) of the process whose /proc/<pid>/stat text is `stat`, when
 // it is in process group `pgrp`; 0 otherwise or when the text does not parse. Field 5 is
 // the group, field 24 the resident pages; both are counted from the last ')', since
 // field 2 (comm) may hold spaces and parentheses.
-inline uint64_t stat_rss_kib_in_group(std::string_view stat, pid_t pgrp, uint64_t page_kib) {
-  auto close = stat.rfind(')');
-  if (close == std::string_view::npos) return 0;
-  std::string_view rest = stat.substr(close + 1);
-  int field = 2;  // the one that ended at ')'
-  for (std::size_t at = 0; at < rest.size();) {
-    at = rest.find_first_not_of(" \n", at);
-    if (at == std::string_view::npos) break;
-    auto end = std::min(rest.find_first_of(" \n", at), rest.size());
-    ++field;
-    if (field == 5 || field == 24) {
-      long long value = -1;
-      auto [p, ec] = std::from_chars(rest.data() + at, rest.data() + end, value);
-      if (ec != std::errc() || p != rest.data() + end) return 0;
-      if (field == 5 && value != pgrp) return 0;
-      if (field == 24) return value > 0 ? static_cast<uint64_t>(value) * page_kib : 0;
-    }
-    at = end;
-  }
-  return 0;
-}
+NEFFCACHE_DECL uint64_t stat_rss_kib_in_group(std::string_view stat, pid_t pgrp, uint64_t page_kib);
 
 // The summed resident memory, in KiB, of every process now in process group `pgrp`: one
 // scan of /proc/[0-9]*/stat. A process that ends during the scan is skipped; a zombie
@@ -113,35 +50,12 @@ inline uint64_t stat_rss_kib_in_group(std::string_view stat, pid_t pgrp, uint64_
 // not counted. Never fails: an unreadable /proc gives 0.
 // Raw system calls, not the sys seam: it runs at moments that depend on timing, and tests
 // that inject faults count a compile's seam calls in order.
-inline uint64_t group_rss_kib(pid_t pgrp) {
-  static const uint64_t page_kib = [] {
-    long page = ::sysconf(_SC_PAGESIZE);
-    return static_cast<uint64_t>(page > 0 ? page : 4096) / 1024;
-  }();
-  DIR* proc = ::opendir("/proc");
-  if (!proc) return 0;
-  uint64_t total = 0;
-  char path[sizeof "/proc//stat" + sizeof(dirent::d_name)];
-  char buf[1024];  // comm is at most 64 bytes; the fields before rss fit many times over
-  while (const dirent* d = ::readdir(proc)) {
-    if (d->d_name[0] < '1' || d->d_name[0] > '9' || std::strspn(d->d_name, "0123456789") != std::strlen(d->d_name))
-      continue;
-    std::snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;  // ended meanwhile
-    ssize_t n;
-    do n = ::read(fd, buf, sizeof buf);
-    while (n < 0 && errno == EINTR);
-    ::close(fd);
-    if (n > 0) total += stat_rss_kib_in_group(std::string_view(buf, static_cast<std::size_t>(n)), pgrp, page_kib);
-  }
-  ::closedir(proc);
-  return total;
-}
+NEFFCACHE_DECL uint64_t group_rss_kib(pid_t pgrp);
 
-inline std::string random_hex64() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}", rd(), rd());
-}
+NEFFCACHE_DECL std::string random_hex64();
 
 }  // namespace neffcache::detail
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/core/detail/proc.ipp>
+#endif

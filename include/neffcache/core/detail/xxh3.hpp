@@ -9,13 +9,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
-
-#include <fmt/format.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/detail/sys.hpp>
 #include <neffcache/core/result.hpp>
@@ -41,29 +39,15 @@ inline uint64_t xxh3_64(std::string_view bytes) { return XXH3_64bits(bytes.data(
 
 // A checksum written as publish() records it and the content index compares it:
 // 16 lowercase hex digits.
-inline std::string xxh3_hex(uint64_t h) { return fmt::format("{:016x}", h); }
+NEFFCACHE_DECL std::string xxh3_hex(uint64_t h);
 
 // The xxh3 of what `fd` reads from its start to its end. Reads with pread, so the
 // descriptor's offset is neither used nor moved: a descriptor shared with others (an
 // index's checked NEFF) can be hashed again. `fd` stays the caller's. `each`, when
 // given, is handed every chunk as it is hashed (a copy writes it on); an error it
 // returns ends the loop and is returned. Errors: a read fails (named after `what`).
-inline Result<uint64_t> fd_xxh3(int fd, const std::string& what,
-                                const std::function<Result<void>(std::string_view chunk)>& each = {}) {
-  Xxh3 hash;
-  std::vector<char> buf(1 << 20);
-  for (off_t at = 0;;) {
-    ssize_t n = sys::pread(fd, buf.data(), buf.size(), at);
-    if (n < 0) return sys_error("read", what);
-    if (n == 0) break;
-    const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
-    hash.update(chunk.data(), chunk.size());
-    if (each)
-      if (auto r = each(chunk); !r) return r.error();
-    at += n;
-  }
-  return hash.digest();
-}
+NEFFCACHE_DECL Result<uint64_t> fd_xxh3(int fd, const std::string& what,
+                                        const std::function<Result<void>(std::string_view chunk)>& each = {});
 
 // The xxh3 of a regular file's bytes, as publish() records it. Errors: the file cannot
 // be opened as a regular file without following a link (see open_regular), or a read fails.
@@ -74,3 +58,7 @@ inline Result<uint64_t> file_xxh3(const std::string& path) {
 }
 
 }  // namespace neffcache::detail
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/core/detail/xxh3.ipp>
+#endif

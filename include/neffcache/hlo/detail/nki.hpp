@@ -9,40 +9,19 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-#include <openssl/evp.h>
+#include <neffcache/core/decl.hpp>
 
 namespace neffcache::detail {
 
 // Decodes standard base64 (with '=' padding); nullopt for anything else.
-inline std::optional<std::string> base64_decode(std::string_view text) {
-  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
-  std::string out(text.size() / 4 * 3, '\0');
-  int n = ::EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                            reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
-  if (n < 0) return std::nullopt;
-  // EVP_DecodeBlock counts the bytes that the padding stands for as zeros.
-  std::size_t padding = text.ends_with("==") ? 2 : text.ends_with('=') ? 1 : 0;
-  out.resize(static_cast<std::size_t>(n) - padding);
-  return out;
-}
+NEFFCACHE_DECL std::optional<std::string> base64_decode(std::string_view text);
 
 // The kernel binary an instruction's backend_config names (klir_binary.binary of its
 // JSON, base64-encoded or plain); nullopt when it names none.
-inline std::optional<std::string> nki_kernel_path(std::string_view backend_config) {
-  if (backend_config.empty()) return std::nullopt;
-  std::optional<std::string> decoded;
-  if (backend_config.front() != '{') {
-    decoded = base64_decode(backend_config);
-    if (!decoded || decoded->empty() || decoded->front() != '{') return std::nullopt;
-  }
-  auto j = nlohmann::json::parse(decoded ? std::string_view(*decoded) : backend_config, nullptr, false);
-  if (!j.is_object()) return std::nullopt;
-  auto k = j.find("klir_binary");
-  if (k == j.end() || !k->is_object()) return std::nullopt;
-  auto b = k->find("binary");
-  if (b == k->end() || !b->is_string() || b->get_ref<const std::string&>().empty()) return std::nullopt;
-  return b->get<std::string>();
-}
+NEFFCACHE_DECL std::optional<std::string> nki_kernel_path(std::string_view backend_config);
 
 }  // namespace neffcache::detail
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/hlo/detail/nki.ipp>
+#endif

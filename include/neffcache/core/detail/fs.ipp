@@ -1,0 +1,77 @@
+// Definitions of core/detail/fs.hpp (core/decl.hpp).
+#pragma once
+
+#include <neffcache/core/detail/fs.hpp>
+
+#include <fcntl.h>
+
+#include <random>
+
+#include <fmt/format.h>
+
+namespace neffcache::detail {
+
+NEFFCACHE_DECL UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+NEFFCACHE_DECL Result<UniqueFd> open_regular(const std::string& path, struct stat* out) {
+  UniqueFd fd(sys::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
+  if (!fd && errno == ELOOP)
+    return Error{Errc::invalid_argument, fmt::format("{}: not a regular file but a link", path)};
+  if (!fd) return sys_error("open", path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return sys_error("stat", path);
+  if (out) *out = st;
+  if (!S_ISREG(st.st_mode)) return Error{Errc::invalid_argument, fmt::format("{}: not a regular file", path)};
+  return fd;
+}
+
+NEFFCACHE_DECL Result<std::string> read_file(const std::string& path) {
+  struct stat st {};
+  auto fd = open_regular(path, &st);
+  if (!fd) return fd.error();
+  std::string out;
+  out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = sys::read(fd->get(), buf, sizeof buf);
+    if (n < 0) return sys_error("read", path);
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+NEFFCACHE_DECL Result<void> write_all(int fd, std::string_view bytes, const std::string& what) {
+  while (!bytes.empty()) {
+    ssize_t n = sys::write(fd, bytes.data(), bytes.size());
+    if (n < 0) return sys_error("write", what);
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+NEFFCACHE_DECL Result<void> write_file_atomic(const std::string& path, std::string_view bytes, mode_t mode,
+                                              const std::optional<FileOwner>& owner) {
+  std::random_device rd;
+  std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
+  UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  if (!fd) return sys_error("create", tmp);
+  give(fd.get(), owner);
+  auto fail = [&](Error e) {
+    sys::unlink(tmp.c_str());
+    return e;
+  };
+  if (auto r = write_all(fd.get(), bytes, tmp); !r) return fail(r.error());
+  if (sys::fsync(fd.get()) != 0) return fail(sys_error("fsync", tmp));
+  fd.reset();
+  if (sys::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error("rename", path));
+  return {};
+}
+
+}  // namespace neffcache::detail

@@ -1,0 +1,529 @@
+// Definitions of s3/tier.hpp (core/decl.hpp).
+#pragma once
+
+#include <neffcache/s3/tier.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace neffcache {
+
+NEFFCACHE_DECL S3Tier::S3Tier(std::unique_ptr<S3Client> s3, Options o)
+    : s3_(std::move(s3)), o_(std::move(o)), free_slots_(o_.compile_slots) {
+  std::error_code ec;
+  std::filesystem::create_directories(staging(), ec);
+  scan_local();
+}
+
+NEFFCACHE_DECL std::string S3Tier::staging() const { return fmt::format("{}/{}/staging", o_.root, k_private_prefix); }
+
+NEFFCACHE_DECL bool S3Tier::fill(const std::string& dir, std::string_view name) {
+  auto rel = relative(dir);
+  if (!rel) return false;
+  // A name in an entry: the entry's inputs. An LNL entry in the root.
+  if (is_entry_path(*rel)) return fill_entry(*rel);
+  if (rel->empty() && is_lnl_key(name)) return fill_entry(std::string(name));
+  const int depth = depth_of(*rel);
+  if (depth == 0 && name.starts_with(k_compiler_dir_prefix))
+    return single_flight(std::string(name), [&] {
+      if (!looked_again(std::string(name))) return false;
+      auto l = s3_->list(fmt::format("{}/", s3_key(o_.prefix, name)), "/", 1);
+      ++counters_.lookups;
+      return l && !(l->objects.empty() && l->prefixes.empty()) && make_dir(fmt::format("{}/{}", dir, name));
+    });
+  if (depth == 1 && name.starts_with(k_module_dir_prefix)) return fill_entry(fmt::format("{}/{}", *rel, name));
+  return false;
+}
+
+NEFFCACHE_DECL void S3Tier::fill_listing(const std::string& dir) {
+  auto rel = relative(dir);
+  if (!rel) return;
+  if (is_entry_path(*rel)) return (void)fill_entry(*rel);
+  const int depth = depth_of(*rel);
+  if (depth > 1 || !looked_again(*rel + "/")) return;
+  std::string base = rel->empty() ? o_.prefix : s3_key(o_.prefix, *rel);
+  auto l = s3_->list(base.empty() ? "" : base + "/", "/");
+  ++counters_.lookups;
+  if (!l) return;
+  for (const auto& p : l->prefixes) {
+    std::string_view name = std::string_view(p).substr(base.empty() ? 0 : base.size() + 1);
+    if (name.ends_with('/')) name.remove_suffix(1);
+    const bool wanted = depth == 0 ? name.starts_with(k_compiler_dir_prefix) || is_lnl_key(name)
+                                   : name.starts_with(k_module_dir_prefix);
+    if (wanted && name.find('/') == std::string_view::npos) make_dir(fmt::format("{}/{}", dir, name));
+  }
+}
+
+NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir) {
+  if (o_.read_only) return {};
+  auto rel = entry_path_in(o_.root, entry_dir);
+  if (!rel)
+    return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
+  auto here = read_entry_files(entry_dir);
+  if (!here) return here.error();
+  if (!here->done()) {
+    if (entry_locked(entry_dir, *here)) return {};
+    auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
+    if (!names) return names.error();
+    if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) return up.error();
+    return {};
+  }
+  CompileResult r = publish_here(entry_dir, *rel, end_stand_in(entry_dir));
+  if (r.outcome == CompileOutcome::transient) return Error{Errc::io, r.message};
+  return {};
+}
+
+NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const CompileSettings& s) {
+  auto rel = entry_path_in(o_.root, entry_dir);
+  if (!rel) return transient(fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root));
+  const std::string base = s3_key(o_.prefix, *rel);
+  // While we stand in for a client (stand_in), a look that fails keeps the job: its
+  // looks are what renew the lease, so it must not end before the client lets go.
+  auto failed_look = [&](std::string why) {
+    return standing_in(entry_dir) ? CompileResult::of(CompileOutcome::busy, std::move(why)) : transient(std::move(why));
+  };
+  auto names = detail::s3_entry_names(*s3_, base);
+  if (!names) return failed_look(names.error().message);
+  EntryFiles remote = detail::files_named(*rel, *names);
+  // A client of this host that compiles the entry itself (a just-in-time client, whose
+  // compiler runs outside the mount) holds its lock here: we stand in for it on S3
+  // (stand_in) and look again later, so that no host compiles the graph a second time.
+  // Once the client is done its NEFF goes to S3 for every host. Held by us, the lock
+  // keeps this host's clients waiting for our compile instead of running their own.
+  std::optional<EntryLock> here_lock;
+  if (!o_.read_only && !remote.done()) {
+    auto here = read_entry_files(entry_dir);
+    if (!here) return failed_look(here.error().message);
+    auto lock = EntryLock::try_acquire_entry(entry_dir, *here, s.lock);
+    if (!lock && lock.error().code == Errc::busy)
+      return stand_in(entry_dir, *rel, remote, *here, lock.error().message);
+    if (!lock) return failed_look(lock.error().message);
+    here_lock.emplace(std::move(*lock));
+  }
+  std::optional<S3Lease> client_lease = end_stand_in(entry_dir);
+  if (here_lock) {
+    auto here = read_entry_files(entry_dir);
+    if (here && here->done()) return publish_here(entry_dir, *rel, std::move(client_lease));
+    // A client's compile that failed here (our failures are recorded on S3 only): its
+    // record answers, as a directory cache's does, unless failures are retried.
+    if (here && here->failed() && !s.retry_failed) {
+      if (client_lease) (void)client_lease->release();
+      return CompileResult::of(CompileOutcome::failed_cached,
+                               fmt::format("{}: a failed compile is recorded ({})", entry_dir, here->failure_name()));
+    }
+  }
+  if (client_lease) (void)client_lease->release();  // the client gave up: compiled below, under the lease again
+  if (!o_.read_only) {
+    auto uploaded = upload_missing_inputs(entry_dir, *rel, remote);
+    if (!uploaded) return transient(uploaded.error().message);
+    if (*uploaded) remote.add(EntryFile::hlo_module);
+  }
+  if (remote.done())
+    return local_done(entry_dir) ? CompileResult::of(CompileOutcome::already_done, "") : fetch(entry_dir, base, remote);
+  if (remote.failed() && !s.retry_failed)
+    return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
+                                                                    s3_->describe(base), remote.failure_name()));
+  if (!take_slot(s)) return transient("cancelled");
+  if (o_.read_only) {  // compiled here, as a directory cache's entry, and kept here
+    // The NKI kernels its graph calls come from the bucket when this host lacks them
+    // (reads only), as for a compile under a lease.
+    if (auto here = read_entry_files(entry_dir); here && here->hlo_name())
+      if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *here->hlo_name())))
+        if (auto fetched = fetch_nki_kernels(*s3_, o_.prefix, o_.compile.nki_kernels, *called); !fetched) {
+          give_slot();
+          return transient(fetched.error().message);
+        }
+    CompileResult r = compile_entry(entry_dir, s);
+    give_slot();
+    return r;
+  }
+  CompileSettings local = s;
+  local.workdir_root = staging();
+  S3CompileOptions co = o_.compile;
+  co.published = [&](const std::string& staged) { take_staged(entry_dir, staged); };
+  CompileResult r = compile_s3_entry(*s3_, o_.prefix, *rel, local, co);
+  give_slot();
+  // Another host finished it while we waited for the lease: fetch its NEFF.
+  if (is_success(r.outcome) && !local_done(entry_dir)) {
+    CompileResult f = fetch(entry_dir, base, remote);
+    if (!is_success(f.outcome)) return f;
+  }
+  return r;
+}
+
+NEFFCACHE_DECL Result<void> S3Tier::promote(const std::string& folder, const std::string& key) {
+  if (!is_lnl_key(key)) return Error{Errc::invalid_argument, fmt::format("{}: not an LNL key", key)};
+  if (o_.read_only) return {};
+  auto names = publishable_files(folder);
+  if (!names) return names.error();
+  const std::string base = s3_key(o_.prefix, key);
+  auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, k_lnl_lease_file), o_.compile.lease_ttl,
+                                o_.compile.host);
+  if (!lease && lease.error().code == Errc::busy) return forget_look(key), Error{Errc::exists, lease.error().message};
+  if (!lease) return lease.error();
+  // (Settled whatever happens: the entry is up, was there already, or is as before.)
+  auto hand_back = [&] { lease->finish(S3Lease::Entry::settled); };
+  auto there = detail::s3_entry_names(*s3_, base);
+  if (!there) return hand_back(), there.error();
+  if (const EntryFiles remote = detail::files_named(key, *there); remote.has_hlo() || remote.has(EntryFile::done)) {
+    hand_back();
+    forget_look(key);
+    return Error{Errc::exists, fmt::format("{}: the entry exists already", s3_->describe(base))};
+  }
+  // The kernels its graph calls go first: a host that sees the entry can compile it.
+  Result<void> r = upload_kernels(fmt::format("{}/{}", folder, k_lnl_hlo_file));
+  std::vector<std::string> uploaded;
+  for (const auto& name : *names) {
+    if (!r) break;
+    if (auto renewed = lease->renew(); !renewed) {
+      r = renewed.error();
+      break;
+    }
+    auto up = s3_->upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", folder, name),
+                          {.if_absent = name == k_lnl_marker_file});
+    if (!up) {
+      r = up.error().code == Errc::precondition_failed ? Error{Errc::exists, up.error().message} : up.error();
+      break;
+    }
+    uploaded.push_back(name);
+    ++counters_.uploads;
+  }
+  if (!r)
+    for (const auto& name : uploaded) (void)s3_->remove(fmt::format("{}/{}", base, name));
+  hand_back();
+  // Taken: the next look at the key asks S3 again, and finds the entry there.
+  if (!r && r.error().code == Errc::exists) forget_look(key);
+  if (r) {
+    struct stat st {};
+    if (::stat(fmt::format("{}/{}", folder, lnl_neff_name(key)).c_str(), &st) == 0)
+      keep(fmt::format("{}/{}", o_.root, key), static_cast<uint64_t>(st.st_size));
+  }
+  return r;
+}
+
+NEFFCACHE_DECL nlohmann::ordered_json S3Tier::stats() const {
+  std::lock_guard lk(mu_);
+  uint64_t bytes = 0;
+  for (const auto& [entry, k] : kept_) bytes += k.bytes;
+  return {{"fetches", counters_.fetches.load()},   {"fetched_bytes", counters_.fetched_bytes.load()},
+          {"uploads", counters_.uploads.load()},   {"published", counters_.published.load()},
+          {"lookups", counters_.lookups.load()},
+          {"evictions", counters_.evictions.load()}, {"local_neff_bytes", bytes},
+          {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only}};
+}
+
+NEFFCACHE_DECL std::optional<std::string> S3Tier::relative(const std::string& path) const {
+  if (path == o_.root) return std::string();
+  if (!path.starts_with(o_.root) || path.size() <= o_.root.size() + 1 || path[o_.root.size()] != '/')
+    return std::nullopt;
+  std::string rel = path.substr(o_.root.size() + 1);
+  if (rel.starts_with(k_private_prefix)) return std::nullopt;
+  return rel;
+}
+
+NEFFCACHE_DECL bool S3Tier::looked_again(const std::string& what) {
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lk(mu_);
+  auto [it, fresh] = looked_.try_emplace(what, now);
+  if (!fresh && now - it->second < k_recheck) return false;
+  it->second = now;
+  if (looked_.size() > 100000) std::erase_if(looked_, [&](const auto& kv) { return now - kv.second >= k_recheck; });
+  return true;
+}
+
+NEFFCACHE_DECL bool S3Tier::make_dir(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  return !ec;
+}
+
+NEFFCACHE_DECL CompileResult S3Tier::publish_here(const std::string& entry_dir, const std::string& rel,
+                                                  std::optional<S3Lease> lease) {
+  auto fail = [&](const Error& e) {
+    if (lease) (void)lease->release();
+    return CompileResult::of(e.code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient, e.message);
+  };
+  const std::string base = s3_key(o_.prefix, rel);
+  auto names = detail::s3_entry_names(*s3_, base);
+  if (!names) return fail(names.error());
+  const EntryFiles remote = detail::files_named(rel, *names);
+  if (!lease) {
+    auto here = read_entry_files(entry_dir);
+    if (!here) return fail(here.error());
+    auto taken = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, lease_name(remote, *here)), o_.compile.lease_ttl,
+                                  o_.compile.host);
+    if (!taken) return fail(taken.error());
+    lease.emplace(std::move(*taken));
+  }
+  if (auto in = upload_missing_inputs(entry_dir, rel, remote); !in) return fail(in.error());
+  auto up = publish_s3_entry(*s3_, o_.prefix, rel, entry_dir, std::move(*lease));
+  lease.reset();
+  if (!up) return fail(up.error());
+  if (*up) ++counters_.published;
+  struct stat st {};
+  if (::stat(fmt::format("{}/{}", entry_dir, remote.neff_name()).c_str(), &st) == 0)
+    keep(entry_dir, static_cast<uint64_t>(st.st_size));
+  return CompileResult::of(CompileOutcome::already_done, "");
+}
+
+NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, const std::string& rel,
+                                              const EntryFiles& remote, const EntryFiles& here, std::string why) {
+  CompileResult busy = CompileResult::of(CompileOutcome::busy, std::move(why));
+  std::optional<StandIn> mine;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = stand_ins_.find(entry_dir); it != stand_ins_.end()) {
+      mine.emplace(std::move(it->second));
+      stand_ins_.erase(it);
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (mine && now - mine->renewed >= mine->lease.renew_interval()) {
+    if (auto renewed = mine->lease.renew(); renewed) mine->renewed = now;
+    else if (renewed.error().code == Errc::precondition_failed) return busy;  // lost: another host has it now
+  }
+  if (!mine) {
+    auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), lease_name(remote, here)),
+                                  o_.compile.lease_ttl, o_.compile.host);
+    if (!lease) return busy;
+    mine.emplace(StandIn{std::move(*lease), now});
+  }
+  (void)upload_missing_inputs(entry_dir, rel, remote);  // (a failure is tried again at the next look)
+  std::lock_guard lk(mu_);
+  stand_ins_.emplace(entry_dir, std::move(*mine));
+  return busy;
+}
+
+NEFFCACHE_DECL std::optional<S3Lease> S3Tier::end_stand_in(const std::string& entry_dir) {
+  std::lock_guard lk(mu_);
+  auto it = stand_ins_.find(entry_dir);
+  if (it == stand_ins_.end()) return std::nullopt;
+  std::optional<S3Lease> lease(std::move(it->second.lease));
+  stand_ins_.erase(it);
+  return lease;
+}
+
+NEFFCACHE_DECL bool S3Tier::fill_entry(const std::string& rel) {
+  const std::string dir = fmt::format("{}/{}", o_.root, rel);
+  if (auto here = read_entry_files(dir); here && here->has_hlo()) return true;
+  return single_flight(rel, [&] { return fetch_inputs(rel, dir); });
+}
+
+NEFFCACHE_DECL bool S3Tier::single_flight(const std::string& what, const std::function<bool()>& look) {
+  std::promise<bool> mine;
+  std::shared_future<bool> answer;
+  {
+    std::lock_guard lk(mu_);
+    auto [it, first] = in_flight_.try_emplace(what);
+    if (first) it->second = mine.get_future().share();
+    else answer = it->second;
+  }
+  if (answer.valid()) return answer.get();
+  bool found = look();
+  mine.set_value(found);
+  std::lock_guard lk(mu_);
+  in_flight_.erase(what);
+  return found;
+}
+
+NEFFCACHE_DECL bool S3Tier::fetch_inputs(const std::string& rel, const std::string& dir) {
+  if (!looked_again(rel)) return false;
+  const std::string base = s3_key(o_.prefix, rel);
+  auto names = detail::s3_entry_names(*s3_, base);
+  ++counters_.lookups;
+  if (!names) return false;
+  EntryFiles remote = detail::files_named(rel, *names);
+  if (!remote.has_hlo() || !make_dir(dir)) return false;
+  // The flags first: an entry with its HLO here is taken as whole. (LNL's text files
+  // come too, as a copy of the entry would have them.)
+  std::vector<std::string> inputs;
+  if (remote.is_lnl())
+    for (std::string_view text : {k_lnl_fxgraph_file, k_lnl_example_inputs_file})
+      if (std::find(names->begin(), names->end(), text) != names->end()) inputs.emplace_back(text);
+  for (auto& name : detail::input_names(remote)) inputs.push_back(std::move(name));
+  for (const std::string& name : inputs) {
+    const std::string path = fmt::format("{}/{}", dir, name);
+    if (::access(path.c_str(), F_OK) == 0) continue;
+    if (!s3_->download(fmt::format("{}/{}", base, name), path)) return false;
+  }
+  return true;
+}
+
+NEFFCACHE_DECL Result<bool> S3Tier::upload_missing_inputs(const std::string& entry_dir, const std::string& rel,
+                                                          const EntryFiles& remote) {
+  if (remote.has_hlo()) return false;
+  auto here = read_entry_files(entry_dir);
+  if (!here) return here.error();
+  if (!here->has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO here or on S3", entry_dir)};
+  const std::string base = s3_key(o_.prefix, rel);
+  const std::string_view hlo = *here->hlo_name();
+  if (auto k = upload_kernels(fmt::format("{}/{}", entry_dir, hlo)); !k) return k.error();
+  for (const auto& name : detail::input_names(*here)) {
+    if (name == hlo) continue;
+    auto f = s3_->upload(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
+    if (!f) return f.error();
+  }
+  auto h = s3_->upload(fmt::format("{}/{}", base, hlo), fmt::format("{}/{}", entry_dir, hlo), {.if_absent = true});
+  if (!h && h.error().code == Errc::precondition_failed) return false;  // another host's, just now
+  if (!h) return h.error();
+  ++counters_.uploads;
+  return true;
+}
+
+NEFFCACHE_DECL Result<void> S3Tier::upload_kernels(const std::string& hlo_path) {
+  auto called = kernels_called(hlo_path);
+  if (!called || called->empty()) return {};
+  auto t = push_nki_kernels(*s3_, o_.prefix, o_.compile.nki_kernels, *called);
+  if (!t) return t.error();
+  counters_.uploads += t->copied;
+  return {};
+}
+
+NEFFCACHE_DECL CompileResult S3Tier::fetch(const std::string& entry_dir, const std::string& base,
+                                           const EntryFiles& remote) {
+  auto place = [&](std::string_view name) -> Result<uint64_t> {
+    const std::string to = fmt::format("{}/{}", entry_dir, name);
+    const std::string part = fmt::format("{}/fetch-{}", staging(), detail::random_hex64());
+    auto got = s3_->download(fmt::format("{}/{}", base, name), part);
+    if (!got) return got.error();
+    if (sys::rename(part.c_str(), to.c_str()) != 0) {
+      Error e = sys_error("publish", to);
+      sys::unlink(part.c_str());
+      return e;
+    }
+    return got->size;
+  };
+  const std::string neff = remote.neff_name();
+  auto got = place(neff);
+  if (!got) return transient(got.error().message);
+  if (remote.is_lnl() && remote.has(EntryFile::compiler_log)) (void)place(k_lnl_log_file);
+  Result<void> done;
+  if (!remote.is_lnl()) done = detail::write_file_atomic(fmt::format("{}/{}", entry_dir, k_done_file), "");
+  else if (auto marker = place(remote.done_name()); !marker) done = marker.error();
+  if (!done) {
+    sys::unlink(fmt::format("{}/{}", entry_dir, neff).c_str());
+    return transient(done.error().message);
+  }
+  ++counters_.fetches;
+  counters_.fetched_bytes += *got;
+  keep(entry_dir, *got);
+  return CompileResult::of(CompileOutcome::already_done, "");
+}
+
+NEFFCACHE_DECL void S3Tier::take_staged(const std::string& entry_dir, const std::string& staged) {
+  const EntryFiles files = EntryFiles::of_entry_path(entry_dir);
+  auto move = [&](std::string_view name) {
+    return sys::rename(fmt::format("{}/{}", staged, name).c_str(), fmt::format("{}/{}", entry_dir, name).c_str()) == 0;
+  };
+  const std::string neff = files.neff_name();
+  struct stat st {};
+  if (::stat(fmt::format("{}/{}", staged, neff).c_str(), &st) != 0 || !move(neff)) return;  // fetched instead
+  if (files.is_lnl()) (void)move(k_lnl_log_file);
+  if (!move(files.done_name())) {
+    sys::unlink(fmt::format("{}/{}", entry_dir, neff).c_str());
+    return;
+  }
+  keep(entry_dir, static_cast<uint64_t>(st.st_size));
+}
+
+NEFFCACHE_DECL Result<std::vector<std::string>> S3Tier::publishable_files(const std::string& folder) {
+  int fd = detail::open_dir_at(AT_FDCWD, folder.c_str());
+  if (fd < 0) return sys_error("open", folder);
+  detail::UniqueFd dir(::dup(fd));
+  std::vector<std::string> rest;
+  bool hlo = false, marker = false;
+  auto listed = detail::list_dir(fd, folder, [&](std::string_view name, bool is_dir) {
+    struct stat st {};
+    if (is_dir || name.starts_with(k_private_prefix) ||
+        ::fstatat(dir.get(), std::string(name).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      return;
+    if (name == k_lnl_hlo_file) hlo = true;
+    else if (name == k_lnl_marker_file) marker = true;
+    else rest.emplace_back(name);
+  });
+  if (!listed) return listed.error();
+  std::sort(rest.begin(), rest.end());
+  if (hlo) rest.emplace_back(k_lnl_hlo_file);
+  if (marker) rest.emplace_back(k_lnl_marker_file);
+  return rest;
+}
+
+NEFFCACHE_DECL void S3Tier::keep(const std::string& entry_dir, uint64_t bytes) {
+  std::vector<std::string> leaving;
+  {
+    std::lock_guard lk(mu_);
+    kept_[entry_dir] = {bytes, std::chrono::steady_clock::now()};
+    leaving = over_cap();
+  }
+  for (const auto& e : leaving) evict(e);
+}
+
+NEFFCACHE_DECL std::vector<std::string> S3Tier::over_cap() {
+  uint64_t total = 0;
+  for (const auto& [entry, k] : kept_) total += k.bytes;
+  if (total <= o_.cap_bytes) return {};
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> by_age;
+  for (const auto& [entry, k] : kept_) by_age.emplace_back(k.last_use, entry);
+  std::sort(by_age.begin(), by_age.end());
+  auto recent = std::chrono::steady_clock::now() - o_.keep_after_use;
+  std::vector<std::string> out;
+  for (const auto& [used, entry] : by_age) {
+    if (total <= o_.cap_bytes || used > recent) break;
+    total -= kept_[entry].bytes;
+    out.push_back(entry);
+    kept_.erase(entry);
+  }
+  return out;
+}
+
+NEFFCACHE_DECL void S3Tier::evict(const std::string& entry_dir) {
+  auto rel = relative(entry_dir);
+  if (!rel) return;
+  const EntryFiles files = EntryFiles::of_entry_path(*rel);
+  // Kept when S3 cannot be asked: it may not have it.
+  if (!s3_->head(fmt::format("{}/{}", s3_key(o_.prefix, *rel), files.done_name()))) return;
+  sys::unlink(fmt::format("{}/{}", entry_dir, files.done_name()).c_str());
+  sys::unlink(fmt::format("{}/{}", entry_dir, files.neff_name()).c_str());
+  ++counters_.evictions;
+}
+
+NEFFCACHE_DECL void S3Tier::scan_local() {
+  const auto now_sys = std::chrono::system_clock::now();
+  const auto now = std::chrono::steady_clock::now();
+  (void)for_each_entry(o_.root, [&](const EntryRef& e) {
+    if (!e.files.done()) return;
+    struct stat st {};
+    if (::fstatat(e.dir_fd, e.files.neff_name().c_str(), &st, 0) != 0) return;
+    const auto changed = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(st.st_mtim.tv_sec)));
+    kept_[fmt::format("{}/{}", o_.root, e.relative_path())] = {
+        static_cast<uint64_t>(st.st_size),
+        now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(now_sys - changed)};
+  });
+}
+
+NEFFCACHE_DECL bool S3Tier::take_slot(const CompileSettings& s) {
+  std::unique_lock lk(slots_mu_);
+  while (free_slots_ == 0) {
+    if (s.cancelled && s.cancelled()) return false;
+    slot_cv_.wait_for(lk, std::chrono::milliseconds(100));
+  }
+  --free_slots_;
+  return true;
+}
+
+NEFFCACHE_DECL void S3Tier::give_slot() {
+  {
+    std::lock_guard lk(slots_mu_);
+    ++free_slots_;
+  }
+  slot_cv_.notify_one();
+}
+
+}  // namespace neffcache
