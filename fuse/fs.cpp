@@ -113,11 +113,8 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   // Not here yet: the S3 cache may have it.
   if (err == ENOENT && found.dir && opts_.store->has_remote() && opts_.store->fill(path_of_fd(found.dir->get()), name))
     err = find(parent, name, found = {});
-  PathRef dir = std::move(found.dir);
-  UniqueFd fd = std::move(found.fd);
-  if (err) {
-    if (!dir) return Errno{err};
-    if (err == ENOENT && is_product_name(name) && is_placeholder_at(dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {
+  if (err == ENOENT && found.dir && is_product_name(name)) {
+    if (is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {
       // A placeholder for what a compile will produce.
       e.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern_placeholder(parent, name));
       e.attr.st_ino = static_cast<ino_t>(e.ino & 0x7fffffffffffULL);
@@ -126,6 +123,15 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
       e.attr_timeout = e.entry_timeout = 0;
       return e;
     }
+    // No placeholder: nothing will make the name, or a publish made it between the two
+    // looks (the name, then the folder's listing), and a disk would show the file. A
+    // publish only ever adds the name: one more look settles it.
+    err = find(parent, name, found = {});
+  }
+  PathRef dir = std::move(found.dir);
+  UniqueFd fd = std::move(found.fd);
+  if (err) {
+    if (!dir) return Errno{err};
     if (err == EMFILE && !told_out_of_fds_.exchange(true)) {
       struct rlimit rl {};
       ::getrlimit(RLIMIT_NOFILE, &rl);

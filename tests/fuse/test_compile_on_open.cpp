@@ -29,6 +29,39 @@ TEST_CASE("opening model.neff of a pending entry returns the compiled artifact",
   CHECK(m.compiles() == 1);
 }
 
+TEST_CASE("a NEFF published while a client looks it up is found, never a missing name", "[fuse]") {
+  // Another publisher (another host on shared storage, a tool on the backing folder) can
+  // finish between the daemon's two looks at a pending entry's NEFF: its name, then the
+  // folder's listing that decides whether a placeholder shows. A disk never answers
+  // ENOENT for a file that existed before the lookup returned. Thousands of other names
+  // in the entry make the listing, and so that window, last milliseconds (ext4, whose
+  // hashed listing puts a new name anywhere; a tmpfs lists it first).
+  test::Ext4Image backing("256m", 200000);
+  Mount m({}, {}, backing.path());
+  test::spit(m.backing() / "neff", "published");
+  int missing = 0;
+  for (int i = 0; i < 8; ++i) {
+    const auto e = m.entry("gopjrt_tuple.hlo.pb", fmt::format("race{}+0", i));
+    for (int k = 0; k < 20000; ++k)
+      REQUIRE(::mknod((m.backing() / e / fmt::format("other-{}-{}", i, k)).c_str(), S_IFREG | 0644, 0) == 0);
+    const auto neff = m.mnt() / e / "model.neff";
+    std::atomic<bool> go{false};
+    std::thread looker([&] {
+      while (!go) {
+      }
+      struct stat st {};
+      if (::stat(neff.c_str(), &st) != 0) ++missing;  // the first lookup of the name
+    });
+    go = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * i));
+    fs::copy_file(m.backing() / "neff", m.backing() / "neff.tmp");
+    fs::rename(m.backing() / "neff.tmp", m.backing() / e / "model.neff");
+    looker.join();
+  }
+  CHECK(missing == 0);
+  CHECK(m.compiles() == 0);  // stat does not compile
+}
+
 TEST_CASE("32 readers in 8 processes on one pending entry: one compile, identical bytes", "[fuse]") {
   Mount m({"NEFFCACHE_FAKE_SECONDS=0.5"});
   auto e = m.entry("spu_credit_fraud_test.hlo.pb", "b+0");

@@ -146,6 +146,26 @@ inline ToolRun run(const std::vector<std::string>& argv) {
   return {r->exit_code, r->output};
 }
 
+// A fresh ext4 file system in memory (an image on a tmpfs, mounted through a loop
+// device): ext4's hashed folders and journal at the speed of memory, for tests that make
+// tens of thousands of names. Needs root, as the CI machines give.
+class Ext4Image {
+ public:
+  Ext4Image(const std::string& size, int inodes) : image_(size) {
+    const std::string file = (image_ / "ext4.img").string();
+    REQUIRE(run({"truncate", "-s", size, file}).exit_code == 0);
+    REQUIRE(run({"mkfs.ext4", "-q", "-N", std::to_string(inodes), file}).exit_code == 0);
+    REQUIRE(run({"mount", "-o", "loop", file, dir_.path().string()}).exit_code == 0);
+  }
+  ~Ext4Image() { ::umount2(dir_.path().c_str(), MNT_DETACH); }  // (frees the loop device)
+  const fs::path& path() const { return dir_.path(); }
+  fs::path operator/(const std::string& name) const { return dir_ / name; }
+
+ private:
+  Tmpfs image_;
+  TempDir dir_;
+};
+
 // Runs `neffcache` with a clean Neuron environment (no NEURON_CC_FLAGS, cache URL or
 // retries from the caller), the fake compiler at full speed, plus `env` (NAME=value words).
 inline ToolRun run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
