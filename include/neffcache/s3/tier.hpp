@@ -34,12 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <functional>
-#include <future>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +48,7 @@
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/lease.hpp>
+#include <neffcache/s3/tier_parts.hpp>
 
 namespace neffcache {
 
@@ -71,15 +67,7 @@ class S3Tier {
     S3CompileOptions compile = {};
   };
 
-  // Names asked for again within this time are answered from the last look at S3.
-  static constexpr std::chrono::seconds k_recheck{2};
-
   S3Tier(std::unique_ptr<S3Client> s3, Options o);
-
-  // The leases held for clients are given back: other hosts need not wait out their ttl.
-  ~S3Tier() {
-    for (auto& [entry, held] : stand_ins_) (void)held.lease.release();
-  }
   S3Tier(const S3Tier&) = delete;
   S3Tier& operator=(const S3Tier&) = delete;
 
@@ -125,24 +113,12 @@ class S3Tier {
   Result<void> promote(const std::string& folder, const std::string& key);
 
   // A reader opened the local entry's NEFF: it stays longest.
-  void opened(const std::string& entry_dir) {
-    std::lock_guard lk(mu_);
-    if (auto it = kept_.find(entry_dir); it != kept_.end()) it->second.last_use = std::chrono::steady_clock::now();
-  }
+  void opened(const std::string& entry_dir) { kept_.opened(entry_dir); }
 
   nlohmann::ordered_json stats() const;
   bool read_only() const { return o_.read_only; }
 
  private:
-  struct Kept {
-    uint64_t bytes = 0;
-    std::chrono::steady_clock::time_point last_use;
-  };
-  struct StandIn {
-    S3Lease lease;
-    std::chrono::steady_clock::time_point renewed;
-  };
-
   static CompileResult transient(std::string why) {
     return CompileResult::of(CompileOutcome::transient, std::move(why));
   }
@@ -153,15 +129,6 @@ class S3Tier {
   // 0 for the root, 1 for a compiler folder, 2 for an entry.
   static int depth_of(std::string_view rel) {
     return rel.empty() ? 0 : 1 + static_cast<int>(std::count(rel.begin(), rel.end(), '/'));
-  }
-
-  // True (and noted) unless `what` was looked up on S3 within k_recheck.
-  bool looked_again(const std::string& what);
-
-  // The next look at `what` goes to S3, however recent the last one.
-  void forget_look(const std::string& what) {
-    std::lock_guard lk(mu_);
-    looked_.erase(what);
   }
 
   static bool make_dir(const std::string& path);
@@ -180,12 +147,6 @@ class S3Tier {
   CompileResult stand_in(const std::string& entry_dir, const std::string& rel, const EntryFiles& remote,
                          const EntryFiles& here, std::string why);
 
-  // Whether we hold the lease of `entry_dir` for a client (stand_in).
-  bool standing_in(const std::string& entry_dir) const {
-    std::lock_guard lk(mu_);
-    return stand_ins_.contains(entry_dir);
-  }
-
   // The name of the lease object of an entry whose files are `remote` on S3 and `here`
   // locally: its HLO's (model.hlo_module.pb, or the legacy name) as every host names it,
   // from here while S3 has no HLO yet.
@@ -194,7 +155,11 @@ class S3Tier {
   }
 
   // The lease held for a client of `entry_dir`, if any, no longer held for it.
-  std::optional<S3Lease> end_stand_in(const std::string& entry_dir);
+  std::optional<S3Lease> end_stand_in(const std::string& entry_dir) {
+    auto held = stand_ins_.take(entry_dir);
+    if (!held) return std::nullopt;
+    return std::move(held->lease);
+  }
 
   static bool local_done(const std::string& entry_dir) {
     auto files = read_entry_files(entry_dir);
@@ -205,12 +170,8 @@ class S3Tier {
   // already. True if the entry now has its HLO here.
   bool fill_entry(const std::string& rel);
 
-  // Runs look() for `what` unless it is running already: then waits for its answer.
-  // Lookups of two names in one entry (model.neff and model.done) come at once.
-  bool single_flight(const std::string& what, const std::function<bool()>& look);
-
   // The entry's inputs from S3 into the folder `dir`, unless S3 was asked within
-  // k_recheck. True if the entry has its HLO here.
+  // RecentLooks::k_recheck. True if the entry has its HLO here.
   bool fetch_inputs(const std::string& rel, const std::string& dir);
 
   // Uploads the local entry's flags and HLO when S3 has no HLO (`remote`). True if
@@ -238,28 +199,17 @@ class S3Tier {
   // Counts a NEFF now here, then makes room for it.
   void keep(const std::string& entry_dir, uint64_t bytes);
 
-  // Under mu_: the entries to evict, least recently used first, to come under the cap.
-  std::vector<std::string> over_cap();
-
   // Removes a done entry's results here once S3 is known to have them.
   void evict(const std::string& entry_dir);
 
-  // The NEFFs already here from an earlier run, by their last change.
-  void scan_local();
-
-  bool take_slot(const CompileSettings& s);
-  void give_slot();
-
+  // (The parts are destroyed before the client: the leases held for clients are given
+  // back through it.)
   std::unique_ptr<S3Client> s3_;
   Options o_;
-  mutable std::mutex mu_;  // guards looked_, in_flight_, kept_ and stand_ins_; never held across a request
-  std::map<std::string, std::chrono::steady_clock::time_point> looked_;
-  std::map<std::string, std::shared_future<bool>> in_flight_;
-  std::map<std::string, Kept> kept_;
-  std::map<std::string, StandIn> stand_ins_;  // leases held for clients that compile an entry (stand_in)
-  std::mutex slots_mu_;
-  std::condition_variable slot_cv_;
-  int free_slots_;
+  detail::RecentLooks looks_;
+  detail::KeptNeffs kept_;
+  detail::StandIns stand_ins_;  // leases held for clients that compile an entry (stand_in)
+  detail::CompileSlots slots_;
   struct {
     std::atomic<uint64_t> fetches{0}, fetched_bytes{0}, uploads{0}, lookups{0}, evictions{0}, published{0};
   } counters_;

@@ -15,10 +15,10 @@
 namespace neffcache {
 
 NEFFCACHE_DECL S3Tier::S3Tier(std::unique_ptr<S3Client> s3, Options o)
-    : s3_(std::move(s3)), o_(std::move(o)), free_slots_(o_.compile_slots) {
+    : s3_(std::move(s3)), o_(std::move(o)), kept_(o_.cap_bytes, o_.keep_after_use), slots_(o_.compile_slots) {
   std::error_code ec;
   std::filesystem::create_directories(staging(), ec);
-  scan_local();
+  kept_.scan(o_.root);
 }
 
 NEFFCACHE_DECL std::string S3Tier::staging() const { return fmt::format("{}/{}/staging", o_.root, k_private_prefix); }
@@ -31,8 +31,8 @@ NEFFCACHE_DECL bool S3Tier::fill(const std::string& dir, std::string_view name) 
   if (rel->empty() && is_lnl_key(name)) return fill_entry(std::string(name));
   const int depth = depth_of(*rel);
   if (depth == 0 && name.starts_with(k_compiler_dir_prefix))
-    return single_flight(std::string(name), [&] {
-      if (!looked_again(std::string(name))) return false;
+    return looks_.single_flight(std::string(name), [&] {
+      if (!looks_.again(std::string(name))) return false;
       auto l = s3_->list(fmt::format("{}/", s3_key(o_.prefix, name)), "/", 1);
       ++counters_.lookups;
       return l && !(l->objects.empty() && l->prefixes.empty()) && make_dir(fmt::format("{}/{}", dir, name));
@@ -46,7 +46,7 @@ NEFFCACHE_DECL void S3Tier::fill_listing(const std::string& dir) {
   if (!rel) return;
   if (is_entry_path(*rel)) return (void)fill_entry(*rel);
   const int depth = depth_of(*rel);
-  if (depth > 1 || !looked_again(*rel + "/")) return;
+  if (depth > 1 || !looks_.again(*rel + "/")) return;
   std::string base = rel->empty() ? o_.prefix : s3_key(o_.prefix, *rel);
   auto l = s3_->list(base.empty() ? "" : base + "/", "/");
   ++counters_.lookups;
@@ -86,7 +86,7 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   // While we stand in for a client (stand_in), a look that fails keeps the job: its
   // looks are what renew the lease, so it must not end before the client lets go.
   auto failed_look = [&](std::string why) {
-    return standing_in(entry_dir) ? CompileResult::of(CompileOutcome::busy, std::move(why)) : transient(std::move(why));
+    return stand_ins_.holds(entry_dir) ? CompileResult::of(CompileOutcome::busy, std::move(why)) : transient(std::move(why));
   };
   auto names = detail::s3_entry_names(*s3_, base);
   if (!names) return failed_look(names.error().message);
@@ -129,26 +129,23 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   if (remote.failed() && !s.retry_failed)
     return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                     s3_->describe(base), remote.failure_name()));
-  if (!take_slot(s)) return transient("cancelled");
+  auto slot = slots_.take(s.cancelled);
+  if (!slot) return transient("cancelled");
   if (o_.read_only) {  // compiled here, as a directory cache's entry, and kept here
     // The NKI kernels its graph calls come from the bucket when this host lacks them
     // (reads only), as for a compile under a lease.
     if (auto here = read_entry_files(entry_dir); here && here->hlo_name())
       if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *here->hlo_name())))
-        if (auto fetched = fetch_nki_kernels(*s3_, o_.prefix, o_.compile.nki_kernels, *called); !fetched) {
-          give_slot();
+        if (auto fetched = fetch_nki_kernels(*s3_, o_.prefix, o_.compile.nki_kernels, *called); !fetched)
           return transient(fetched.error().message);
-        }
-    CompileResult r = compile_entry(entry_dir, s);
-    give_slot();
-    return r;
+    return compile_entry(entry_dir, s);
   }
   CompileSettings local = s;
   local.workdir_root = staging();
   S3CompileOptions co = o_.compile;
   co.published = [&](const std::string& staged) { take_staged(entry_dir, staged); };
   CompileResult r = compile_s3_entry(*s3_, o_.prefix, *rel, local, co);
-  give_slot();
+  slot.reset();  // (a fetch takes none)
   // Another host finished it while we waited for the lease: fetch its NEFF.
   if (is_success(r.outcome) && !local_done(entry_dir)) {
     CompileResult f = fetch(entry_dir, base, remote);
@@ -165,7 +162,7 @@ NEFFCACHE_DECL Result<void> S3Tier::promote(const std::string& folder, const std
   const std::string base = s3_key(o_.prefix, key);
   auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", base, k_lnl_lease_file), o_.compile.lease_ttl,
                                 o_.compile.host);
-  if (!lease && lease.error().code == Errc::busy) return forget_look(key), Error{Errc::exists, lease.error().message};
+  if (!lease && lease.error().code == Errc::busy) return looks_.forget(key), Error{Errc::exists, lease.error().message};
   if (!lease) return lease.error();
   // (Settled whatever happens: the entry is up, was there already, or is as before.)
   auto hand_back = [&] { lease->finish(S3Lease::Entry::settled); };
@@ -173,7 +170,7 @@ NEFFCACHE_DECL Result<void> S3Tier::promote(const std::string& folder, const std
   if (!there) return hand_back(), there.error();
   if (const EntryFiles remote = detail::files_named(key, *there); remote.has_hlo() || remote.has(EntryFile::done)) {
     hand_back();
-    forget_look(key);
+    looks_.forget(key);
     return Error{Errc::exists, fmt::format("{}: the entry exists already", s3_->describe(base))};
   }
   // The kernels its graph calls go first: a host that sees the entry can compile it.
@@ -198,7 +195,7 @@ NEFFCACHE_DECL Result<void> S3Tier::promote(const std::string& folder, const std
     for (const auto& name : uploaded) (void)s3_->remove(fmt::format("{}/{}", base, name));
   hand_back();
   // Taken: the next look at the key asks S3 again, and finds the entry there.
-  if (!r && r.error().code == Errc::exists) forget_look(key);
+  if (!r && r.error().code == Errc::exists) looks_.forget(key);
   if (r) {
     struct stat st {};
     if (::stat(fmt::format("{}/{}", folder, lnl_neff_name(key)).c_str(), &st) == 0)
@@ -208,13 +205,10 @@ NEFFCACHE_DECL Result<void> S3Tier::promote(const std::string& folder, const std
 }
 
 NEFFCACHE_DECL nlohmann::ordered_json S3Tier::stats() const {
-  std::lock_guard lk(mu_);
-  uint64_t bytes = 0;
-  for (const auto& [entry, k] : kept_) bytes += k.bytes;
   return {{"fetches", counters_.fetches.load()},   {"fetched_bytes", counters_.fetched_bytes.load()},
           {"uploads", counters_.uploads.load()},   {"published", counters_.published.load()},
           {"lookups", counters_.lookups.load()},
-          {"evictions", counters_.evictions.load()}, {"local_neff_bytes", bytes},
+          {"evictions", counters_.evictions.load()}, {"local_neff_bytes", kept_.bytes()},
           {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only}};
 }
 
@@ -225,16 +219,6 @@ NEFFCACHE_DECL std::optional<std::string> S3Tier::relative(const std::string& pa
   std::string rel = path.substr(o_.root.size() + 1);
   if (rel.starts_with(k_private_prefix)) return std::nullopt;
   return rel;
-}
-
-NEFFCACHE_DECL bool S3Tier::looked_again(const std::string& what) {
-  auto now = std::chrono::steady_clock::now();
-  std::lock_guard lk(mu_);
-  auto [it, fresh] = looked_.try_emplace(what, now);
-  if (!fresh && now - it->second < k_recheck) return false;
-  it->second = now;
-  if (looked_.size() > 100000) std::erase_if(looked_, [&](const auto& kv) { return now - kv.second >= k_recheck; });
-  return true;
 }
 
 NEFFCACHE_DECL bool S3Tier::make_dir(const std::string& path) {
@@ -275,14 +259,7 @@ NEFFCACHE_DECL CompileResult S3Tier::publish_here(const std::string& entry_dir, 
 NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, const std::string& rel,
                                               const EntryFiles& remote, const EntryFiles& here, std::string why) {
   CompileResult busy = CompileResult::of(CompileOutcome::busy, std::move(why));
-  std::optional<StandIn> mine;
-  {
-    std::lock_guard lk(mu_);
-    if (auto it = stand_ins_.find(entry_dir); it != stand_ins_.end()) {
-      mine.emplace(std::move(it->second));
-      stand_ins_.erase(it);
-    }
-  }
+  std::optional<detail::StandIns::Held> mine = stand_ins_.take(entry_dir);
   const auto now = std::chrono::steady_clock::now();
   if (mine && now - mine->renewed >= mine->lease.renew_interval()) {
     if (auto renewed = mine->lease.renew(); renewed) mine->renewed = now;
@@ -292,48 +269,21 @@ NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, cons
     auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), lease_name(remote, here)),
                                   o_.compile.lease_ttl, o_.compile.host);
     if (!lease) return busy;
-    mine.emplace(StandIn{std::move(*lease), now});
+    mine.emplace(detail::StandIns::Held{std::move(*lease), now});
   }
   (void)upload_missing_inputs(entry_dir, rel, remote);  // (a failure is tried again at the next look)
-  std::lock_guard lk(mu_);
-  stand_ins_.emplace(entry_dir, std::move(*mine));
+  stand_ins_.put(entry_dir, std::move(*mine));
   return busy;
-}
-
-NEFFCACHE_DECL std::optional<S3Lease> S3Tier::end_stand_in(const std::string& entry_dir) {
-  std::lock_guard lk(mu_);
-  auto it = stand_ins_.find(entry_dir);
-  if (it == stand_ins_.end()) return std::nullopt;
-  std::optional<S3Lease> lease(std::move(it->second.lease));
-  stand_ins_.erase(it);
-  return lease;
 }
 
 NEFFCACHE_DECL bool S3Tier::fill_entry(const std::string& rel) {
   const std::string dir = fmt::format("{}/{}", o_.root, rel);
   if (auto here = read_entry_files(dir); here && here->has_hlo()) return true;
-  return single_flight(rel, [&] { return fetch_inputs(rel, dir); });
-}
-
-NEFFCACHE_DECL bool S3Tier::single_flight(const std::string& what, const std::function<bool()>& look) {
-  std::promise<bool> mine;
-  std::shared_future<bool> answer;
-  {
-    std::lock_guard lk(mu_);
-    auto [it, first] = in_flight_.try_emplace(what);
-    if (first) it->second = mine.get_future().share();
-    else answer = it->second;
-  }
-  if (answer.valid()) return answer.get();
-  bool found = look();
-  mine.set_value(found);
-  std::lock_guard lk(mu_);
-  in_flight_.erase(what);
-  return found;
+  return looks_.single_flight(rel, [&] { return fetch_inputs(rel, dir); });
 }
 
 NEFFCACHE_DECL bool S3Tier::fetch_inputs(const std::string& rel, const std::string& dir) {
-  if (!looked_again(rel)) return false;
+  if (!looks_.again(rel)) return false;
   const std::string base = s3_key(o_.prefix, rel);
   auto names = detail::s3_entry_names(*s3_, base);
   ++counters_.lookups;
@@ -455,31 +405,7 @@ NEFFCACHE_DECL Result<std::vector<std::string>> S3Tier::publishable_files(const 
 }
 
 NEFFCACHE_DECL void S3Tier::keep(const std::string& entry_dir, uint64_t bytes) {
-  std::vector<std::string> leaving;
-  {
-    std::lock_guard lk(mu_);
-    kept_[entry_dir] = {bytes, std::chrono::steady_clock::now()};
-    leaving = over_cap();
-  }
-  for (const auto& e : leaving) evict(e);
-}
-
-NEFFCACHE_DECL std::vector<std::string> S3Tier::over_cap() {
-  uint64_t total = 0;
-  for (const auto& [entry, k] : kept_) total += k.bytes;
-  if (total <= o_.cap_bytes) return {};
-  std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> by_age;
-  for (const auto& [entry, k] : kept_) by_age.emplace_back(k.last_use, entry);
-  std::sort(by_age.begin(), by_age.end());
-  auto recent = std::chrono::steady_clock::now() - o_.keep_after_use;
-  std::vector<std::string> out;
-  for (const auto& [used, entry] : by_age) {
-    if (total <= o_.cap_bytes || used > recent) break;
-    total -= kept_[entry].bytes;
-    out.push_back(entry);
-    kept_.erase(entry);
-  }
-  return out;
+  for (const auto& e : kept_.keep(entry_dir, bytes)) evict(e);
 }
 
 NEFFCACHE_DECL void S3Tier::evict(const std::string& entry_dir) {
@@ -491,39 +417,6 @@ NEFFCACHE_DECL void S3Tier::evict(const std::string& entry_dir) {
   sys::unlink(fmt::format("{}/{}", entry_dir, files.done_name()).c_str());
   sys::unlink(fmt::format("{}/{}", entry_dir, files.neff_name()).c_str());
   ++counters_.evictions;
-}
-
-NEFFCACHE_DECL void S3Tier::scan_local() {
-  const auto now_sys = std::chrono::system_clock::now();
-  const auto now = std::chrono::steady_clock::now();
-  (void)for_each_entry(o_.root, [&](const EntryRef& e) {
-    if (!e.files.done()) return;
-    struct stat st {};
-    if (::fstatat(e.dir_fd, e.files.neff_name().c_str(), &st, 0) != 0) return;
-    const auto changed = std::chrono::system_clock::time_point(
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(st.st_mtim.tv_sec)));
-    kept_[fmt::format("{}/{}", o_.root, e.relative_path())] = {
-        static_cast<uint64_t>(st.st_size),
-        now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(now_sys - changed)};
-  });
-}
-
-NEFFCACHE_DECL bool S3Tier::take_slot(const CompileSettings& s) {
-  std::unique_lock lk(slots_mu_);
-  while (free_slots_ == 0) {
-    if (s.cancelled && s.cancelled()) return false;
-    slot_cv_.wait_for(lk, std::chrono::milliseconds(100));
-  }
-  --free_slots_;
-  return true;
-}
-
-NEFFCACHE_DECL void S3Tier::give_slot() {
-  {
-    std::lock_guard lk(slots_mu_);
-    ++free_slots_;
-  }
-  slot_cv_.notify_one();
 }
 
 }  // namespace neffcache
