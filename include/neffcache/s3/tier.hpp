@@ -67,6 +67,9 @@ class S3Tier {
     S3CompileOptions compile = {};
   };
 
+  // Names asked for again within this time are answered from the last look at S3.
+  static constexpr std::chrono::seconds k_recheck = detail::RecentLooks::k_recheck;
+
   S3Tier(std::unique_ptr<S3Client> s3, Options o);
   S3Tier(const S3Tier&) = delete;
   S3Tier& operator=(const S3Tier&) = delete;
@@ -171,7 +174,7 @@ class S3Tier {
   bool fill_entry(const std::string& rel);
 
   // The entry's inputs from S3 into the folder `dir`, unless S3 was asked within
-  // RecentLooks::k_recheck. True if the entry has its HLO here.
+  // k_recheck. True if the entry has its HLO here.
   bool fetch_inputs(const std::string& rel, const std::string& dir);
 
   // Uploads the local entry's flags and HLO when S3 has no HLO (`remote`). True if

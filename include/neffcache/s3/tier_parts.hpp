@@ -65,7 +65,6 @@ class KeptNeffs {
     if (auto it = kept_.find(entry_dir); it != kept_.end()) it->second.last_use = std::chrono::steady_clock::now();
   }
   uint64_t bytes() const;
-  uint64_t cap_bytes() const { return cap_bytes_; }
 
  private:
   struct Kept {
@@ -118,7 +117,6 @@ class CompileSlots {
  public:
   class Slot {
    public:
-    explicit Slot(CompileSlots& of) : of_(&of) {}
     Slot(Slot&& o) noexcept : of_(std::exchange(o.of_, nullptr)) {}
     Slot& operator=(Slot&&) = delete;
     ~Slot() {
@@ -126,11 +124,14 @@ class CompileSlots {
     }
 
    private:
+    friend class CompileSlots;
+    explicit Slot(CompileSlots& of) : of_(&of) {}
     CompileSlots* of_;
   };
 
   explicit CompileSlots(int slots) : free_(slots) {}
-  // Waits for a free slot; none once `cancelled` says so (it is asked every 100 ms).
+  // Waits for a free slot; none once `cancelled` says so (asked every 100 ms, without
+  // the mutex).
   std::optional<Slot> take(const std::function<bool()>& cancelled);
 
  private:

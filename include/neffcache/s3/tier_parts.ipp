@@ -53,7 +53,7 @@ NEFFCACHE_DECL void KeptNeffs::scan(const std::string& root) {
         now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(now_sys - changed)};
   });
   std::lock_guard lk(mu_);
-  kept_.merge(found);
+  for (auto& [entry, k] : found) kept_[entry] = k;
 }
 
 NEFFCACHE_DECL std::vector<std::string> KeptNeffs::keep(const std::string& entry_dir, uint64_t bytes) {
@@ -95,8 +95,10 @@ NEFFCACHE_DECL std::optional<StandIns::Held> StandIns::take(const std::string& e
 NEFFCACHE_DECL std::optional<CompileSlots::Slot> CompileSlots::take(const std::function<bool()>& cancelled) {
   std::unique_lock lk(mu_);
   while (free_ == 0) {
+    lk.unlock();
     if (cancelled && cancelled()) return std::nullopt;
-    cv_.wait_for(lk, std::chrono::milliseconds(100));
+    lk.lock();
+    if (free_ == 0) cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
   --free_;
   return Slot(*this);
