@@ -2,6 +2,7 @@
 // exactly once across concurrent compilers, and finished by another compiler when a
 // holder dies or loses its lease.
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -194,4 +195,39 @@ TEST_CASE("neuron_parallel_compile's trial runs on an s3:// cache: collect, coll
   CHECK(count("/model.neff") == 3);
   CHECK(count("/model.done") == 3);
   CHECK(test::count_lines(log) == 3);
+}
+
+TEST_CASE("an S3 entry's lease is renewed from the moment it is taken, through a long wait before any compile",
+          "[s3][compile][pipeline]") {
+  auto s3 = test::fresh_bucket("kept");
+  put_entries(*s3, "", 1);
+  test::TempDir work;
+  S3Entry dest(*s3, "", rel_of(0), 2s);  // renewed every second
+  HeldCompile how;
+  how.look = [](const EntryFiles& files, bool) -> std::optional<CompileResult> {
+    if (auto o = settled_outcome(files, false)) return CompileResult::of(*o);
+    return std::nullopt;
+  };
+  int taken_by_another = 0;
+  auto r = compile_held(dest, how, [&](const EntryFiles&, EntryHold&) {
+    // Five seconds of waiting (for memory, for a download): another host tries meanwhile.
+    for (int i = 0; i < 10; ++i) {
+      std::this_thread::sleep_for(500ms);
+      if (auto other = S3Lease::acquire(*s3, rel_of(0) + "/model.hlo_module.pb.lock", 60s, "other-host")) {
+        ++taken_by_another;
+        (void)other->release();
+      }
+    }
+    Ran ran;
+    ran.produced.neff = (work / "model.neff").string();
+    std::ofstream(ran.produced.neff) << "neff";
+    ran.result = CompileResult::of(CompileOutcome::success);
+    return ran;
+  });
+  CHECK(taken_by_another == 0);
+  CHECK(r.outcome == CompileOutcome::success);
+  auto have = objects(*s3);
+  CHECK(have.contains(rel_of(0) + "/model.neff"));
+  CHECK(have.contains(rel_of(0) + "/model.done"));
+  CHECK_FALSE(have.contains(rel_of(0) + "/model.hlo_module.pb.lock"));  // done: deleted
 }

@@ -1,6 +1,7 @@
-// Compiling one cache entry: the compiler run in a private work folder under the entry
-// lock, its outcome classified (compile/outcome.hpp) and its NEFF published atomically
-// (compile/publish.hpp). Results reused across equal graphs: compile/twin.hpp.
+// Compiling one cache entry folder, in the steps of every compile (compile/pipeline.hpp):
+// the compiler run in a private work folder under the entry lock, its outcome classified
+// (compile/outcome.hpp) and its NEFF published atomically (compile/publish.hpp). Results
+// reused across equal graphs: compile/twin.hpp.
 //
 // Files a job writes in the entry (besides the Neuron ones):
 //   .neffcache-compile.log  the compiler's output, streamed; becomes model.log only on
@@ -35,6 +36,7 @@
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/core/result.hpp>
 #include <neffcache/compile/outcome.hpp>
+#include <neffcache/compile/pipeline.hpp>
 #include <neffcache/compile/publish.hpp>
 #include <neffcache/compile/runner.hpp>
 #include <neffcache/compile/settings.hpp>

@@ -49,221 +49,211 @@ NEFFCACHE_DECL CompileResult& refused(CompileResult& r, std::string_view entry, 
 
 NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const CompileSettings& s) {
   using namespace std::chrono;
-  CompileResult r;
-  auto transient = [&](std::string why) {
-    r.outcome = CompileOutcome::transient;
-    r.message = std::move(why);
-    return r;
-  };
-  auto files = read_entry_files(entry_dir);
-  if (!files) return transient(files.error().message);
-  if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
-  if (!files->has_job())
-    return transient(fmt::format("{}: {}", entry_dir,
-                                 files->is_lnl() ? "no graph.hlo with LNL's metadata: its client compiles it"
-                                                 : "no HLO file to compile"));
-  if (!s.compiles_off.empty()) return refused(r, entry_dir, s);
-  // Never a NEFF of another compiler than the one its folder names.
-  if (auto serves = compiler_serves(entry_dir, s); !serves) {
-    r.refused = true;
-    return transient(serves.error().message);
-  }
-
-  auto lock = EntryLock::try_acquire_entry(entry_dir, *files, s.lock);
-  if (!lock) {
-    r.outcome = lock.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient;
-    r.message = lock.error().message;
-    return r;
-  }
-  // Re-check under the lock: whoever held it before may have finished the entry.
-  files = read_entry_files(entry_dir);
-  if (!files) return transient(files.error().message);
-  if (auto o = settled_outcome(*files, s.retry_failed)) return r.outcome = *o, r;
-  remove_publish_leftovers(entry_dir);
-  const std::string hlo_path = fmt::format("{}/{}", entry_dir, *files->hlo_name());
-  const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
-  const std::string key = detail::entry_name(entry_dir);
-
-  const auto owner = detail::entry_owner(hlo_path);
-  // Never through a link: in a user's entry it could name any file, which root would truncate.
-  detail::UniqueFd log(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!log) return transient(sys_error("create", log_path).message);
-  detail::give(log.get(), owner);
-  // A deterministic failure moves the log into place as model.log, fully written.
-  auto record_failure = [&](std::string why) {
-    // A lock taken from us meanwhile (an LNL rank that judged us dead removed the file and
-    // locked a new one) is no lock: the entry is that rank's now, nothing of ours goes in.
-    if (auto held = lock->heartbeat(); !held) return transient(held.error().message);
-    detail::log_line(log.get(), why);
-    log.reset();
-    sys::unlink(fmt::format("{}/{}", entry_dir, files->neff_name()).c_str());
-    if (sys::rename(log_path.c_str(), fmt::format("{}/{}", entry_dir, files->failure_name()).c_str()) != 0)
-      return transient(sys_error("record failure in", entry_dir).message);
-    detail::fsync_dir(entry_dir);
-    r.outcome = CompileOutcome::failed;
-    r.message = std::move(why);
-    return r;
-  };
-
-  // Bad contents are the entry's fault; a failed read is not, and may pass. LNL's
-  // command.txt is never judged so: a rank creates it empty, then writes it, and of an
-  // LNL entry only the compiler's own failure is recorded.
-  auto entry_flags = entry_compiler_flags(entry_dir, *files, s.default_flags);
-  if (!entry_flags && (entry_flags.error().code == Errc::io || files->is_lnl()))
-    return transient(entry_flags.error().message);
-  if (!entry_flags) return record_failure(entry_flags.error().message);
-  std::vector<std::string> flags = std::move(*entry_flags);
-  // An LNL entry compiles with its own command's arguments (when it has command.txt).
-  std::optional<LnlCommand> lnl_command;
-  if (files->is_lnl() && files->has(EntryFile::flags)) {
-    auto c = read_lnl_command(fmt::format("{}/{}", entry_dir, k_lnl_command_file));
-    if (!c) return transient(c.error().message);
-    lnl_command = std::move(*c);
-  }
-  // An NKI kernel the graph calls by path must be on this host, else the compiler fails
-  // (NCC_EVRF059): not the graph's fault, so refused now and never recorded. An HLO we
-  // cannot read is left to the compiler to judge.
-  if (auto hlo = analyze_hlo_file(hlo_path))
-    for (const auto& kernel : hlo->stats.kernel_files)
-      if (::access(kernel.c_str(), F_OK) != 0)
-        return transient(fmt::format("{}: the graph calls the NKI kernel {}, which is not on this host", entry_dir,
-                                     kernel));
-  // A retried failure: the old record goes only once we really compile again.
-  sys::unlink(fmt::format("{}/{}", entry_dir, files->failure_name()).c_str());
-
-  std::string root = s.workdir_root;
-  if (root.empty()) root = detail::getenv_or("TMPDIR", "/tmp");
-  PosixRunner posix;
-  ProcessRunner& runner = s.runner ? *s.runner : posix;
-  const std::string hlo_suffix(files->is_lnl() ? "" : files->hlo_name()->substr(std::string_view("model").size()));
-
-  for (int attempt = 0; attempt <= s.max_retries; ++attempt) {
-    std::string tmpl = fmt::format("{}/neffcache-{}-XXXXXX", root, key.substr(0, 64));
-    if (!sys::mkdtemp(tmpl.data())) return transient(sys_error("create work directory in", root).message);
-    const std::string workdir = tmpl;
-    struct Cleanup {
-      std::string dir;
-      ~Cleanup() { detail::remove_tree_at(AT_FDCWD, dir); }
-    } cleanup{workdir};
-    CompilerTemplate::Values v{fmt::format("{}/model.{}{}", workdir, key, hlo_suffix),
-                               fmt::format("{}/model.{}.neff", workdir, key), workdir, key, flags};
-    // The compiler's own log (LNL keeps it): where --logfile names it, or where
-    // neuronx-cc writes it by default, in its working folder.
-    const std::string compiler_log = fmt::format("{}/{}", workdir, k_lnl_log_file);
-    if (files->is_lnl())
-      v.hlo = fmt::format("{}/{}", workdir, k_lnl_hlo_file), v.neff = fmt::format("{}/{}", workdir, files->neff_name());
-    if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c)
-      return c.error().code == Errc::invalid_argument ? record_failure(c.error().message)
-                                                      : transient(c.error().message);
-    // A compiler run as another user writes into a work folder of its own. (What it
-    // leaves there is read without following links: see open_regular.)
-    if (s.run_as && ::chown(workdir.c_str(), s.run_as->uid, s.run_as->gid) != 0)
-      return transient(sys_error("give the work directory to", s.run_as->name).message);
-
-    RunSpec spec;
-    spec.argv = lnl_command ? lnl_compile_argv(s.compiler.program(), *lnl_command, v.hlo, v.neff, compiler_log)
-                            : s.compiler.expand(v);
-    spec.cwd = workdir;
-    spec.log_fd = log.get();
-    spec.timeout = s.timeout;
-    spec.kill_grace = s.kill_grace;
-    // Should we die, the entry stays locked until the compiler is gone too.
-    spec.inherit_fd = lock->descriptor();
-    spec.run_as = s.run_as;
-    // Ticks often enough to notice a cancel quickly; heartbeats when one is due.
-    spec.tick_interval = std::min<milliseconds>(s.lock.heartbeat_interval(), milliseconds(250));
-    std::string stop_reason;
-    auto last_beat = steady_clock::now();
-    spec.tick = [&] {
-      if (steady_clock::now() - last_beat >= s.lock.heartbeat_interval()) {
-        last_beat = steady_clock::now();
-        if (auto hb = lock->heartbeat(); !hb) return stop_reason = hb.error().message, false;
-      }
-      if (s.cancelled && s.cancelled()) return stop_reason = "cancelled", false;
-      return true;
-    };
-    std::string command;
-    for (const auto& a : spec.argv) command += (command.empty() ? "" : " ") + a;
-    detail::log_line(log.get(), fmt::format("attempt {} in {}: {}", attempt + 1, workdir, command));
-
-    const off_t output_from = ::lseek(log.get(), 0, SEEK_END);
-    auto run = runner.run(spec);
-    ++r.attempts;
-    if (!run) return transient(run.error().message);  // e.g. compiler not on PATH
-    r.compile_seconds = duration<double>(run->wall).count();
-    r.peak_rss_kib = std::max(r.peak_rss_kib, run->peak_rss_kib);
-
-    // Killed for lack of memory: the kernel's SIGKILL (our own timeout and cancel kills are
-    // RunEnd::timed_out and cancelled), 128+9 from a shell or launcher whose child it
-    // killed, or neuronx-cc's own report. Not the graph's fault, so nothing is recorded;
-    // and a retry here, with as much memory as before, would be killed again: handed back
-    // at once, for a caller that can give it more (max_retries is not used).
-    std::string oom;
-    if (run->end == RunEnd::signaled && run->signal == SIGKILL) oom = "signal 9";
-    else if (run->end == RunEnd::exited && run->exit_code == 128 + SIGKILL) oom = "exit 137";
-    else if (run->end == RunEnd::exited && run->exit_code == detail::k_neuron_internal_error_exit &&
-             detail::neuron_reports_oom(detail::read_tail(log.get(), output_from, 64 << 10)))
-      oom = fmt::format("exit {}, {}", run->exit_code, detail::k_neuron_oom_mark);
-    if (!oom.empty()) {
-      r.outcome = CompileOutcome::transient;
-      r.oom_killed = true;
-      r.peak_rss_kib = run->peak_rss_kib;
-      r.message = fmt::format("compiler killed for lack of memory ({}) at a peak of {} MiB", oom,
-                              (run->peak_rss_kib + 512) / 1024);
-      detail::log_line(log.get(), r.message + " (transient: nothing recorded)");
+  auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
+  HeldCompile how;
+  how.look = [&](const EntryFiles& files, bool held) -> std::optional<CompileResult> {
+    if (auto o = settled_outcome(files, s.retry_failed)) return CompileResult::of(*o);
+    if (held) return std::nullopt;
+    if (!files.has_job())
+      return transient(fmt::format("{}: {}", entry_dir,
+                                   files.is_lnl() ? "no graph.hlo with LNL's metadata: its client compiles it"
+                                                  : "no HLO file to compile"));
+    CompileResult r;
+    if (!s.compiles_off.empty()) return refused(r, entry_dir, s);
+    // Never a NEFF of another compiler than the one its folder names.
+    if (auto serves = compiler_serves(entry_dir, s); !serves) {
+      r = transient(serves.error().message);
+      r.refused = true;
       return r;
     }
+    return std::nullopt;
+  };
 
-    std::string why;
-    switch (run->end) {
-      case RunEnd::exited:
-        if (run->exit_code != 0) {
-          auto exhausted = detail::resource_exhaustion(detail::read_tail(log.get(), output_from, 64 << 10));
-          if (!exhausted) return record_failure(fmt::format("compiler exited with status {}", run->exit_code));
-          why = fmt::format("compiler exited with status {} and printed '{}'", run->exit_code, *exhausted);
-        }
-        else if (!std::filesystem::exists(v.neff)) return record_failure("compiler exited 0 but wrote no NEFF");
-        break;
-      case RunEnd::signaled:
-        why = fmt::format("compiler killed by signal {}", run->signal);
-        break;
-      case RunEnd::timed_out:
-        why = fmt::format("compiler timed out after {} s", duration_cast<seconds>(s.timeout).count());
-        break;
-      case RunEnd::cancelled:
-        why = fmt::format("compile stopped: {}", stop_reason);
-        break;
+  FolderEntry entry(entry_dir, s.lock);
+  const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
+  detail::UniqueFd log;  // (outlives the run: the publish is logged too)
+  struct Workdir {
+    std::string dir;
+    ~Workdir() {
+      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
     }
-    if (!why.empty()) {
-      detail::log_line(log.get(), why + " (transient: nothing recorded)");
-      r.message = why;
-      // A lost lock or a cancel is final; the other transients may be retried.
-      if (run->end == RunEnd::cancelled) break;
-      continue;
-    }
+  };
+  std::optional<Workdir> workdir;  // the last attempt's, whose NEFF is published
 
-    nlohmann::ordered_json meta{{"compiler", spec.argv},
-                                {"flags", flags},
-                                {"compile_seconds", r.compile_seconds},
-                                {"peak_rss_kib", r.peak_rss_kib},
-                                {"predicted_peak_kib", s.predicted_peak_kib},
-                                {"oom_retries", s.oom_retries},
-                                {"attempts", r.attempts},
-                                {"host", detail::current_process().host}};
-    // An LNL entry has no compiler folder: its result's identity names this version.
-    if (files->is_lnl())
-      if (auto version = compiler_version(s)) meta["compiler_version"] = *version;
-    if (auto held = lock->heartbeat(); !held) return transient(held.error().message);  // (see record_failure)
-    auto published = detail::publish(entry_dir, v.neff, std::move(meta), owner, *files, compiler_log);
-    if (!published) return transient(published.error().message);
-    detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", *published,
-                                            std::filesystem::file_size(*published), r.compile_seconds));
-    r.outcome = CompileOutcome::success;
-    r.message.clear();
-    return r;
-  }
-  r.outcome = CompileOutcome::transient;
-  return r;
+  return compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
+    Ran out;
+    CompileResult& r = out.result;
+    auto stop = [&](std::string why) {
+      r.outcome = CompileOutcome::transient;
+      r.message = std::move(why);
+      return std::move(out);
+    };
+    const std::string hlo_path = fmt::format("{}/{}", entry_dir, *files.hlo_name());
+    const std::string key = detail::entry_name(entry_dir);
+    const auto owner = detail::entry_owner(hlo_path);
+    entry.set_owner(owner);
+    // Never through a link: in a user's entry it could name any file, which root would truncate.
+    log = detail::UniqueFd(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!log) return stop(sys_error("create", log_path).message);
+    detail::give(log.get(), owner);
+    // A deterministic failure: the log, fully written, becomes the entry's model.log.
+    auto fail = [&](std::string why) {
+      detail::log_line(log.get(), why);
+      r.outcome = CompileOutcome::failed;
+      r.message = std::move(why);
+      out.failure_log = log_path;
+      return std::move(out);
+    };
+
+    // Bad contents are the entry's fault; a failed read is not, and may pass. LNL's
+    // command.txt is never judged so: a rank creates it empty, then writes it, and of an
+    // LNL entry only the compiler's own failure is recorded.
+    auto entry_flags = entry_compiler_flags(entry_dir, files, s.default_flags);
+    if (!entry_flags && (entry_flags.error().code == Errc::io || files.is_lnl()))
+      return stop(entry_flags.error().message);
+    if (!entry_flags) return fail(entry_flags.error().message);
+    std::vector<std::string> flags = std::move(*entry_flags);
+    // An LNL entry compiles with its own command's arguments (when it has command.txt).
+    std::optional<LnlCommand> lnl_command;
+    if (files.is_lnl() && files.has(EntryFile::flags)) {
+      auto c = read_lnl_command(fmt::format("{}/{}", entry_dir, k_lnl_command_file));
+      if (!c) return stop(c.error().message);
+      lnl_command = std::move(*c);
+    }
+    // An NKI kernel the graph calls by path must be on this host, else the compiler fails
+    // (NCC_EVRF059): not the graph's fault, so refused now and never recorded. An HLO we
+    // cannot read is left to the compiler to judge.
+    if (auto hlo = analyze_hlo_file(hlo_path))
+      for (const auto& kernel : hlo->stats.kernel_files)
+        if (::access(kernel.c_str(), F_OK) != 0)
+          return stop(fmt::format("{}: the graph calls the NKI kernel {}, which is not on this host", entry_dir, kernel));
+    // A retried failure: the old record goes only once we really compile again.
+    sys::unlink(fmt::format("{}/{}", entry_dir, files.failure_name()).c_str());
+
+    std::string root = s.workdir_root;
+    if (root.empty()) root = detail::getenv_or("TMPDIR", "/tmp");
+    PosixRunner posix;
+    ProcessRunner& runner = s.runner ? *s.runner : posix;
+    const std::string hlo_suffix(files.is_lnl() ? "" : files.hlo_name()->substr(std::string_view("model").size()));
+
+    for (int attempt = 0; attempt <= s.max_retries; ++attempt) {
+      std::string tmpl = fmt::format("{}/neffcache-{}-XXXXXX", root, key.substr(0, 64));
+      workdir.reset();
+      if (!sys::mkdtemp(tmpl.data())) return stop(sys_error("create work directory in", root).message);
+      workdir.emplace().dir = tmpl;
+      const std::string& dir = workdir->dir;
+      CompilerTemplate::Values v{fmt::format("{}/model.{}{}", dir, key, hlo_suffix),
+                                 fmt::format("{}/model.{}.neff", dir, key), dir, key, flags};
+      // The compiler's own log (LNL keeps it): where --logfile names it, or where
+      // neuronx-cc writes it by default, in its working folder.
+      const std::string compiler_log = fmt::format("{}/{}", dir, k_lnl_log_file);
+      if (files.is_lnl())
+        v.hlo = fmt::format("{}/{}", dir, k_lnl_hlo_file), v.neff = fmt::format("{}/{}", dir, files.neff_name());
+      if (auto c = detail::copy_file_hashed(hlo_path, v.hlo, 0644); !c)
+        return c.error().code == Errc::invalid_argument ? fail(c.error().message) : stop(c.error().message);
+      // A compiler run as another user writes into a work folder of its own. (What it
+      // leaves there is read without following links: see open_regular.)
+      if (s.run_as && ::chown(dir.c_str(), s.run_as->uid, s.run_as->gid) != 0)
+        return stop(sys_error("give the work directory to", s.run_as->name).message);
+
+      RunSpec spec;
+      spec.argv = lnl_command ? lnl_compile_argv(s.compiler.program(), *lnl_command, v.hlo, v.neff, compiler_log)
+                              : s.compiler.expand(v);
+      spec.cwd = dir;
+      spec.log_fd = log.get();
+      spec.timeout = s.timeout;
+      spec.kill_grace = s.kill_grace;
+      // Should we die, the entry stays locked until the compiler is gone too.
+      spec.inherit_fd = hold.descriptor();
+      spec.run_as = s.run_as;
+      // Ticks often enough to notice a cancel or a lost lock (KeepAlive beats it) quickly.
+      spec.tick_interval = std::min<milliseconds>(s.lock.heartbeat_interval(), milliseconds(250));
+      std::string stop_reason;
+      spec.tick = [&] {
+        if (hold.lost()) return stop_reason = hold.lost_why(), false;
+        if (s.cancelled && s.cancelled()) return stop_reason = "cancelled", false;
+        return true;
+      };
+      std::string command;
+      for (const auto& a : spec.argv) command += (command.empty() ? "" : " ") + a;
+      detail::log_line(log.get(), fmt::format("attempt {} in {}: {}", attempt + 1, dir, command));
+
+      const off_t output_from = ::lseek(log.get(), 0, SEEK_END);
+      auto run = runner.run(spec);
+      ++r.attempts;
+      if (!run) return stop(run.error().message);  // e.g. compiler not on PATH
+      r.compile_seconds = duration<double>(run->wall).count();
+      r.peak_rss_kib = std::max(r.peak_rss_kib, run->peak_rss_kib);
+
+      // Killed for lack of memory: the kernel's SIGKILL (our own timeout and cancel kills are
+      // RunEnd::timed_out and cancelled), 128+9 from a shell or launcher whose child it
+      // killed, or neuronx-cc's own report. Not the graph's fault, so nothing is recorded;
+      // and a retry here, with as much memory as before, would be killed again: handed back
+      // at once, for a caller that can give it more (max_retries is not used).
+      std::string oom;
+      if (run->end == RunEnd::signaled && run->signal == SIGKILL) oom = "signal 9";
+      else if (run->end == RunEnd::exited && run->exit_code == 128 + SIGKILL) oom = "exit 137";
+      else if (run->end == RunEnd::exited && run->exit_code == detail::k_neuron_internal_error_exit &&
+               detail::neuron_reports_oom(detail::read_tail(log.get(), output_from, 64 << 10)))
+        oom = fmt::format("exit {}, {}", run->exit_code, detail::k_neuron_oom_mark);
+      if (!oom.empty()) {
+        r.oom_killed = true;
+        r.peak_rss_kib = run->peak_rss_kib;
+        const std::string why = fmt::format("compiler killed for lack of memory ({}) at a peak of {} MiB", oom,
+                                            (run->peak_rss_kib + 512) / 1024);
+        detail::log_line(log.get(), why + " (transient: nothing recorded)");
+        return stop(why);
+      }
+
+      std::string why;
+      switch (run->end) {
+        case RunEnd::exited:
+          if (run->exit_code != 0) {
+            auto exhausted = detail::resource_exhaustion(detail::read_tail(log.get(), output_from, 64 << 10));
+            if (!exhausted) return fail(fmt::format("compiler exited with status {}", run->exit_code));
+            why = fmt::format("compiler exited with status {} and printed '{}'", run->exit_code, *exhausted);
+          }
+          else if (!std::filesystem::exists(v.neff)) return fail("compiler exited 0 but wrote no NEFF");
+          break;
+        case RunEnd::signaled:
+          why = fmt::format("compiler killed by signal {}", run->signal);
+          break;
+        case RunEnd::timed_out:
+          why = fmt::format("compiler timed out after {} s", duration_cast<seconds>(s.timeout).count());
+          break;
+        case RunEnd::cancelled:
+          why = fmt::format("compile stopped: {}", stop_reason);
+          break;
+      }
+      if (!why.empty()) {
+        detail::log_line(log.get(), why + " (transient: nothing recorded)");
+        r.message = why;
+        // A lost lock or a cancel is final; the other transients may be retried.
+        if (run->end == RunEnd::cancelled) break;
+        continue;
+      }
+
+      nlohmann::ordered_json meta{{"compiler", spec.argv},
+                                  {"flags", flags},
+                                  {"compile_seconds", r.compile_seconds},
+                                  {"peak_rss_kib", r.peak_rss_kib},
+                                  {"predicted_peak_kib", s.predicted_peak_kib},
+                                  {"oom_retries", s.oom_retries},
+                                  {"attempts", r.attempts},
+                                  {"host", detail::current_process().host}};
+      // An LNL entry has no compiler folder: its result's identity names this version.
+      if (files.is_lnl())
+        if (auto version = compiler_version(s)) meta["compiler_version"] = *version;
+      r.outcome = CompileOutcome::success;
+      out.produced = {v.neff, std::move(meta), compiler_log, [&, seconds = r.compile_seconds](const std::string& at) {
+                        detail::log_line(log.get(), fmt::format("published {} ({} bytes) in {:.2f} s", at,
+                                                                std::filesystem::file_size(at), seconds));
+                      }};
+      return out;
+    }
+    r.outcome = CompileOutcome::transient;
+    return out;
+  });
 }
 
 }  // namespace neffcache

@@ -1,14 +1,15 @@
 // A cache in an S3 bucket, laid out as the directory cache is: the objects of an entry
 // are <prefix>/neuronxcc-<version>/MODULE_<graph>+<flags>/<file>, or of an LNL entry
 // <prefix>/<key>/<file> (its lease is our .neffcache-lease in it). This header reads
-// entries and their states from listings and compiles an entry under its lease:
+// entries and their states from listings and compiles an entry under its lease, in the
+// steps of every compile (compile/pipeline.hpp) with an S3Entry for destination:
 //
 //   1. the entry's listing says done or failed: nothing to do;
 //   2. take the lease (lease.hpp); held elsewhere: busy;
 //   3. look again under the lease: whoever held it may have finished;
 //   4. download the HLO and flags into a local staging entry, compile it there with
-//      compile_entry (timeouts, retries, failure records as for a directory), renewing
-//      the lease as the compile runs; a lost lease stops the compile;
+//      compile_entry (timeouts, retries, failure records as for a directory), the lease
+//      renewed from the moment it was taken; a lost lease stops the compile;
 //   5. renew once more (still ours?), upload model.neff, then model.done with
 //      If-None-Match: * (so a reader never sees done without the NEFF), or upload the
 //      failure's model.log;
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +28,8 @@
 #include <fmt/format.h>
 
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/hold.hpp>
+#include <neffcache/compile/pipeline.hpp>
 #include <neffcache/core/decl.hpp>
 #include <neffcache/cache/inventory.hpp>
 #include <neffcache/cache/layout.hpp>
@@ -87,6 +91,45 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
                                              const std::string& neff);
 
 }  // namespace detail
+
+// An S3 entry's lease as a hold (compile/hold.hpp): renewed by beat(), lost when a
+// renewal finds it taken over or removed.
+class LeaseHold final : public EntryHold {
+ public:
+  explicit LeaseHold(S3Lease lease) : lease_(std::move(lease)) {}
+  std::string describe() const override { return lease_.key(); }
+  std::chrono::milliseconds beat_every() const override { return lease_.renew_interval(); }
+  void finish(bool settled) override { lease_.finish(settled ? S3Lease::Entry::settled : S3Lease::Entry::open); }
+
+ private:
+  Result<void> refresh() override { return lease_.renew(); }
+  bool gone(const Error& e) const override { return e.code == Errc::precondition_failed; }
+
+  S3Lease lease_;
+};
+
+// The S3 entry `rel` of the cache at `prefix` as a compile's destination
+// (compile/pipeline.hpp): held by its lease (`ttl`, `host` as S3Lease::acquire's), its
+// result published by upload_s3_result, a failure by uploading its log.
+class S3Entry final : public Destination {
+ public:
+  S3Entry(S3Client& s3, const std::string& prefix, std::string rel, std::chrono::seconds ttl = k_default_lease_ttl,
+          std::string host = {})
+      : s3_(s3), rel_(std::move(rel)), base_(s3_key(prefix, rel_)), ttl_(ttl), host_(std::move(host)) {}
+  std::string describe() const override { return s3_.describe(base_); }
+  NEFFCACHE_DECL Result<EntryFiles> files() const override;
+  NEFFCACHE_DECL Result<std::unique_ptr<EntryHold>> take(const EntryFiles& files) override;
+  std::chrono::milliseconds poll_interval() const override { return std::chrono::seconds(1); }
+  NEFFCACHE_DECL Result<std::string> publish(const EntryFiles& files, const Produced& p) override;
+  NEFFCACHE_DECL Result<void> record_failure(const EntryFiles& files, const std::string& log) override;
+
+ private:
+  S3Client& s3_;
+  std::string rel_;
+  std::string base_;
+  std::chrono::seconds ttl_;
+  std::string host_;
+};
 
 struct S3CompileOptions {
   std::chrono::seconds lease_ttl = k_default_lease_ttl;

@@ -111,105 +111,89 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
 
 }  // namespace detail
 
+NEFFCACHE_DECL Result<EntryFiles> S3Entry::files() const {
+  auto names = detail::s3_entry_names(s3_, base_);
+  if (!names) return names.error();
+  return detail::files_named(rel_, *names);
+}
+
+NEFFCACHE_DECL Result<std::unique_ptr<EntryHold>> S3Entry::take(const EntryFiles& files) {
+  auto lease = S3Lease::acquire(s3_, fmt::format("{}/{}", base_, files.s3_lock_name()), ttl_, host_);
+  if (!lease) return lease.error();
+  return std::unique_ptr<EntryHold>(std::make_unique<LeaseHold>(std::move(*lease)));
+}
+
+NEFFCACHE_DECL Result<std::string> S3Entry::publish(const EntryFiles& files, const Produced& p) {
+  if (auto up = detail::upload_s3_result(s3_, base_, files, p.neff); !up) return up.error();
+  return describe();
+}
+
+NEFFCACHE_DECL Result<void> S3Entry::record_failure(const EntryFiles& files, const std::string& log) {
+  if (auto up = s3_.upload(fmt::format("{}/{}", base_, files.failure_name()), log); !up) return up.error();
+  return {};
+}
+
 NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,
                                               const CompileSettings& s, const S3CompileOptions& o) {
-  CompileResult r;
-  auto transient = [&](std::string why) {
-    r.outcome = CompileOutcome::transient;
-    r.message = std::move(why);
-    return r;
+  S3Entry entry(s3, prefix, rel, o.lease_ttl, o.host);
+  auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
+  HeldCompile how;
+  how.look = [&](const EntryFiles& files, bool held) -> std::optional<CompileResult> {
+    if (auto settled = settled_outcome(files, s.retry_failed)) return CompileResult::of(*settled);
+    if (!files.has_hlo()) return transient(fmt::format("{}: no HLO to compile", entry.describe()));
+    if (held) return std::nullopt;
+    CompileResult r;
+    if (!s.compiles_off.empty()) return refused(r, entry.describe(), s);
+    if (auto serves = compiler_serves(rel, s); !serves) {
+      r = transient(serves.error().message);
+      r.refused = true;
+      return r;
+    }
+    return std::nullopt;
   };
-  const std::string base = s3_key(prefix, rel);
-  auto files_now = [&]() -> Result<EntryFiles> {
-    auto names = detail::s3_entry_names(s3, base);
-    if (!names) return names.error();
-    return detail::files_named(rel, *names);
-  };
-  auto files = files_now();
-  if (!files) return transient(files.error().message);
-  if (auto settled = settled_outcome(*files, s.retry_failed)) return r.outcome = *settled, r;
-  if (!files->has_hlo()) return transient(fmt::format("{}: no HLO to compile", s3.describe(base)));
-  if (!s.compiles_off.empty()) return refused(r, s3.describe(base), s);
-  if (auto serves = compiler_serves(rel, s); !serves) {
-    r.refused = true;
-    return transient(serves.error().message);
-  }
-
-  auto lease = S3Lease::acquire(s3, fmt::format("{}/{}", base, files->s3_lock_name()), o.lease_ttl, o.host);
-  if (!lease) {
-    r.outcome = lease.error().code == Errc::busy ? CompileOutcome::busy : CompileOutcome::transient;
-    r.message = lease.error().message;
-    return r;
-  }
-  auto finish = [&](CompileResult res) {
-    lease->finish(is_success(res.outcome) ? S3Lease::Entry::settled : S3Lease::Entry::open);
-    return res;
-  };
-  files = files_now();
-  if (!files) return finish(transient(files.error().message));
-  if (auto settled = settled_outcome(*files, s.retry_failed)) return r.outcome = *settled, finish(r);
-  if (!files->has_hlo()) return finish(transient(fmt::format("{}: no HLO to compile", s3.describe(base))));
-
-  // The staging entry keeps the entry's own folder names: the compiler sees the same
-  // file names as in a directory cache.
-  std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
-  std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
-  if (!sys::mkdtemp(tmpl.data())) return finish(transient(sys_error("create staging directory in", root).message));
-  struct Cleanup {
+  struct Staging {
     std::string dir;
-    ~Cleanup() { detail::remove_tree_at(AT_FDCWD, dir); }
-  } cleanup{tmpl};
-  const std::string entry_dir = fmt::format("{}/{}", tmpl, rel);
-  std::error_code ec;
-  std::filesystem::create_directories(entry_dir, ec);
-  if (ec) return finish(transient(fmt::format("create {}: {}", entry_dir, ec.message())));
-  for (const auto& name : detail::input_names(*files)) {
-    auto got = s3.download(fmt::format("{}/{}", base, name), fmt::format("{}/{}", entry_dir, name));
-    if (!got) return finish(transient(got.error().message));
-  }
-  // The NKI kernels the graph calls, from the bucket when this host lacks them (an
-  // unreadable HLO calls none we can name: its compile says what is wrong with it).
-  if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *files->hlo_name())))
-    if (auto fetched = fetch_nki_kernels(s3, prefix, o.nki_kernels, *called); !fetched)
-      return finish(transient(fetched.error().message));
+    ~Staging() {
+      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
+    }
+  } staging;  // (outlives the run: its NEFF or log is published from there)
 
-  CompileSettings local = s;
-  std::string lost;
-  auto last_renewal = std::chrono::steady_clock::now();
-  local.cancelled = [&] {
-    if (s.cancelled && s.cancelled()) return true;
-    if (std::chrono::steady_clock::now() - last_renewal < lease->renew_interval()) return false;
-    last_renewal = std::chrono::steady_clock::now();
-    // A renewal that fails for the network is tried again next time; only a lease
-    // taken over is final.
-    if (auto renewed = lease->renew(); !renewed && renewed.error().code == Errc::precondition_failed)
-      lost = renewed.error().message;
-    return !lost.empty();
-  };
-  // (Its result is handed back whole: an OOM kill's oom_killed and peak_rss_kib too, for
-  // a scheduler that retries it with more memory.)
-  CompileResult local_result = compile_entry(entry_dir, local);
-  if (!lost.empty()) {
-    // Taken over elsewhere: final here, whatever ended the compiler.
-    local_result.outcome = CompileOutcome::transient;
-    local_result.message = std::move(lost);
-    local_result.oom_killed = false;
-    return finish(local_result);
-  }
-  if (local_result.outcome != CompileOutcome::success && local_result.outcome != CompileOutcome::failed)
-    return finish(local_result);
-  // Publish only while the lease is still ours.
-  if (auto renewed = lease->renew(); !renewed) return finish(transient(renewed.error().message));
-  if (local_result.outcome == CompileOutcome::failed) {
-    auto f = s3.upload(fmt::format("{}/{}", base, files->failure_name()),
-                       fmt::format("{}/{}", entry_dir, files->failure_name()));
-    if (!f) return finish(transient(f.error().message));
-    return finish(local_result);
-  }
-  if (auto up = detail::upload_s3_result(s3, base, *files, fmt::format("{}/{}", entry_dir, files->neff_name())); !up)
-    return finish(transient(up.error().message));
-  if (o.published) o.published(entry_dir);
-  return finish(local_result);
+  return compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
+    Ran out;
+    auto stop = [&](std::string why) {
+      out.result = transient(std::move(why));
+      return std::move(out);
+    };
+    // The staging entry keeps the entry's own folder names: the compiler sees the same
+    // file names as in a directory cache.
+    const std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
+    std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
+    if (!sys::mkdtemp(tmpl.data())) return stop(sys_error("create staging directory in", root).message);
+    staging.dir = tmpl;
+    const std::string entry_dir = fmt::format("{}/{}", tmpl, rel);
+    std::error_code ec;
+    std::filesystem::create_directories(entry_dir, ec);
+    if (ec) return stop(fmt::format("create {}: {}", entry_dir, ec.message()));
+    for (const auto& name : detail::input_names(files)) {
+      auto got = s3.download(fmt::format("{}/{}", s3_key(prefix, rel), name), fmt::format("{}/{}", entry_dir, name));
+      if (!got) return stop(got.error().message);
+    }
+    // The NKI kernels the graph calls, from the bucket when this host lacks them (an
+    // unreadable HLO calls none we can name: its compile says what is wrong with it).
+    if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *files.hlo_name())))
+      if (auto fetched = fetch_nki_kernels(s3, prefix, o.nki_kernels, *called); !fetched)
+        return stop(fetched.error().message);
+
+    CompileSettings local = s;
+    local.cancelled = [&] { return (s.cancelled && s.cancelled()) || hold.lost(); };
+    // (Its result is handed back whole: an OOM kill's oom_killed and peak_rss_kib too, for
+    // a scheduler that retries it with more memory.)
+    out.result = compile_entry(entry_dir, local);
+    out.produced.neff = fmt::format("{}/{}", entry_dir, files.neff_name());
+    if (o.published) out.produced.on_published = [&o, entry_dir](const std::string&) { o.published(entry_dir); };
+    out.failure_log = fmt::format("{}/{}", entry_dir, files.failure_name());
+    return out;
+  });
 }
 
 NEFFCACHE_DECL Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,

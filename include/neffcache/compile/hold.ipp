@@ -1,0 +1,40 @@
+// Definitions of compile/hold.hpp (core/decl.hpp).
+#pragma once
+
+#include <neffcache/compile/hold.hpp>
+
+namespace neffcache {
+
+NEFFCACHE_DECL Result<void> EntryHold::beat() {
+  auto r = refresh();
+  if (!r && gone(r.error())) {
+    std::lock_guard lk(mu_);
+    why_ = r.error().message;
+    lost_ = true;
+  }
+  return r;
+}
+
+NEFFCACHE_DECL std::string EntryHold::lost_why() const {
+  std::lock_guard lk(mu_);
+  return why_;
+}
+
+NEFFCACHE_DECL KeepAlive::KeepAlive(EntryHold& hold) {
+  thread_ = std::thread([this, &hold] {
+    std::unique_lock lk(mu_);
+    // Once lost, beating on could only fail again.
+    while (!cv_.wait_for(lk, hold.beat_every(), [&] { return done_; }) && !hold.lost()) (void)hold.beat();
+  });
+}
+
+NEFFCACHE_DECL KeepAlive::~KeepAlive() {
+  {
+    std::lock_guard lk(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+}  // namespace neffcache
