@@ -243,18 +243,18 @@ std::optional<std::pair<int, double>> compile_admitted(const Shim& c, const Entr
 // (compile/pipeline.hpp), waiting while another process or host holds it. `served` looks
 // at the entry's files and serves the caller from them when it can (true: served, PASS
 // said and counted; an error: the cache cannot be used); `keep_graph` stores the graph in
-// the entry before its NEFF goes in; `after` follows a run of the compiler, with whether
-// its NEFF was published and how long it ran. A hold lost while we waited for memory
-// passes to its new holder, whose NEFF we wait for as for any other. Returns the exit
-// status the caller sees.
+// the entry before its NEFF goes in; `published` follows the publish, under the hold.
+// A hold lost while we waited for memory passes to its new holder, whose NEFF we wait
+// for as for any other. Returns the exit status the caller sees.
 int compile_into(const Shim& c, Destination& dest,
                  const std::function<Result<bool>(const EntryFiles&, bool waited)>& served,
-                 const std::function<Result<bool>()>& keep_graph,
-                 const std::function<void(bool published, double seconds)>& after) {
+                 const std::function<Result<bool>()>& keep_graph, const std::function<void(double seconds)>& published) {
+  bool look_failed = false;
   HeldCompile how;
   how.wait_until = c.deadline;
   how.look = [&](const EntryFiles& files, bool) -> std::optional<CompileResult> {
     auto hit = served(files, c.waited());
+    look_failed = !hit;
     if (!hit) return CompileResult::of(CompileOutcome::transient, hit.error().message);
     if (*hit) return CompileResult::of(CompileOutcome::already_done);
     return std::nullopt;
@@ -268,16 +268,17 @@ int compile_into(const Shim& c, Destination& dest,
       lost_waiting = !ran;
       struct stat st {};
       if (!ran || ran->first != 0 || ::stat(c.call.output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
+      if (hold.lost()) return out;  // (compile_held says so)
       if (auto kept = keep_graph(); !kept) return out.result.message = kept.error().message, out;
       out.result = CompileResult::of(CompileOutcome::success);
       out.produced.neff = c.call.output;
       out.produced.meta = {{"compiler_version", c.version}, {"compile_seconds", ran->second}, {"by", k_me}};
+      out.produced.on_published = [&, seconds = ran->second](const std::string&) { published(seconds); };
       return out;
     });
     if (ran) {
-      if (r.outcome != CompileOutcome::success && !r.message.empty())
+      if (ran->first == 0 && r.outcome != CompileOutcome::success && !r.message.empty())
         fmt::print(stderr, "{}: warning: the NEFF was not cached: {}\n", k_me, r.message);
-      after(r.outcome == CompileOutcome::success, ran->second);
       return ran->first;
     }
     if (r.outcome == CompileOutcome::already_done) return 0;
@@ -286,7 +287,8 @@ int compile_into(const Shim& c, Destination& dest,
                  "waiting for its NEFF\n", k_me, dest.describe());
       continue;
     }
-    if (r.outcome == CompileOutcome::busy) count(c.backing, {"fallbacks"});
+    // (The entry could not be taken: held past the deadline, or an error.)
+    if (!look_failed) count(c.backing, {"fallbacks"});
     c.fallback(r.message);
   }
 }
@@ -313,9 +315,8 @@ int compile_on_s3(const Shim& c, store::S3Store& bucket) {
   auto hit = served(*files, false);
   if (!hit) c.fallback(hit.error().message);
   if (*hit) return 0;
-  return compile_into(
-      c, dest, served, [&] { return store_s3_graph(s3, bucket.url().prefix, c.job.entry, c.hlo_bytes, c.flags); },
-      [](bool, double) {});
+  auto keep_graph = [&] { return store_s3_graph(s3, bucket.url().prefix, c.job.entry, c.hlo_bytes, c.flags); };
+  return compile_into(c, dest, served, keep_graph, [](double) {});
 }
 
 // A folder cache: a result the content index knows (any twin) or our entry done is
@@ -324,6 +325,7 @@ int compile_on_s3(const Shim& c, store::S3Store& bucket) {
 int compile_in_folder(const Shim& c, const store::Store& cache, const std::string& root, bool caller_holds_ours) {
   const std::string entry_dir = fmt::format("{}/{}", root, c.job.entry);
   const ContentIndex* index = cache.content_index();
+  bool warned = false;  // (asked again at each look while we wait: said once)
   auto served = [&](const EntryFiles& files, bool waited) -> Result<bool> {
     auto twin = index->find(c.job.id, "", /*with_failures=*/false);
     // Done, but not by a publish of ours: recorded now.
@@ -331,14 +333,16 @@ int compile_in_folder(const Shim& c, const store::Store& cache, const std::strin
       twin = index->find(c.job.id, "", false);
     if (!twin) return false;
     if (auto placed = place_output(twin->neff.get(), twin->dir, c.call.output, twin->record.xxh3); !placed) {
-      fmt::print(stderr, "{}: warning: {}\n", k_me, placed.error().message);
+      if (!std::exchange(warned, true)) fmt::print(stderr, "{}: warning: {}\n", k_me, placed.error().message);
       return false;
     }
     say_pass(c.call, twin->record.entry);
     count(c.backing, {waited ? "waited" : "hits"});
     return true;
   };
-  FolderEntry dest(entry_dir);
+  // A waiter looks at the index between tries: twice a second is soon enough for a
+  // compile that takes minutes.
+  FolderEntry dest(entry_dir, LockOptions{.poll_interval = std::chrono::milliseconds(500)});
   auto files = dest.files();  // (no folder yet: a twin may still serve)
   if (*served(files ? *files : EntryFiles{}, false)) return 0;
   if (auto why = cache.unchangeable()) c.fallback(why->message);
@@ -346,14 +350,15 @@ int compile_in_folder(const Shim& c, const store::Store& cache, const std::strin
   std::error_code ec;
   fs::create_directories(entry_dir, ec);
   if (ec) c.fallback(fmt::format("cannot create {}: {}", entry_dir, ec.message()));
-  return compile_into(
+  const int status = compile_into(
       c, dest, served, [&] { return store_graph(entry_dir, c.hlo_bytes, c.flags); },
-      [&](bool published, double seconds) {
-        if (!published) ::rmdir(entry_dir.c_str());  // (only when nothing else is in it)
-        else if (auto r = index->add(c.job.id, c.job.entry, seconds); !r)
+      [&](double seconds) {
+        if (auto r = index->add(c.job.id, c.job.entry, seconds); !r)
           fmt::print(stderr, "{}: warning: the content index did not record {}: {}\n", k_me, c.job.entry,
                      r.error().message);
       });
+  if (status != 0) ::rmdir(entry_dir.c_str());  // (only when nothing else is in it)
+  return status;
 }
 
 }  // namespace

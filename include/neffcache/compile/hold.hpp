@@ -81,7 +81,8 @@ class LockHold final : public EntryHold {
 
 // Beats a hold every beat_every() on a thread of its own, from construction (the first
 // beat one interval later) to destruction, which waits for a beat under way (a renewal:
-// at most the S3 client's timeout). Meanwhile nothing else beats or finishes the hold.
+// at most the S3 client's timeout). Meanwhile nothing else beats or finishes the hold
+// but beat_now().
 class [[nodiscard]] KeepAlive {
  public:
   NEFFCACHE_DECL explicit KeepAlive(EntryHold& hold);
@@ -89,8 +90,12 @@ class [[nodiscard]] KeepAlive {
   KeepAlive(const KeepAlive&) = delete;
   KeepAlive& operator=(const KeepAlive&) = delete;
 
+  // One beat now, in turn with the thread's (before a publish: still ours?).
+  NEFFCACHE_DECL Result<void> beat_now();
+
  private:
-  std::mutex mu_;
+  EntryHold& hold_;
+  std::mutex mu_;  // held by each beat; guards done_
   std::condition_variable cv_;
   bool done_ = false;
   std::thread thread_;

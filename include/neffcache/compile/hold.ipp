@@ -20,12 +20,17 @@ NEFFCACHE_DECL std::string EntryHold::lost_why() const {
   return why_;
 }
 
-NEFFCACHE_DECL KeepAlive::KeepAlive(EntryHold& hold) {
-  thread_ = std::thread([this, &hold] {
+NEFFCACHE_DECL KeepAlive::KeepAlive(EntryHold& hold) : hold_(hold) {
+  thread_ = std::thread([this] {
     std::unique_lock lk(mu_);
     // Once lost, beating on could only fail again.
-    while (!cv_.wait_for(lk, hold.beat_every(), [&] { return done_; }) && !hold.lost()) (void)hold.beat();
+    while (!cv_.wait_for(lk, hold_.beat_every(), [&] { return done_; }) && !hold_.lost()) (void)hold_.beat();
   });
+}
+
+NEFFCACHE_DECL Result<void> KeepAlive::beat_now() {
+  std::lock_guard lk(mu_);
+  return hold_.beat();
 }
 
 NEFFCACHE_DECL KeepAlive::~KeepAlive() {

@@ -4,14 +4,15 @@
 //   1. look: what the entry's files say now; a result ends the job (done, a failure
 //      recorded, nothing to compile, compiles off)
 //   2. take the entry's hold (compile/hold.hpp) from its Destination: at once, busy when
-//      another holds it, or waiting until a deadline and looking again between tries
+//      another holds it, or waiting until a deadline and looking again between tries;
+//      from then on until it is given back, the hold is kept alive (KeepAlive)
 //   3. look again under the hold: whoever held it before may have finished
-//   4. run: the caller's step (admission by memory, the compiler), with the hold kept
-//      alive all along (KeepAlive)
+//   4. run: the caller's step (admission by memory, the compiler)
 //   5. under the hold, beaten once more first (lost: nothing goes in): the NEFF
 //      published, its marker last, or the compiler's failure recorded
 //   6. the hold given back, settled when the entry is done.
-// Recording the result in a content index, where there is one, is the caller's, after.
+// Recording the result in a content index, where there is one, is the caller's
+// (Produced::on_published, under the hold).
 #pragma once
 
 #include <chrono>

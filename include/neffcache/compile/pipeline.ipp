@@ -4,6 +4,7 @@
 #include <neffcache/compile/pipeline.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -55,7 +56,10 @@ NEFFCACHE_DECL CompileResult compile_held(Destination& d, const HeldCompile& how
     if (!files) return transient(files.error().message);
     if (auto r = how.look(*files, false)) return *r;
   }
+  // Kept alive from here until it is given back, whatever step the compile is in.
+  std::optional<KeepAlive> alive(std::in_place, *hold);
   auto give_back = [&](CompileResult r) {
+    alive.reset();
     hold->finish(is_success(r.outcome));
     return r;
   };
@@ -64,31 +68,28 @@ NEFFCACHE_DECL CompileResult compile_held(Destination& d, const HeldCompile& how
   if (!files) return give_back(transient(files.error().message));
   if (auto r = how.look(*files, true)) return give_back(std::move(*r));
 
-  Ran ran;
-  {
-    const KeepAlive alive(*hold);
-    ran = run(*files, *hold);
-  }
+  Ran ran = run(*files, *hold);
   CompileResult& r = ran.result;
-  auto lost = [&] {
-    // Taken over while we ran: final here, whatever ended the run.
+  // (What the run counted, attempts and times, stays in its result whatever ends it.)
+  auto stop = [&](std::string why) {
     r.outcome = CompileOutcome::transient;
-    r.message = hold->lost_why();
+    r.message = std::move(why);
     r.oom_killed = false;
     return give_back(std::move(r));
   };
-  if (hold->lost()) return lost();
+  // Taken over while we ran: final here, whatever ended the run.
+  if (hold->lost()) return stop(hold->lost_why());
   const bool publish = r.outcome == CompileOutcome::success;
   if (!publish && (r.outcome != CompileOutcome::failed || ran.failure_log.empty())) return give_back(std::move(r));
   // Whatever goes in goes only while the hold is surely ours.
-  if (auto held = hold->beat(); !held) return hold->lost() ? lost() : give_back(transient(held.error().message));
+  if (auto held = alive->beat_now(); !held) return stop(hold->lost() ? hold->lost_why() : held.error().message);
   if (publish) {
     auto where = d.publish(*files, ran.produced);
-    if (!where) return give_back(transient(where.error().message));
+    if (!where) return stop(where.error().message);
     if (ran.produced.on_published) ran.produced.on_published(*where);
     r.message.clear();
   } else if (auto recorded = d.record_failure(*files, ran.failure_log); !recorded) {
-    return give_back(transient(recorded.error().message));
+    return stop(recorded.error().message);
   }
   return give_back(std::move(r));
 }
