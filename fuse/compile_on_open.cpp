@@ -233,8 +233,7 @@ void CompileOnOpen::request(const std::string& entry_dir, Priority prio, std::sh
 void CompileOnOpen::prepare_loop() {
   while (auto item = queue_.pop()) {
     if (item->upload_only) {
-      auto entry = opts_.store->of_folder(item->entry_dir);
-      auto up = entry ? opts_.store->publish_written(*entry) : Result<void>(entry.error());
+      auto up = opts_.store->remote().publish_written(item->entry_dir);
       if (!up) fmt::print(stderr, "neffcachefs: cannot upload {}: {}\n", item->entry_dir, up.error().message);
       continue;
     }

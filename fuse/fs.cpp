@@ -53,7 +53,7 @@ void remove_stale_lock(int entry_fd) {
 Filesystem::Filesystem(Options opts)
     : opts_(std::move(opts)),
       inodes_(opts_.backing, opts_.lowers),
-      inputs_(opts_.eager, opts_.store->publishes_writes()),
+      inputs_(opts_.eager, opts_.store->remote().publishes_writes()),
       compile_(opts_, stats_),
       indexer_(opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
                opts_.index_scan) {
@@ -93,7 +93,7 @@ std::string Filesystem::stats_json() const {
     ctx.memory["host_reserved"] = host;
     ctx.memory["ledger"] = ledger->dir();
   }
-  if (auto counters = opts_.store->counters()) {
+  if (auto counters = opts_.store->remote().counters()) {
     ctx.s3 = std::move(counters);
     (*ctx.s3)["url"] = opts_.store->name();
   }
@@ -111,7 +111,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
   Found found;
   int err = find(parent, name, found);
   // Not here yet: the S3 cache may have it.
-  if (err == ENOENT && found.dir && opts_.store->has_remote() && opts_.store->fill(path_of_fd(found.dir->get()), name))
+  if (err == ENOENT && found.dir && opts_.store->remote().fill(found.dir->get(), name))
     err = find(parent, name, found = {});
   if (err == ENOENT && found.dir && is_product_name(name)) {
     if (is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {

@@ -50,12 +50,9 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     opened.noflush = reading && i.finished;
     if (reading && i.finished_neff) {
       ++stats_.hits;
-      const bool offer = !i.index_offered.exchange(true);
-      if (!offer && !opts_.store->has_remote()) return opened;
-      const std::string entry_dir = std::filesystem::path(path_of_fd(pfd->get())).parent_path().string();
-      if (offer) indexer_.seen(entry_dir);
-      if (!opts_.store->has_remote()) return opened;
-      if (auto entry = opts_.store->of_folder(entry_dir)) opts_.store->neff_opened(*entry);
+      if (!i.index_offered.exchange(true))
+        indexer_.seen(std::filesystem::path(path_of_fd(pfd->get())).parent_path().string());
+      opts_.store->remote().neff_opened(pfd->get());
     }
     return opened;
   }

@@ -182,7 +182,7 @@ int Filesystem::rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent
   if (!pfd || !npfd) return p.special != Inode::Special::none || np.special != Inode::Special::none ? EACCES : err;
   if (layered())
     if (int e = rename_layered(p, name, np, newname, flags, pfd, npfd)) return e;
-  if (&np == &inodes_.root() && is_lnl_key(newname) && !(flags & RENAME_EXCHANGE) && opts_.store->has_remote())
+  if (&np == &inodes_.root() && is_lnl_key(newname) && !(flags & RENAME_EXCHANGE))
     if (int e = promote(pfd->get(), name, npfd->get(), newname, flags); e != 0) return e;
   if (::syscall(SYS_renameat2, pfd->get(), name, npfd->get(), newname, flags) != 0) return errno;
   if (layered()) ::unlinkat(npfd->get(), whiteout_of(newname).c_str(), 0);  // (it shadows the lower name now)
@@ -204,11 +204,12 @@ static bool is_empty_dir(int dir, const char* name) {
   return empty;
 }
 
-// A folder renamed to an LNL key in the root of a tier: LNL's save_cache() publishing an
-// entry to its remote cache. The store publishes it first (to S3, only if no host has the
-// entry yet); a taken key fails as a rename onto a non-empty folder does on a local disk,
-// and nothing is renamed. Only what the local rename would allow is tried: a folder (not
-// an entry already), onto a name that is free or an empty folder.
+// A folder renamed to an LNL key in the root: LNL's save_cache() publishing an entry to
+// its remote cache. The store's remote publishes it first (the tier's: to S3, only if no
+// host has the entry yet; a plain folder's does nothing); a taken key fails as a rename
+// onto a non-empty folder does on a local disk, and nothing is renamed. Only what the
+// local rename would allow is tried: a folder (not an entry already), onto a name that is
+// free or an empty folder.
 int Filesystem::promote(int from_dir, const char* name, int to_dir, const char* newname, unsigned flags) {
   struct stat src {}, dst {};
   if (::fstatat(from_dir, name, &src, AT_SYMLINK_NOFOLLOW) != 0) return errno;
@@ -219,9 +220,7 @@ int Filesystem::promote(int from_dir, const char* name, int to_dir, const char* 
     if (dst.st_nlink > 2 || !is_empty_dir(to_dir, newname)) return ENOTEMPTY;
   }
   const std::string folder = fmt::format("{}/{}", path_of_fd(from_dir), name);
-  auto to = opts_.store->of_folder(fmt::format("{}/{}", path_of_fd(to_dir), newname));
-  if (!to) return 0;
-  auto published = opts_.store->promote(folder, *to);
+  auto published = opts_.store->remote().promote(folder, fmt::format("{}/{}", path_of_fd(to_dir), newname));
   if (published) return 0;
   if (published.error().code == Errc::exists) {
     fmt::print(stderr, "neffcachefs: {} not published as {}: {}\n", folder, newname, published.error().message);
@@ -271,7 +270,7 @@ std::shared_ptr<const Listing> Filesystem::list(Inode& i, int& err) {
   if (!dir) return nullptr;
   struct stat st {};
   if (::fstat(dir->get(), &st) == 0 && st.st_nlink == 0) return err = ESTALE, nullptr;  // removed meanwhile
-  if (opts_.store->has_remote()) opts_.store->fill_listing(path_of_fd(dir->get()));
+  opts_.store->remote().fill_listing(dir->get());
   int fd = ::openat(dir->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return err = errno, nullptr;
   DIR* d = ::fdopendir(fd);

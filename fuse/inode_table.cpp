@@ -19,12 +19,6 @@ using neffcache::detail::UniqueFd;
 
 std::string proc_path(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
 
-std::string path_of_fd(int fd) {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink(proc_path(fd).c_str(), buf, sizeof buf);
-  return n > 0 && n < static_cast<ssize_t>(sizeof buf) ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
-}
-
 UniqueFd open_beneath(int root_fd, const std::string& rel, int flags) {
   struct open_how how {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);

@@ -175,7 +175,7 @@ class InodeTable {
 };
 
 // The path of the file an open descriptor names; empty if it cannot be read.
-std::string path_of_fd(int fd);
+using neffcache::detail::path_of_fd;
 // Opens `rel` (a path, "" for the folder itself) below folder `root_fd` with `flags`,
 // through no symbolic link and never out of it (openat2 RESOLVE_BENEATH and
 // RESOLVE_NO_SYMLINKS; a link as the last part is opened itself with O_PATH|O_NOFOLLOW).

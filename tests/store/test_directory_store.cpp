@@ -1,5 +1,7 @@
 // The store interface on a directory cache (store/directory.hpp): listing states, naming
 // entries from every form a command line gives, maintenance, and the refusals.
+#include <fcntl.h>
+
 #include <map>
 #include <set>
 
@@ -213,4 +215,20 @@ TEST_CASE("a directory store names an LNL entry by its key folder or a file in i
   // We never write Neuron files into an LNL entry.
   CHECK_FALSE(s->put_graph(*s->at(key), "hlo", {}).has_value());
   CHECK_FALSE(fs::exists(dir.path() / key / "model.hlo_module.pb"));
+}
+
+TEST_CASE("a directory's remote has nothing elsewhere: every call does nothing", "[store]") {
+  test::TempDir root;
+  make_entries(root.path());
+  auto s = store::DirectoryStore::open(root.path().string());
+  const store::Remote& remote = s->remote();
+  detail::UniqueFd dir(::open(root.path().c_str(), O_PATH | O_CLOEXEC));
+  CHECK_FALSE(remote.fill(dir.get(), "neuronxcc-9.9.9"));
+  remote.fill_listing(dir.get());
+  remote.neff_opened(dir.get());
+  CHECK_FALSE(remote.publishes_writes());
+  CHECK(remote.publish_written(root.path().string()).has_value());
+  CHECK(remote.promote((root / "tmp").string(), (root / "0123456789abcdef0123456789abcdef").string()).has_value());
+  CHECK_FALSE(remote.counters().has_value());
+  CHECK_FALSE(test::fs::exists(root / "neuronxcc-9.9.9"));
 }

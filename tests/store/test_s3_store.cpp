@@ -1,6 +1,8 @@
 // The store interface on an S3 cache and on the local tier of one (store/s3.hpp,
 // store/tier.hpp), against the test radosgw: listing states, naming entries from every
 // accepted form, maintenance under leases, and the refusals.
+#include <fcntl.h>
+
 #include <filesystem>
 #include <map>
 
@@ -170,14 +172,16 @@ TEST_CASE("a tier store sees S3 entries in its local folder", "[s3][store]") {
   auto& tier = **t;
   CHECK(tier.name() == url);
   CHECK(test::entry_states(tier).size() == 4);  // S3's listing is the truth
-  CHECK(tier.publishes_writes());
+  const store::Remote& remote = tier.remote();
+  CHECK(remote.publishes_writes());
   CHECK_FALSE(tier.copies_equal_graphs());
 
   const std::string rel = test::fake_entry(1, k_first);
   const std::string compiler = rel.substr(0, rel.find('/'));
   // A lookup in the local folder brings the compiler folder, then the entry's inputs.
-  CHECK(tier.fill(tier.root(), compiler));
-  CHECK(tier.fill(tier.root() + "/" + compiler, rel.substr(rel.find('/') + 1)));
+  auto folder = [](const std::string& path) { return detail::UniqueFd(::open(path.c_str(), O_PATH | O_CLOEXEC)); };
+  CHECK(remote.fill(folder(tier.root()).get(), compiler));
+  CHECK(remote.fill(folder(tier.root() + "/" + compiler).get(), rel.substr(rel.find('/') + 1)));
   CHECK(fs::exists(local.path() / rel / "model.hlo_module.pb"));
   auto e = tier.named((local.path() / rel / "model.hlo_module.pb").string());
   REQUIRE(e.has_value());
@@ -195,8 +199,8 @@ TEST_CASE("a tier store sees S3 entries in its local folder", "[s3][store]") {
   auto r = tier.compile_function()(e->view(), CompileSettings{});
   CHECK(r.outcome == CompileOutcome::already_done);
   CHECK(test::slurp(local.path() / rel / "model.neff") == "neff bytes");
-  REQUIRE(tier.counters().has_value());
-  CHECK((*tier.counters())["fetches"] == 1);
+  REQUIRE(remote.counters().has_value());
+  CHECK((*remote.counters())["fetches"] == 1);
   // Clearing results clears them on S3 and here.
   REQUIRE(tier.clear_results(*e).has_value());
   CHECK_FALSE(fs::exists(local.path() / rel / "model.neff"));

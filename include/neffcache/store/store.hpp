@@ -26,8 +26,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <neffcache/core/decl.hpp>
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/compile/peaks.hpp>
@@ -36,6 +34,7 @@
 #include <neffcache/cache/inventory.hpp>
 #include <neffcache/cache/maintenance.hpp>
 #include <neffcache/core/result.hpp>
+#include <neffcache/store/remote.hpp>
 
 namespace neffcache::store {
 
@@ -192,39 +191,20 @@ class Store {
   // those of the read-only layers refuse each change by themselves.
   virtual std::optional<Error> unchangeable() const { return std::nullopt; }
 
-  // What a daemon serving a local folder of this store asks (the folder is the cache, or
-  // the local tier of an S3 cache); a plain directory has nothing to do for any of them.
-  // True when the local folder is a tier of a cache elsewhere, so that the calls below do
-  // something: a daemon asks once, and spares a plain directory the work of asking.
-  virtual bool has_remote() const { return false; }
-  // The entry whose local folder is `dir`; Errc::invalid_argument when `dir` is none.
+  // The entry whose local folder is `dir`; Errc::invalid_argument when `dir` is none (a
+  // store without local folders has none).
   virtual Result<Entry> of_folder(const std::string& dir) const;
-  // A lookup of `name` in the local folder `dir` found nothing: makes it from elsewhere
-  // (S3) if the store has it there. True if something was made.
-  virtual bool fill(const std::string& /*dir*/, std::string_view /*name*/) const { return false; }
-  // Before the local folder `dir` is listed: brings in the names the store has elsewhere.
-  virtual void fill_listing(const std::string& /*dir*/) const {}
-  // True when what clients write into a local entry must be published (publish_written).
-  virtual bool publishes_writes() const { return false; }
-  // A client finished writing inputs into the local entry, or its own compile's result:
-  // they go where other hosts see them (the HLO and flags up to S3 unless S3 has them;
-  // a NEFF done here up to S3 unless S3 has the entry done).
-  virtual Result<void> publish_written(const Entry&) const { return {}; }
-  // A client renames the local folder `folder`, which is no entry, to the entry `to`
-  // (LNL's save_cache() publishing an entry to a shared disk): the store publishes it
-  // where other hosts see it first, or says why not. Errc::exists when the entry is
-  // there already: the rename must fail as a rename onto a taken name does, and
-  // overwrite nothing.
-  virtual Result<void> promote(const std::string& /*folder*/, const Entry& /*to*/) const { return {}; }
-  // A reader opened the entry's local NEFF (it is kept longest).
-  virtual void neff_opened(const Entry&) const {}
-  // The store's own counters for the daemon's stats.json (fetches, uploads...), if any.
-  virtual std::optional<nlohmann::ordered_json> counters() const;
+  // What the local folder a daemon mounts has elsewhere (store/remote.hpp): a plain
+  // directory's remote does nothing.
+  virtual const Remote& remote() const { return no_remote_; }
 
  protected:
   Store() = default;
   // An entry of this store; `path` must be an entry path (is_entry_path, checked by callers).
   Entry make_entry(std::string path) const { return Entry(this, std::move(path)); }
+
+ private:
+  Remote no_remote_;
 };
 
 inline std::string Entry::view() const { return store_->view(*this); }

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace neffcache::store {
 
@@ -24,7 +23,5 @@ NEFFCACHE_DECL Result<Entry> Store::at(std::string_view path) const {
 NEFFCACHE_DECL Result<Entry> Store::of_folder(const std::string& dir) const {
   return Error{Errc::invalid_argument, fmt::format("{}: {} has no local folders", dir, name())};
 }
-
-NEFFCACHE_DECL std::optional<nlohmann::ordered_json> Store::counters() const { return std::nullopt; }
 
 }  // namespace neffcache::store

@@ -13,9 +13,32 @@
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/s3/tier.hpp>
 #include <neffcache/store/s3.hpp>
+#include <neffcache/store/remote.hpp>
 #include <neffcache/store/store.hpp>
 
 namespace neffcache::store {
+
+class TierStore;
+
+// The tier's remote (store/remote.hpp): the bucket its folder is filled from and publishes
+// to (S3Tier), told of the folder's entries through the store that names them.
+class TierRemote final : public Remote {
+ public:
+  TierRemote(const TierStore& store, std::shared_ptr<S3Tier> tier) : store_(store), tier_(std::move(tier)) {}
+  NEFFCACHE_DECL bool fill(int dir, std::string_view name) const override;
+  NEFFCACHE_DECL void fill_listing(int dir) const override;
+  NEFFCACHE_DECL void neff_opened(int neff) const override;
+  // (A read-only bucket takes no inputs: what it lacks is compiled and kept here.)
+  bool publishes_writes() const override { return !tier_->read_only(); }
+  NEFFCACHE_DECL Result<void> publish_written(const std::string& entry_dir) const override;
+  // An LNL entry goes to S3 (S3Tier::promote); a Neuron entry has no such protocol.
+  NEFFCACHE_DECL Result<void> promote(const std::string& folder, const std::string& to) const override;
+  NEFFCACHE_DECL std::optional<nlohmann::ordered_json> counters() const override;
+
+ private:
+  const TierStore& store_;
+  std::shared_ptr<S3Tier> tier_;
+};
 
 class TierStore final : public Store {
  public:
@@ -27,7 +50,7 @@ class TierStore final : public Store {
 
   // The local folder, and the S3 cache it is the tier of.
   const std::string& root() const { return root_; }
-  const S3Store& remote() const { return *remote_; }
+  const S3Store& bucket() const { return *remote_; }
   // Peaks are kept in the local folder: they are this host's to predict from.
   std::string peaks_dir() const override;
 
@@ -74,23 +97,11 @@ class TierStore final : public Store {
   bool copies_equal_graphs() const override { return false; }
 
   Result<Entry> of_folder(const std::string& dir) const override;
-  bool fill(const std::string& dir, std::string_view name) const override { return tier_->fill(dir, name); }
-  void fill_listing(const std::string& dir) const override { tier_->fill_listing(dir); }
-  bool has_remote() const override { return true; }
-  // (A read-only bucket takes no inputs: what it lacks is compiled and kept here.)
-  bool publishes_writes() const override { return !tier_->read_only(); }
-  Result<void> publish_written(const Entry& e) const override { return tier_->upload_written(view(e)); }
-  void neff_opened(const Entry& e) const override { tier_->opened(view(e)); }
-  // An LNL entry goes to S3 (S3Tier::promote); a Neuron entry has no such protocol.
-  Result<void> promote(const std::string& folder, const Entry& to) const override {
-    if (to.dialect() != Dialect::lnl) return {};
-    return tier_->promote(folder, to.path());
-  }
-  std::optional<nlohmann::ordered_json> counters() const override;
+  const Remote& remote() const override { return tier_remote_; }
 
  private:
   TierStore(std::unique_ptr<S3Store> remote, std::shared_ptr<S3Tier> tier, std::string root)
-      : remote_(std::move(remote)), tier_(std::move(tier)), root_(std::move(root)) {}
+      : remote_(std::move(remote)), tier_(std::move(tier)), root_(std::move(root)), tier_remote_(*this, tier_) {}
 
   // The same entry in the S3 store.
   Entry on_s3(const Entry& e) const { return *remote_->at(e.path()); }
@@ -106,6 +117,7 @@ class TierStore final : public Store {
   std::unique_ptr<S3Store> remote_;
   std::shared_ptr<S3Tier> tier_;
   std::string root_;
+  TierRemote tier_remote_;
 };
 
 }  // namespace neffcache::store

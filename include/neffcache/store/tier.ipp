@@ -54,7 +54,30 @@ NEFFCACHE_DECL Result<Entry> TierStore::of_folder(const std::string& dir) const 
   return Error{Errc::invalid_argument, fmt::format("{}: not an entry of the local tier {}", dir, root_)};
 }
 
-NEFFCACHE_DECL std::optional<nlohmann::ordered_json> TierStore::counters() const { return tier_->stats(); }
+NEFFCACHE_DECL bool TierRemote::fill(int dir, std::string_view name) const {
+  return tier_->fill(neffcache::detail::path_of_fd(dir), name);
+}
+
+NEFFCACHE_DECL void TierRemote::fill_listing(int dir) const { tier_->fill_listing(neffcache::detail::path_of_fd(dir)); }
+
+NEFFCACHE_DECL void TierRemote::neff_opened(int neff) const {
+  const std::string entry_dir = std::filesystem::path(neffcache::detail::path_of_fd(neff)).parent_path().string();
+  if (auto e = store_.of_folder(entry_dir)) tier_->opened(store_.view(*e));
+}
+
+NEFFCACHE_DECL Result<void> TierRemote::publish_written(const std::string& entry_dir) const {
+  auto e = store_.of_folder(entry_dir);
+  if (!e) return e.error();
+  return tier_->upload_written(store_.view(*e));
+}
+
+NEFFCACHE_DECL Result<void> TierRemote::promote(const std::string& folder, const std::string& to) const {
+  auto e = store_.of_folder(to);
+  if (!e || e->dialect() != Dialect::lnl) return {};
+  return tier_->promote(folder, e->path());
+}
+
+NEFFCACHE_DECL std::optional<nlohmann::ordered_json> TierRemote::counters() const { return tier_->stats(); }
 
 NEFFCACHE_DECL Result<Entry> TierStore::local_entry(std::string_view arg) const {
   namespace fs = std::filesystem;

@@ -83,6 +83,10 @@ NEFFCACHE_DECL Result<std::string> read_file(const std::string& path);
 
 NEFFCACHE_DECL Result<void> write_all(int fd, std::string_view bytes, const std::string& what);
 
+// The path of the file an open descriptor (O_PATH will do) names, from /proc/self/fd;
+// empty if it cannot be read.
+NEFFCACHE_DECL std::string path_of_fd(int fd);
+
 // Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it over
 // `path`: readers see the old content or the new one, never a part. On any failure
 // the temporary file is removed and `path` is untouched.

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 
+#include <climits>
 #include <random>
 
 #include <fmt/format.h>
@@ -72,6 +73,13 @@ NEFFCACHE_DECL Result<void> write_file_atomic(const std::string& path, std::stri
   fd.reset();
   if (sys::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error("rename", path));
   return {};
+}
+
+NEFFCACHE_DECL std::string path_of_fd(int fd) {
+  char buf[PATH_MAX];
+  const std::string link = fmt::format("/proc/self/fd/{}", fd);
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+  return n > 0 && n < static_cast<ssize_t>(sizeof buf) ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
 }  // namespace neffcache::detail

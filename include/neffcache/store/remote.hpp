@@ -1,0 +1,56 @@
+// What a daemon's local folder has elsewhere, as ccache composes its local storage with
+// remote ones: the bucket behind the local tier of an S3 cache (store/tier.hpp). The
+// daemon tells a store's remote (Store::remote) what happens in the folder it mounts: a
+// lookup that found nothing, a listing, a hit, a finished write, a folder renamed onto an
+// entry's name. A plain directory has nothing elsewhere: its remote is this class itself,
+// which does nothing at each of them, so that no caller asks what kind of cache it serves.
+// The calls of a lookup, a listing and a hit take the local folder's or file's descriptor
+// (an O_PATH one will do): only a remote with work to do turns it into a path.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <neffcache/core/decl.hpp>
+#include <neffcache/core/result.hpp>
+
+namespace neffcache::store {
+
+class Remote {
+ public:
+  Remote() = default;
+  Remote(const Remote&) = delete;
+  Remote& operator=(const Remote&) = delete;
+  virtual ~Remote() = default;
+
+  // A lookup of `name` in the local folder `dir` found nothing: makes it from elsewhere if
+  // it is there. True if something was made.
+  virtual bool fill(int /*dir*/, std::string_view /*name*/) const { return false; }
+  // Before the local folder `dir` is listed: brings in the names it has elsewhere.
+  virtual void fill_listing(int /*dir*/) const {}
+  // A reader opened the local NEFF `neff` (it is kept longest).
+  virtual void neff_opened(int /*neff*/) const {}
+  // True when what clients write into a local entry goes elsewhere too (publish_written).
+  virtual bool publishes_writes() const { return false; }
+  // A client finished writing inputs into the local entry folder `entry_dir`, or its own
+  // compile's result: they go where other hosts see them (the HLO and flags up to S3
+  // unless S3 has them; a NEFF done here up to S3 unless S3 has the entry done).
+  virtual Result<void> publish_written(const std::string& /*entry_dir*/) const { return {}; }
+  // A client renames the local folder `folder`, which is no entry, to `to` (LNL's
+  // save_cache() publishing an entry to a shared disk): where `to` is an entry's folder,
+  // the remote publishes it where other hosts see it first, or says why not. Errc::exists
+  // when the entry is there already: the rename must fail as a rename onto a taken name
+  // does, and overwrite nothing.
+  virtual Result<void> promote(const std::string& /*folder*/, const std::string& /*to*/) const { return {}; }
+  // Its own counters for the daemon's stats.json (fetches, uploads...), if any.
+  NEFFCACHE_DECL virtual std::optional<nlohmann::ordered_json> counters() const;
+};
+
+}  // namespace neffcache::store
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/store/remote.ipp>
+#endif
