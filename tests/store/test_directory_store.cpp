@@ -232,3 +232,28 @@ TEST_CASE("a directory's remote has nothing elsewhere: every call does nothing",
   CHECK_FALSE(remote.counters().has_value());
   CHECK_FALSE(test::fs::exists(root / "neuronxcc-9.9.9"));
 }
+
+TEST_CASE("a directory store compiles an entry in its backing folder and copies files whole", "[store]") {
+  test::TempDir root, out;
+  make_entries(root.path());
+  auto s = store::DirectoryStore::open(root.path().string());
+  CHECK(s->folder() == root.path().string());
+  CHECK(s->state_dir() == (root / ".neffcache").string());
+  auto done = s->at(k_done);
+  REQUIRE(done.has_value());
+  auto dest = s->destination(*done);
+  REQUIRE(dest.has_value());
+  CHECK((*dest)->describe() == (root / k_done).string());
+  CHECK((*dest)->files()->done());
+  REQUIRE(s->copy_file(*done, "model.neff", (out / "got.neff").string()).has_value());
+  CHECK(test::slurp(out / "got.neff") == "neff bytes");
+  CHECK_FALSE(s->copy_file(*done, "no-such-file", (out / "none").string()).has_value());
+  CHECK_FALSE(fs::exists(out / "none"));
+  // A new entry's folder is made for its compile and removed again when left empty.
+  auto fresh = s->at("neuronxcc-2.21.0/MODULE_9+4f2d9c1a");
+  auto made = s->destination(*fresh);
+  REQUIRE((*made)->make().has_value());
+  CHECK(fs::is_directory(root / "neuronxcc-2.21.0/MODULE_9+4f2d9c1a"));
+  (*made)->unmake();
+  CHECK_FALSE(fs::exists(root / "neuronxcc-2.21.0/MODULE_9+4f2d9c1a"));
+}

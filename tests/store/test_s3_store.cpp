@@ -58,6 +58,19 @@ TEST_CASE("an S3 store lists every entry with its state", "[s3][store]") {
   CHECK_FALSE(s->compiles_on_open());
   CHECK_FALSE(s->copies_equal_graphs());
   CHECK(s->compile_function());
+  // No folder of its own; a compile of an entry goes under its lease; a file is
+  // downloaded whole.
+  CHECK_FALSE(s->folder().has_value());
+  CHECK(s->state_dir().ends_with("/.cache/neffcache"));
+  auto done = s->at(test::fake_entry(1, k_first));
+  REQUIRE(done.has_value());
+  auto dest = s->destination(*done);
+  REQUIRE(dest.has_value());
+  REQUIRE((*dest)->files().has_value());
+  CHECK((*dest)->files()->done());
+  test::TempDir out;
+  REQUIRE(s->copy_file(*done, "model.neff", (out / "got.neff").string()).has_value());
+  CHECK(test::slurp(out / "got.neff") == "neff bytes");
   // Verification without a publication record: present and not empty.
   auto entries = s->list();
   REQUIRE(entries.has_value());

@@ -36,7 +36,6 @@
 #include <neffcache/core/detail/xxh3.hpp>
 
 #include "client_sim/sim.hpp"
-#include <neffcache/store/directory.hpp>
 
 #include "neffcache/common.hpp"
 
@@ -123,7 +122,7 @@ int main(int argc, char** argv) {
   const bool lnl = opts.dialect == "lnl";
   auto cache = cli::open_cache(lnl ? lnl_cache_root() : "");
   if (!cache) return fail(cache.error().message);
-  const auto* folder = dynamic_cast<const store::DirectoryStore*>(cache->get());
+  const std::optional<std::string> folder = (*cache)->folder();
   const std::string extract_env = process_env("NEURON_EXTRACT_GRAPHS_ONLY").value_or("");
   const bool extract = !extract_env.empty() && extract_env != "0";
   if (lnl && extract) return fail("--dialect lnl: graph extraction is torch-xla's (NEURON_EXTRACT_GRAPHS_ONLY)");
@@ -192,9 +191,9 @@ int main(int argc, char** argv) {
       const auto t0 = SteadyClock::now();
       double on_cache = 0;
       for (std::size_t i = 0; i < graphs.size() && step == 1; ++i) {
-        results[i] = lnl ? load_lnl(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(),
+        results[i] = lnl ? load_lnl(graphs[i], opts, *tmpl, flags->compiler_flags, *folder,
                                     fs::path(graphs[i].entry).filename().string(), saved[i])
-                         : load(graphs[i], opts, *tmpl, flags->compiler_flags, folder->root(), keys[i]);
+                         : load(graphs[i], opts, *tmpl, flags->compiler_flags, *folder, keys[i]);
         on_cache += results[i].seconds;
         if (results[i].outcome != Outcome::failed) continue;
         fmt::print(stderr, "neuron-client-sim: error: {}: {}\n", graphs[i].input, results[i].error);

@@ -62,10 +62,7 @@
 #include <neffcache/core/detail/xxh3.hpp>
 #include <neffcache/core/env.hpp>
 #include <neffcache/core/size.hpp>
-#include <neffcache/s3/cache.hpp>
-#include <neffcache/store/directory.hpp>
 #include <neffcache/store/open.hpp>
-#include <neffcache/store/s3.hpp>
 
 #include "shim.hpp"
 
@@ -87,19 +84,12 @@ std::string caller_cache(const LnlCommand& c) {
   return {};
 }
 
-// Where the shim keeps what it remembers of a cache (the compiler's version, counters,
-// the peaks of its compiles): the cache's private folder, or for a bucket (mounted or
-// not) the user's own cache folder.
-std::string state_dir(const std::string& backing) {
-  if (backing.starts_with("s3://")) return fmt::format("{}/.cache/neffcache", detail::getenv_or("HOME", "/root"));
-  return fmt::format("{}/{}", backing, k_private_prefix);
-}
-
-// Adds one to the counters named in shim-stats.json of the state folder (best effort).
-void count(const std::string& backing, std::initializer_list<std::string_view> names) {
+// Adds one to the counters named in shim-stats.json of the state folder `state`
+// (Store::state_dir; best effort).
+void count(const std::string& state, std::initializer_list<std::string_view> names) {
   std::error_code ec;
-  fs::create_directories(state_dir(backing), ec);
-  const std::string path = fmt::format("{}/shim-stats.json", state_dir(backing));
+  fs::create_directories(state, ec);
+  const std::string path = fmt::format("{}/shim-stats.json", state);
   detail::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd || ::flock(fd.get(), LOCK_EX) != 0) return;
   auto j = nlohmann::ordered_json::parse(detail::read_fd(fd.get()), nullptr, false);
@@ -201,7 +191,7 @@ struct Shim {
   int argc;
   char** argv;
   LnlCommand call;
-  std::string backing;  // the cache, as state_dir takes it
+  std::string state;    // where we remember things of the cache (Store::state_dir)
   std::string version;  // the real compiler's
   Job job;
   std::string_view hlo_bytes;
@@ -220,7 +210,7 @@ struct Shim {
 std::optional<std::pair<int, double>> compile_admitted(const Shim& c, const EntryHold& hold) {
   auto ledger = open_memory_ledger("", "", k_me, [](std::string_view w) { fmt::print(stderr, "{}: warning: {}\n", k_me, w); });
   if (!ledger) fmt::print(stderr, "{}: warning: {}; compiling without the memory budget\n", k_me, ledger.error().message);
-  PeakHistory peaks((fs::path(state_dir(c.backing)) / fs::path(k_peaks_dir).filename()).string());
+  PeakHistory peaks((fs::path(c.state) / fs::path(k_peaks_dir).filename()).string());
   const auto predicted = peaks.predict(c.job.id.str(), c.job.instructions, c.job.hlo_bytes);
   const uint64_t reservation =
       admit(ledger ? ledger->get() : nullptr, predicted.bytes, c.job.entry, c.deadline, hold);
@@ -235,7 +225,7 @@ std::optional<std::pair<int, double>> compile_admitted(const Shim& c, const Entr
   struct rusage children {};
   if (::getrusage(RUSAGE_CHILDREN, &children) == 0 && status == 0)
     peaks.add(c.job.id.str(), c.job.instructions, c.job.hlo_bytes, static_cast<uint64_t>(children.ru_maxrss));
-  count(c.backing, {"compiles"});
+  count(c.state, {"compiles"});
   return std::pair(status, seconds);
 }
 
@@ -252,6 +242,9 @@ int compile_into(const Shim& c, Destination& dest,
   bool look_failed = false;
   HeldCompile how;
   how.wait_until = c.deadline;
+  // A waiter looks between tries: twice a second is soon enough for a compile that takes
+  // minutes (a bucket is asked once a second).
+  how.min_poll = std::chrono::milliseconds(500);
   how.look = [&](const EntryFiles& files, bool) -> std::optional<CompileResult> {
     auto hit = served(files, c.waited());
     look_failed = !hit;
@@ -288,76 +281,63 @@ int compile_into(const Shim& c, Destination& dest,
       continue;
     }
     // (The entry could not be taken: held past the deadline, or an error.)
-    if (!look_failed) count(c.backing, {"fallbacks"});
+    if (!look_failed) count(c.state, {"fallbacks"});
     c.fallback(r.message);
   }
 }
 
-// An s3:// cache: our entry in the bucket holds the identity's result, and every host
-// names it alike, so a graph compiled anywhere under any client's name is found there.
-// Done: its NEFF is downloaded to the output (whole or not at all). Else its lease is
-// taken (waiting while another process or host compiles it, then served as a hit), the
-// real compiler runs, and the graph, the NEFF and model.done go up under the lease
-// (S3Entry). An S3 we cannot reach costs one warning and a plain compile.
-int compile_on_s3(const Shim& c, store::S3Store& bucket) {
-  S3Client& s3 = bucket.client();
-  S3Entry dest(s3, bucket.url().prefix, c.job.entry);
-  auto served = [&](const EntryFiles& files, bool waited) -> Result<bool> {
-    if (!files.done()) return false;
-    const std::string neff = fmt::format("{}/{}", s3_key(bucket.url().prefix, c.job.entry), k_neff_file);
-    if (auto got = s3.download(neff, c.call.output); !got) return got.error();
-    say_pass(c.call, dest.describe());
-    count(c.backing, {waited ? "waited" : "hits"});
-    return true;
-  };
-  auto files = dest.files();
-  if (!files) c.fallback(files.error().message);
-  auto hit = served(*files, false);
-  if (!hit) c.fallback(hit.error().message);
-  if (*hit) return 0;
-  auto keep_graph = [&] { return store_s3_graph(s3, bucket.url().prefix, c.job.entry, c.hlo_bytes, c.flags); };
-  return compile_into(c, dest, served, keep_graph, [](double) {});
-}
-
-// A folder cache: a result the content index knows (any twin) or our entry done is
-// copied to the output; else our entry is compiled under its lock (FolderEntry), and its
-// result recorded in the index.
-int compile_in_folder(const Shim& c, const store::Store& cache, const std::string& root, bool caller_holds_ours) {
-  const std::string entry_dir = fmt::format("{}/{}", root, c.job.entry);
+// A compile in a cache the shim compiles into itself (a folder, a bucket): a result the
+// store's content index knows (any twin), or our entry done, is copied to the output;
+// else our entry is compiled where the store says (Store::destination: a folder under
+// its lock, an S3 entry under its lease; every host names it alike, so a graph compiled
+// on any host under any client's name is found in a bucket) and the result recorded in
+// the index. A cache we cannot reach costs one warning and a plain compile.
+int compile_in(const Shim& c, const store::Store& cache, bool caller_holds_ours) {
+  auto e = cache.at(c.job.entry);
+  if (!e) c.fallback(e.error().message);
+  auto dest = cache.destination(*e);
+  if (!dest) c.fallback(fmt::format("{}: only a folder, a mount or an s3:// cache is served", cache.name()));
   const ContentIndex* index = cache.content_index();
   bool warned = false;  // (asked again at each look while we wait: said once)
   auto served = [&](const EntryFiles& files, bool waited) -> Result<bool> {
-    auto twin = index->find(c.job.id, "", /*with_failures=*/false);
-    // Done, but not by a publish of ours: recorded now.
-    if (!twin && files.done() && !index->knows(c.job.entry) && index->add(c.job.id, c.job.entry))
-      twin = index->find(c.job.id, "", false);
-    if (!twin) return false;
-    if (auto placed = place_output(twin->neff.get(), twin->dir, c.call.output, twin->record.xxh3); !placed) {
-      if (!std::exchange(warned, true)) fmt::print(stderr, "{}: warning: {}\n", k_me, placed.error().message);
+    std::string from = cache.view(*e);
+    if (index) {
+      auto twin = index->find(c.job.id, "", /*with_failures=*/false);
+      // Done, but not by a publish of ours: recorded now.
+      if (!twin && files.done() && !index->knows(c.job.entry) && index->add(c.job.id, c.job.entry))
+        twin = index->find(c.job.id, "", false);
+      if (!twin) return false;
+      if (auto placed = place_output(twin->neff.get(), twin->dir, c.call.output, twin->record.xxh3); !placed) {
+        if (!std::exchange(warned, true)) fmt::print(stderr, "{}: warning: {}\n", k_me, placed.error().message);
+        return false;
+      }
+      from = twin->record.entry;
+    } else if (!files.done()) {
       return false;
+    } else if (auto got = cache.copy_file(*e, files.neff_name(), c.call.output); !got) {
+      return got.error();
     }
-    say_pass(c.call, twin->record.entry);
-    count(c.backing, {waited ? "waited" : "hits"});
+    say_pass(c.call, from);
+    count(c.state, {waited ? "waited" : "hits"});
     return true;
   };
-  // A waiter looks at the index between tries: twice a second is soon enough for a
-  // compile that takes minutes.
-  FolderEntry dest(entry_dir, LockOptions{.poll_interval = std::chrono::milliseconds(500)});
-  auto files = dest.files();  // (no folder yet: a twin may still serve)
-  if (*served(files ? *files : EntryFiles{}, false)) return 0;
+  auto files = (*dest)->files();
+  if (!files && !index) c.fallback(files.error().message);
+  auto hit = served(files ? *files : EntryFiles{}, false);  // (no folder yet: a twin may still serve)
+  if (!hit) c.fallback(hit.error().message);
+  if (*hit) return 0;
   if (auto why = cache.unchangeable()) c.fallback(why->message);
   if (caller_holds_ours) exec_real(c.real, c.argc, c.argv);
-  std::error_code ec;
-  fs::create_directories(entry_dir, ec);
-  if (ec) c.fallback(fmt::format("cannot create {}: {}", entry_dir, ec.message()));
+  if (auto made = (*dest)->make(); !made) c.fallback(made.error().message);
   const int status = compile_into(
-      c, dest, served, [&] { return store_graph(entry_dir, c.hlo_bytes, c.flags); },
+      c, **dest, served, [&] { return cache.put_graph(*e, c.hlo_bytes, c.flags); },
       [&](double seconds) {
+        if (!index) return;
         if (auto r = index->add(c.job.id, c.job.entry, seconds); !r)
           fmt::print(stderr, "{}: warning: the content index did not record {}: {}\n", k_me, c.job.entry,
                      r.error().message);
       });
-  if (status != 0) ::rmdir(entry_dir.c_str());  // (only when nothing else is in it)
+  if (status != 0) (*dest)->unmake();
   return status;
 }
 
@@ -384,15 +364,11 @@ int main(int argc, char** argv) {
 
   auto cache = store::open_store(caller_cache(*call));
   if (!cache) run_without_cache(*real, argc, argv, cache.error().message);
-  const auto* folder = dynamic_cast<const store::DirectoryStore*>(cache->get());
-  auto* bucket = dynamic_cast<store::S3Store*>(cache->get());
-  if (!folder && !bucket)
-    run_without_cache(*real, argc, argv, fmt::format("{}: only a folder, a mount or an s3:// cache is served", (*cache)->name()));
-  const std::string backing = folder ? folder->backing() : bucket->name();
+  const std::string state = (*cache)->state_dir();
 
   auto bytes = detail::read_file(call->input);
   if (!bytes) run_without_cache(*real, argc, argv, fmt::format("cannot read {}", call->input));
-  auto version = compiler_version(*real, state_dir(backing));
+  auto version = compiler_version(*real, state);
   if (!version) run_without_cache(*real, argc, argv, version.error().message);
   const std::vector<std::string> flags = lnl_key_flags(*call);
   // The graph is read and hashed once: our key (entry_key's) and the identity both come from it.
@@ -410,18 +386,12 @@ int main(int argc, char** argv) {
   double timeout = k_default_timeout_seconds;
   if (auto t = process_env("NEFFCACHE_COMPILE_TIMEOUT"); t && !t->empty()) timeout = std::atof(t->c_str());
   const auto deadline = t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout));
-  const Shim shim{*real, argc, argv, *call, backing, *version, Job{id, entry, hlo->stats.instructions, bytes->size()},
+  const Shim shim{*real, argc, argv, *call, state, *version, Job{id, entry, hlo->stats.instructions, bytes->size()},
                   *bytes, flags, t0, deadline};
-  if (bucket) {
-    if (caller_holds_ours) exec_real(*real, argc, argv);
-    return compile_on_s3(shim, *bucket);
-  }
-  if (folder->compiles_on_open()) {
-    if (caller_holds_ours) exec_real(*real, argc, argv);
-    if (auto done = compile_through_mount(**cache, entry, *bytes, flags, call->output); !done)
-      shim.fallback(done.error().message);
-    say_pass(*call, entry);
-    return 0;
-  }
-  return compile_in_folder(shim, **cache, folder->root(), caller_holds_ours);
+  if (!(*cache)->compiles_on_open()) return compile_in(shim, **cache, caller_holds_ours);
+  if (caller_holds_ours) exec_real(*real, argc, argv);
+  if (auto done = compile_through_mount(**cache, entry, *bytes, flags, call->output); !done)
+    shim.fallback(done.error().message);
+  say_pass(*call, entry);
+  return 0;
 }

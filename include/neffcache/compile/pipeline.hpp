@@ -15,6 +15,8 @@
 // (Produced::on_published, under the hold).
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -70,6 +72,11 @@ class Destination {
   // Under the hold: records the compiler's failure, the log at `log` (a whole file),
   // under the entry's failure name (and drops a NEFF it may have).
   virtual Result<void> record_failure(const EntryFiles& files, const std::string& log) = 0;
+  // Makes the entry's place when it has none yet, for a compile of a graph not stored
+  // yet (a folder entry's folder; an S3 entry needs none); unmake() removes it again
+  // when nothing was put in it.
+  virtual Result<void> make() { return {}; }
+  virtual void unmake() {}
 };
 
 // An entry folder, under its lock (EntryLock::try_acquire_entry, of its dialect).
@@ -84,6 +91,8 @@ class FolderEntry final : public Destination {
   std::chrono::milliseconds poll_interval() const override { return lock_.poll_interval; }
   NEFFCACHE_DECL Result<std::string> publish(const EntryFiles& files, const Produced& p) override;
   NEFFCACHE_DECL Result<void> record_failure(const EntryFiles& files, const std::string& log) override;
+  NEFFCACHE_DECL Result<void> make() override;
+  void unmake() override { ::rmdir(dir_.c_str()); }  // (only when nothing is in it)
   // The owner its files get (set once its HLO is known).
   void set_owner(std::optional<detail::FileOwner> owner) { owner_ = std::move(owner); }
 
@@ -102,6 +111,8 @@ struct HeldCompile {
   // While another holds the entry: wait for it until then, looking again between tries;
   // nullopt: busy at once.
   std::optional<std::chrono::steady_clock::time_point> wait_until = std::nullopt;
+  // At least this long between those tries (the destination's poll_interval when longer).
+  std::chrono::milliseconds min_poll{0};
 };
 
 // The run step: compiles the entry whose files (under the hold) are `files`. The hold is

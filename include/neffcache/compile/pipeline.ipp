@@ -4,6 +4,7 @@
 #include <neffcache/compile/pipeline.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -34,6 +35,13 @@ NEFFCACHE_DECL Result<void> FolderEntry::record_failure(const EntryFiles& files,
   return {};
 }
 
+NEFFCACHE_DECL Result<void> FolderEntry::make() {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return Error{Errc::io, fmt::format("cannot create {}: {}", dir_, ec.message())};
+  return {};
+}
+
 NEFFCACHE_DECL CompileResult compile_held(Destination& d, const HeldCompile& how, const RunStep& run) {
   auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
   auto files = d.files();
@@ -51,7 +59,8 @@ NEFFCACHE_DECL CompileResult compile_held(Destination& d, const HeldCompile& how
     const auto now = std::chrono::steady_clock::now();
     if (now >= *how.wait_until)
       return CompileResult::of(CompileOutcome::busy, fmt::format("gave up waiting: {}", taken.error().message));
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(d.poll_interval(), *how.wait_until - now));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(std::max(d.poll_interval(), how.min_poll), *how.wait_until - now));
     files = d.files();
     if (!files) return transient(files.error().message);
     if (auto r = how.look(*files, false)) return *r;

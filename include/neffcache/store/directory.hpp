@@ -104,6 +104,10 @@ class DirectoryStore final : public Store {
                               const CompileSettings& s) { folder_record(entry, key, r, s, lowers); };
   }
   bool compiles_on_open() const override { return mounted_; }
+  // In the backing folder (layer 0), under the entry's lock.
+  Result<std::unique_ptr<Destination>> destination(const Entry& e) const override;
+  std::optional<std::string> folder() const override { return view_; }
+  std::string state_dir() const override;
   std::optional<Error> unchangeable() const override;
   std::optional<std::string> daemon_stats() const override;
 

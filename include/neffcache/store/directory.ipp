@@ -172,4 +172,10 @@ NEFFCACHE_DECL std::optional<Error> DirectoryStore::in_lower_layer(const Entry& 
                            index_.layers().roots()[*k])};
 }
 
+NEFFCACHE_DECL Result<std::unique_ptr<Destination>> DirectoryStore::destination(const Entry& e) const {
+  return std::unique_ptr<Destination>(std::make_unique<FolderEntry>(fmt::format("{}/{}", backing_, e.path())));
+}
+
+NEFFCACHE_DECL std::string DirectoryStore::state_dir() const { return fmt::format("{}/{}", backing_, k_private_prefix); }
+
 }  // namespace neffcache::store

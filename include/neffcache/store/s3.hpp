@@ -49,6 +49,13 @@ class S3Store final : public Store {
 
   // A copy downloaded into $TMPDIR, removed when the LocalFile goes.
   Result<LocalFile> local_file(const Entry& e, std::string_view name) const override;
+  // Downloaded straight to `to`.
+  Result<void> copy_file(const Entry& e, std::string_view name, const std::string& to) const override;
+  // Under the entry's lease, with this store's compile options (ttl, host).
+  Result<std::unique_ptr<Destination>> destination(const Entry& e) const override {
+    return std::unique_ptr<Destination>(
+        std::make_unique<S3Entry>(*s3_, url_.prefix, e.path(), compile_options_.lease_ttl, compile_options_.host));
+  }
 
   Result<bool> put_graph(const Entry& e, std::string_view hlo_bytes,
                          const std::vector<std::string>& flags) const override {

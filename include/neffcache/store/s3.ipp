@@ -41,6 +41,11 @@ NEFFCACHE_DECL Result<LocalFile> S3Store::local_file(const Entry& e, std::string
   return LocalFile(std::move(copy), LocalFile::Kind::temporary_copy);
 }
 
+NEFFCACHE_DECL Result<void> S3Store::copy_file(const Entry& e, std::string_view name, const std::string& to) const {
+  if (auto got = s3_->download(fmt::format("{}/{}", key(e), name), to); !got) return got.error();
+  return {};
+}
+
 NEFFCACHE_DECL Result<std::string> S3Store::clear_stale_lock(const EntryInfo& e) const {
   auto lease = clear_s3_stale_lock(*s3_, url_.prefix, e.path, e.files);
   if (!lease) return lease.error();

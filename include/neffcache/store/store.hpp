@@ -28,6 +28,7 @@
 
 #include <neffcache/core/decl.hpp>
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/pipeline.hpp>
 #include <neffcache/compile/peaks.hpp>
 #include <neffcache/compile/twin.hpp>
 #include <neffcache/cache/index.hpp>
@@ -184,6 +185,22 @@ class Store {
   // True when an entry's result may be copied to entries of an equal graph (the
   // scheduler's dedup); false where each entry publishes its own NEFF (S3).
   virtual bool copies_equal_graphs() const { return true; }
+  // Where a compile of the entry takes its hold and publishes (compile/pipeline.hpp): its
+  // folder under its lock (a directory's: in its backing folder), the S3 entry under its
+  // lease. Errc::invalid_argument for a store that compiles only through its scheduler
+  // (the local tier: compile_function).
+  virtual Result<std::unique_ptr<Destination>> destination(const Entry& e) const;
+  // Copies the file `name` of an entry to `to`, whole or not at all (into a temporary
+  // file beside `to`, renamed).
+  virtual Result<void> copy_file(const Entry& e, std::string_view name, const std::string& to) const;
+  // The folder whose files are this cache's entries, which clients read and write as on
+  // a disk (a directory as given, a mount's mount point, the local tier's folder);
+  // nullopt for a cache that has none (a bucket).
+  virtual std::optional<std::string> folder() const { return std::nullopt; }
+  // Where a tool keeps what it remembers of this cache (the compiler shim's compiler
+  // versions, counters and peaks): the cache's private folder (a mount's, in its backing
+  // folder), or for a cache without one (a bucket) the user's ~/.cache/neffcache.
+  virtual std::string state_dir() const;
   // The counters of the daemon serving this cache (its stats.json), when there is one.
   virtual std::optional<std::string> daemon_stats() const { return std::nullopt; }
   // Why nothing in this cache can change (a read-only folder, a read-only cache mounted

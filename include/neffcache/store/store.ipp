@@ -20,6 +20,28 @@ NEFFCACHE_DECL Result<Entry> Store::at(std::string_view path) const {
   return Entry(this, std::string(path));
 }
 
+NEFFCACHE_DECL Result<std::unique_ptr<Destination>> Store::destination(const Entry& e) const {
+  return Error{Errc::invalid_argument, fmt::format("{}: {} compiles its entries through its scheduler only",
+                                                   e.path(), name())};
+}
+
+NEFFCACHE_DECL Result<void> Store::copy_file(const Entry& e, std::string_view name, const std::string& to) const {
+  auto local = local_file(e, name);
+  if (!local) return local.error();
+  const std::string tmp = fmt::format("{}.neffcache-{}", to, detail::random_hex64());
+  if (auto c = detail::copy_file_hashed(local->path(), tmp, 0644); !c) return c.error();
+  if (sys::rename(tmp.c_str(), to.c_str()) != 0) {
+    Error err = sys_error("rename", to);
+    sys::unlink(tmp.c_str());
+    return err;
+  }
+  return {};
+}
+
+NEFFCACHE_DECL std::string Store::state_dir() const {
+  return fmt::format("{}/.cache/neffcache", detail::getenv_or("HOME", "/root"));
+}
+
 NEFFCACHE_DECL Result<Entry> Store::of_folder(const std::string& dir) const {
   return Error{Errc::invalid_argument, fmt::format("{}: {} has no local folders", dir, name())};
 }

@@ -98,6 +98,8 @@ class TierStore final : public Store {
 
   Result<Entry> of_folder(const std::string& dir) const override;
   const Remote& remote() const override { return tier_remote_; }
+  std::optional<std::string> folder() const override { return root_; }
+  std::string state_dir() const override { return root_ + "/" + std::string(k_private_prefix); }
 
  private:
   TierStore(std::unique_ptr<S3Store> remote, std::shared_ptr<S3Tier> tier, std::string root)
