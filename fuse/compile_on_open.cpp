@@ -12,6 +12,7 @@
 
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/compile/prepare.hpp>
+#include <neffcache/store/scheduling.hpp>
 
 #include "entry_view.hpp"
 #include "inode_table.hpp"
@@ -120,15 +121,11 @@ void Deadlines::loop() {
 
 void CompileOnOpen::start() {
   Scheduler::Options so = opts_.scheduler;
-  so.reuse = opts_.store->reuse_function();
-  so.record = opts_.store->record_function();
-  if (auto compile = opts_.store->compile_function()) {
-    // A store with a compile of its own (the local tier over S3) limits compiles to its
-    // slots (as many as --jobs); the extra workers fetch done entries and wait on other
-    // hosts' leases meanwhile.
-    so.jobs += k_fetch_lanes;
-    so.compile = std::move(compile);
-  }
+  // A store with a compile of its own (the local tier over S3) limits compiles to its
+  // slots (as many as --jobs); the extra workers fetch done entries and wait on other
+  // hosts' leases meanwhile.
+  if (opts_.store->compile_function()) so.jobs += k_fetch_lanes;
+  neffcache::store::compile_through(*opts_.store, so);
   scheduler_ = std::make_unique<Scheduler>(so);
   prep_thread_ = std::thread([this] { prepare_loop(); });
   if (opts_.wait_timeout.count() > 0)

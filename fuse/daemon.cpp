@@ -342,7 +342,6 @@ int run_daemon(int argc, char** argv) {
     opts.store = opts.lowers.empty() ? neffcache::store::DirectoryStore::open(opts.backing)
                                      : neffcache::store::DirectoryStore::open_layers(opts.backing, opts.lowers);
   }
-  opts.scheduler.peaks = std::make_shared<neffcache::PeakHistory>(opts.store->peaks_dir());
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
   if (wait_timeout < 0) return fail("--wait-timeout must not be negative");

@@ -20,8 +20,10 @@
 #include <neffcache/cache/url.hpp>
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/compile/compile.hpp>
+#include <neffcache/compile/hold.hpp>
 #include <neffcache/compile/memory.hpp>
 #include <neffcache/compile/peaks.hpp>
+#include <neffcache/compile/pipeline.hpp>
 #include <neffcache/compile/prepare.hpp>
 #include <neffcache/compile/runner.hpp>
 #include <neffcache/compile/scheduler.hpp>

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <neffcache/compile/batch.hpp>
 #include <neffcache/cache/inventory.hpp>
+#include <neffcache/store/scheduling.hpp>
 
 #include "common/progress.hpp"
 #include "neffcache/common.hpp"
@@ -177,10 +178,6 @@ void add_memory_options(CLI::App* app, std::string& budget, std::string& ledger)
                               k_default_ledger_dir));
 }
 
-void use_peaks_of(const store::Store& c, Scheduler::Options& so) {
-  so.peaks = std::make_shared<PeakHistory>(c.peaks_dir());
-}
-
 void setup_compile(CLI::App& app, int& exit_code) {
   auto [sub, opts] = add_command(app, exit_code, "compile",
                                  "Compile every entry that needs it (pending, partial, stale-locked; failed ones "
@@ -239,11 +236,7 @@ int run_compile(const CompileOptions& opts) {
     if (!entries) return report(entries.error());
     targets = pick(**cache, *entries, retry_failed, opts.share);
   }
-  so->compile = (*cache)->compile_function();
-  so->settled = (*cache)->settled_function();
-  so->reuse = (*cache)->reuse_function();
-  use_peaks_of(**cache, *so);
-  so->record = (*cache)->record_function();
+  store::compile_through(**cache, *so);
 
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });

@@ -39,8 +39,6 @@ struct CompileOptions {
 void setup_compile(CLI::App& app, int& exit_code);
 // --mem-budget and --mem-ledger, for every command that compiles.
 void add_memory_options(CLI::App* app, std::string& budget, std::string& ledger);
-// The peak history of the cache `c` (its own folder, or this process's), for so.peaks.
-void use_peaks_of(const store::Store& c, Scheduler::Options& so);
 int run_compile(const CompileOptions& opts);
 
 // The scheduler settings a compile run uses: the template (checked on PATH when this

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <neffcache/store/open.hpp>
+#include <neffcache/store/scheduling.hpp>
 
 #include "common/progress.hpp"
 #include "neffcache/cmd_compile.hpp"
@@ -98,11 +99,7 @@ Result<void> Session::start_batch(const store::Store& c) {
   if (!env) return env.error();
   auto so = cli::scheduler_options(copts, *env, /*need_compiler=*/true);
   if (!so) return so.error();
-  so->compile = c.compile_function();
-  so->settled = c.settled_function();
-  so->reuse = c.reuse_function();
-  so->record = c.record_function();
-  cli::use_peaks_of(c, *so);
+  store::compile_through(c, *so);
   if (tools::logs(tools::LogLevel::info)) fmt::print(stderr, "INFO ||NEURON_CACHE||: Compile cache path: {}\n", c.name());
   cli::catch_up_index(c, env->compiler_flags);
   batch_ = std::make_unique<Batch>(std::move(*so), env->compiler_flags);
