@@ -49,7 +49,7 @@ class ClientLocks {
   void wake();
   void reap_loop();
 
-  // Rank 30 (see fs.hpp): guards held_. Nothing but the reaper's unlink and log line
+  // Rank 30 (docs/ARCHITECTURE.md): guards held_. Nothing but the reaper's unlink and log line
   // happen under it; never taken with another lock.
   std::mutex mu_;
   std::vector<Held> held_;

@@ -80,7 +80,7 @@ class PrepareQueue {
   std::deque<Item> stop(bool& first);
 
  private:
-  // Rank 10 (see fs.hpp). Private, and no method calls out while holding it: so no
+  // Rank 10 (docs/ARCHITECTURE.md). Private, and no method calls out while holding it: so no
   // thread holds it while calling Scheduler::submit, whose callback may take it.
   std::mutex mu_;
   std::condition_variable cv_;
@@ -111,7 +111,7 @@ class Deadlines {
  private:
   void loop();
   Expire expire_;
-  // Rank 20 (see fs.hpp): guards deadlines_ and stop_. A leaf: `expire` runs without it.
+  // Rank 20 (docs/ARCHITECTURE.md): guards deadlines_ and stop_. A leaf: `expire` runs without it.
   std::mutex mu_;
   std::condition_variable cv_;
   std::multimap<Clock::time_point, std::weak_ptr<Waiter>> deadlines_;

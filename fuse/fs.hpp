@@ -13,20 +13,9 @@
 //   input_policy.hpp     what a finished write of an input starts (eager compile, upload)
 //   caller.hpp           the caller's umask and ownership of what it creates
 //
-// LOCK ORDER (a thread holding a lock takes only locks of higher rank; today no two are
-// ever held at once, and every mutex below is a leaf that calls nothing outside its
-// class while held, so no callback can meet a lock its caller holds):
-//   10  PrepareQueue::mu_        (compile_on_open.hpp) the Scheduler callback takes it,
-//                                possibly on the thread that calls submit: never held
-//                                across submit or any call out (private, leaf)
-//   20  Deadlines::mu_           (compile_on_open.hpp) released before a waiter is answered
-//   30  ClientLocks::mu_         (client_locks.hpp)
-//   40  Filesystem::listings_mu_ (below)
-//   50  InodeTable::inodes_mu_   (inode_table.hpp)
-//   60  InodeTable::fds_mu_      (inode_table.hpp) descriptors are closed after release
-//   70  Stats::snapshots_mu_, InputPolicy::mu_  (leaves, never together)
-//   80  LockForwarding::mu_      (lock_forwarding.hpp) released before nothing but exit
-//   (Scheduler's own mutexes are inside the library: its callbacks run without them.)
+// LOCK ORDER: the table in docs/ARCHITECTURE.md ("The daemon's threads and its lock
+// order") is the one statement of it; each mutex says its rank beside its declaration.
+// A thread holding a lock takes only locks of a higher rank.
 #pragma once
 
 #define FUSE_USE_VERSION 312

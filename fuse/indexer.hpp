@@ -49,7 +49,7 @@ class Indexer {
   const std::size_t scan_limit_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
-  // Rank 70 (see fs.hpp): guards queue_, queued_ and scan_. A leaf.
+  // Rank 70 (docs/ARCHITECTURE.md): guards queue_, queued_ and scan_. A leaf.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;  // entries (neuronxcc-*/MODULE_*) to record

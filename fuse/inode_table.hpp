@@ -162,7 +162,7 @@ class InodeTable {
   PathRef root_fd_;
   std::vector<PathRef> layer_roots_;  // [0] is root_fd_
   std::size_t max_open_ = 0;
-  // Rank 50 (see fs.hpp): guards inodes_, placeholders_ and each Inode's parent, name,
+  // Rank 50 (docs/ARCHITECTURE.md): guards inodes_, placeholders_ and each Inode's parent, name,
   // nlookup, refs, dev, ino and layer. Never held across I/O; only keep_open and rebind
   // take fds_mu_ under it, so that an inode's file and its descriptor change together.
   std::mutex inodes_mu_;

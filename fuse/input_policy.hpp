@@ -43,7 +43,7 @@ class InputPolicy {
 
  private:
   const bool eager_, s3_;
-  // Rank 70 (see fs.hpp): guards cut_. A leaf.
+  // Rank 70 (docs/ARCHITECTURE.md): guards cut_. A leaf.
   std::mutex mu_;
   std::set<uint64_t> cut_;  // open files (by fh) whose writer was killed
 };

@@ -38,7 +38,7 @@ class LockForwarding {
   // Retries `attempt` (which returns 0, EAGAIN/EWOULDBLOCK, or an errno) on a thread.
   void wait_for_lock(fuse_req_t req, std::function<int()> attempt);
 
-  // Rank 80 (see fs.hpp): guards running_. A leaf.
+  // Rank 80 (docs/ARCHITECTURE.md): guards running_. A leaf.
   std::mutex mu_;
   std::condition_variable idle_;
   int running_ = 0;

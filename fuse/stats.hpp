@@ -72,7 +72,7 @@ class Stats {
 
  private:
   std::atomic<uint64_t> eio_counts_[static_cast<int>(EioSite::count)] = {};
-  // Rank 70 (see fs.hpp): guards snapshots_ and next_snapshot_. A leaf.
+  // Rank 70 (docs/ARCHITECTURE.md): guards snapshots_ and next_snapshot_. A leaf.
   std::mutex snapshots_mu_;
   std::map<uint64_t, std::string> snapshots_;
   uint64_t next_snapshot_ = 0;

@@ -217,3 +217,41 @@ TEST_CASE("heartbeat refreshes the mtime and notices a lost lock", "[lock]") {
   lock->release();
   CHECK(test::slurp(path) == "theirs");
 }
+
+TEST_CASE("one judge of a held lock: a live owner's, a client's flock; not a dead owner's, nor a file gone",
+          "[lock]") {
+  test::TempDir dir;
+  const auto entry = dir / "neuronxcc-2.21.0" / "MODULE_1+abc";
+  test::fs::create_directories(entry);
+  test::spit(entry / "model.hlo_module.pb", "hlo");
+  const EntryFiles files = *read_entry_files(entry.string());
+  const std::string name = files.lock_name();
+  detail::UniqueFd fd(::open(entry.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  CHECK_FALSE(lock_held_at(fd.get(), name, files));  // no lock file
+  {
+    auto lock = EntryLock::try_acquire_entry(entry.string(), files);
+    REQUIRE(lock.has_value());
+    CHECK(lock_held_at(fd.get(), name, files));
+    CHECK(entry_locked(entry.string(), files));
+  }
+  // A record of a process that is gone: stale, so not held, by either question.
+  test::Child gone({"true"});
+  auto who = detail::current_process();
+  who.pid = gone.pid();
+  who.start_time = detail::process_start_time(gone.pid()).value_or(1);
+  REQUIRE(gone.wait() == 0);
+  write_foreign_record(entry / name, who, 0s);
+  CHECK_FALSE(lock_held_at(fd.get(), name, files));
+  CHECK_FALSE(entry_locked(entry.string(), files));
+
+  // An LNL entry: its flock beside the folder, held by anyone.
+  const auto key = dir / "0123456789abcdef0123456789abcdef";
+  test::fs::create_directories(key);
+  const EntryFiles lnl = *read_entry_files(key.string());
+  detail::UniqueFd kfd(::open(key.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  CHECK_FALSE(lock_held_at(kfd.get(), lnl.lock_name(), lnl));
+  auto flock = EntryLock::try_acquire_flock(entry_lock_path(key.string(), lnl));
+  REQUIRE(flock.has_value());
+  CHECK(lock_held_at(kfd.get(), lnl.lock_name(), lnl));
+  CHECK(entry_locked(key.string(), lnl));
+}

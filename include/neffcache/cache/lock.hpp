@@ -165,16 +165,22 @@ inline bool flock_held_at(int dir_fd, const std::string& name) {
   return flock_holder_at(dir_fd, name) != FlockHolder::nobody;
 }
 
-// The state of a walked entry, its lock judged as try_acquire would judge it. A lock
-// that cannot be read counts as live: doubt never robs anyone.
+// The one judge of whether an entry's lock is held, as try_acquire would judge it: the lock
+// `name` (EntryFiles::lock_name, or a path) in the folder `dir_fd` of an entry whose files
+// are `files`. An LNL lock is held while any process holds its flock; our lock file while
+// its owner lives (a file gone meanwhile is no lock). A lock that cannot be read counts as
+// held: doubt never robs anyone.
+NEFFCACHE_DECL bool lock_held_at(int dir_fd, const std::string& name, const EntryFiles& files,
+                                 const LockOptions& opts = {});
+
+// The state of a walked entry, its lock judged by lock_held_at.
 NEFFCACHE_DECL EntryState entry_state(const EntryRef& e, const LockOptions& opts = {});
 
 // The lock file of an entry folder, present or not (an LNL lock beside the folder).
 NEFFCACHE_DECL std::string entry_lock_path(const std::string& entry_dir, const EntryFiles& files);
 
 // Whether the lock of the entry folder `entry_dir` (whose files are `files`) is held by
-// someone, judged as try_acquire would judge it. A lock that cannot be read counts as
-// held: doubt never robs anyone.
+// someone (lock_held_at).
 NEFFCACHE_DECL bool entry_locked(const std::string& entry_dir, const EntryFiles& files,
                                  const LockOptions& opts = {});
 

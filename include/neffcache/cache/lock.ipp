@@ -143,12 +143,15 @@ NEFFCACHE_DECL FlockHolder flock_holder_at(int dir_fd, const std::string& name) 
   return FlockHolder::nobody;
 }
 
+NEFFCACHE_DECL bool lock_held_at(int dir_fd, const std::string& name, const EntryFiles& files,
+                                 const LockOptions& opts) {
+  if (files.is_lnl()) return flock_held_at(dir_fd, name);
+  auto info = inspect_lock_at(dir_fd, name, opts);
+  return !info || info->state == LockState::live;
+}
+
 NEFFCACHE_DECL EntryState entry_state(const EntryRef& e, const LockOptions& opts) {
-  return classify(e.files, [&] {
-    if (e.files.is_lnl()) return flock_held_at(e.dir_fd, e.files.lock_name());
-    auto info = inspect_lock_at(e.dir_fd, e.files.lock_name(), opts);
-    return !info || info->state != LockState::stale;
-  });
+  return classify(e.files, [&] { return lock_held_at(e.dir_fd, e.files.lock_name(), e.files, opts); });
 }
 
 NEFFCACHE_DECL std::string entry_lock_path(const std::string& entry_dir, const EntryFiles& files) {
@@ -159,10 +162,7 @@ NEFFCACHE_DECL std::string entry_lock_path(const std::string& entry_dir, const E
 }
 
 NEFFCACHE_DECL bool entry_locked(const std::string& entry_dir, const EntryFiles& files, const LockOptions& opts) {
-  const std::string path = entry_lock_path(entry_dir, files);
-  if (files.is_lnl()) return flock_held_at(AT_FDCWD, path);
-  auto info = inspect_lock(path, opts);
-  return !info || info->state == LockState::live;
+  return lock_held_at(AT_FDCWD, entry_lock_path(entry_dir, files), files, opts);
 }
 
 NEFFCACHE_DECL EntryLock& EntryLock::operator=(EntryLock&& o) noexcept {
