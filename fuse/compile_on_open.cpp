@@ -1,6 +1,8 @@
 // Compile-on-open (compile_on_open.hpp).
 #include "compile_on_open.hpp"
 
+#include "cache_policy.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -159,7 +161,7 @@ Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_
   if (fd >= 0) {  // produced meanwhile
     fuse_file_info opened = fi;
     opened.fh = static_cast<uint64_t>(fd);
-    opened.direct_io = 1;
+    set_open_caching(opened, NodeKind::placeholder, true);
     return opened;
   }
   std::string entry = path_of_fd(dir_fd);
@@ -216,7 +218,7 @@ void CompileOnOpen::answer(const std::shared_ptr<Waiter>& w, const CompileResult
   fi.fh = static_cast<uint64_t>(fd);  // the kernel's from the reply on (closed at its release)
   // The kernel holds a zero-size placeholder: read through direct I/O, and drop its
   // cached attributes and name so that later lookups find the real file.
-  fi.direct_io = 1;
+  set_open_caching(fi, NodeKind::placeholder, true);
   reply_open_later(w->req, fi);
   notify_produced(session_, w->ino, w->parent, w->name);
 }

@@ -120,7 +120,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
       e.attr.st_ino = static_cast<ino_t>(e.ino & 0x7fffffffffffULL);
       e.attr.st_mode = S_IFREG | 0444;
       e.attr.st_nlink = 1;
-      e.attr_timeout = e.entry_timeout = 0;
+      e.attr_timeout = e.entry_timeout = cache_timeout(NodeKind::placeholder);
       return e;
     }
     // No placeholder: nothing will make the name, or a publish made it between the two
@@ -157,7 +157,7 @@ Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* nam
     in->finished = true;
     if (std::string_view(name) == k_neff_file) in->finished_neff = true;
   }
-  e.attr_timeout = e.entry_timeout = immutable ? k_immutable_timeout : k_timeout;
+  e.attr_timeout = e.entry_timeout = cache_timeout(immutable ? NodeKind::finished : NodeKind::plain);
   return e;
 }
 
@@ -226,15 +226,13 @@ void Filesystem::getattr_of(const Inode& i, struct stat& st) const {
 
 Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi) {
   Inode& i = inodes_.get(ino);
-  Attr a{{}, k_timeout};
+  Attr a{{}, cache_timeout(kind_of(i))};
   struct stat& st = a.st;
   if (i.special != Inode::Special::none) {
     getattr_of(i, st);
-    a.timeout = 0;
     return a;
   }
   if (i.placeholder) {
-    a.timeout = 0;
     // Once produced, the real file's attributes: fstat after open shows the true size.
     int err = 0;
     PathRef dir = inodes_.path_fd(*i.parent, err);
@@ -244,14 +242,14 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
       st.st_nlink = 1;
     }
     st.st_ino = static_cast<ino_t>(ino & 0x7fffffffffffULL);
-  } else if (fi) {  // an open file: its own descriptor, even unlinked
+  } else if (fi) {  // an open file: its own descriptor, even unlinked (kept briefly)
     if (::fstat(static_cast<int>(fi->fh), &st) != 0) return Errno{errno};
+    a.timeout = cache_timeout(NodeKind::plain);
   } else {
     int err = 0;
     PathRef fd = inodes_.path_fd(i, err);
     if (!fd) return Errno{err};
     if (::fstatat(fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno{errno};
-    if (i.finished) a.timeout = k_immutable_timeout;
   }
   return a;
 }

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_policy.hpp"
 #include "client_locks.hpp"
 #include "compile_on_open.hpp"
 #include "entry_view.hpp"
@@ -124,14 +125,12 @@ class Filesystem {
   LockForwarding& locks() { return locks_; }
 
  private:
-  // How long the kernel may cache names and attributes. The files of a done entry never
-  // change (a publish renames new inodes into place), so their names and attributes may be
-  // cached for a day; everything else briefly, since other processes change the backing
-  // directory too; placeholders not at all. Should a done entry be removed or repaired
-  // behind the daemon's back, opening a cached name finds its file unlinked and answers
-  // ESTALE, so the kernel looks it up again.
-  static constexpr double k_timeout = 1.0;
-  static constexpr double k_immutable_timeout = 86400.0;
+  // What an inode is to the kernel's caches (cache_policy.hpp).
+  static NodeKind kind_of(const Inode& i) {
+    if (i.special != Inode::Special::none) return NodeKind::special;
+    if (i.placeholder) return NodeKind::placeholder;
+    return i.finished ? NodeKind::finished : NodeKind::plain;
+  }
   // A folder's names as the mount shows them (placeholders included); null with `err`.
   std::shared_ptr<const Listing> list(Inode& dir, int& err);
   void getattr_of(const Inode& i, struct stat& st) const;

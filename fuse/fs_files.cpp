@@ -25,7 +25,7 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     if ((fi.flags & O_ACCMODE) != O_RDONLY) return Errno{EACCES};
     // The counters as they were at the open (stats.hpp).
     opened.fh = stats_.open_snapshot(stats_json());
-    opened.direct_io = 1;
+    set_open_caching(opened, NodeKind::special, true);
     return opened;
   }
   if (!i.placeholder) {
@@ -42,12 +42,10 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     int fd = ::open(proc_path(pfd->get()).c_str(), fi.flags & ~O_NOFOLLOW);
     if (fd < 0) return Errno{errno};
     opened.fh = static_cast<uint64_t>(fd);
-    // A done entry's files never change: keep their pages across opens, and their
-    // closes need no FLUSH round trip (nothing to write back; a client that locks one
-    // has its locks dropped at the release of its open instead).
+    // A done entry's files: no FLUSH at a reader's close either (nothing to write back; a
+    // client that locks one has its locks dropped at the release of its open instead).
     bool reading = (fi.flags & O_ACCMODE) == O_RDONLY;
-    opened.keep_cache = reading && i.finished;
-    opened.noflush = reading && i.finished;
+    set_open_caching(opened, kind_of(i), reading);
     if (reading && i.finished_neff) {
       ++stats_.hits;
       if (!i.index_offered.exchange(true))
@@ -108,7 +106,7 @@ Answer<Filesystem::Created> Filesystem::create(fuse_req_t req, fuse_ino_t parent
     return Errno{err};
   }
   c.entry.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern(p, name, std::move(pfd), c.entry.attr));
-  c.entry.attr_timeout = c.entry.entry_timeout = k_timeout;
+  c.entry.attr_timeout = c.entry.entry_timeout = cache_timeout(NodeKind::plain);
   // The kernel's from the reply on (lowlevel.cpp closes it if the reply fails).
   c.fi.fh = static_cast<uint64_t>(fd);
   return c;

@@ -257,8 +257,7 @@ Answer<fuse_file_info> Filesystem::opendir(fuse_ino_t ino, const fuse_file_info&
   if (inodes_.get(ino).placeholder) return Errno{ENOTDIR};
   fuse_file_info opened = fi;
   opened.fh = 0;
-  opened.cache_readdir = !layered();  // (init: over layers, listings change unseen)
-  opened.keep_cache = !layered();
+  set_listing_caching(opened, layered());  // (over layers, listings change unseen)
   return opened;
 }
 

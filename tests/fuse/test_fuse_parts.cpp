@@ -15,12 +15,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <neffcache/store/directory.hpp>
 
+#include "cache_policy.hpp"
 #include "client_locks.hpp"
 #include "compile_on_open.hpp"
 #include "entry_view.hpp"
@@ -491,4 +493,28 @@ TEST_CASE("lock forwarding: OFD locks and flocks that need no wait", "[fuse-unit
   auto busy = locks.flock(nullptr, b.get(), LOCK_EX | LOCK_NB);
   CHECK(busy.error() == EWOULDBLOCK);
   CHECK(locks.waiting() == 0);
+}
+
+TEST_CASE("the cache policy: a done entry's files kept a day and their pages kept for readers; placeholders and "
+          "the counters never kept, read through direct I/O",
+          "[fuse]") {
+  CHECK(cache_timeout(NodeKind::finished) == 86400);
+  CHECK(cache_timeout(NodeKind::plain) == 1);
+  CHECK(cache_timeout(NodeKind::placeholder) == 0);
+  CHECK(cache_timeout(NodeKind::special) == 0);
+  auto opened = [](NodeKind kind, bool reading) {
+    fuse_file_info fi{};
+    set_open_caching(fi, kind, reading);
+    return std::tuple(unsigned{fi.direct_io}, unsigned{fi.keep_cache}, unsigned{fi.noflush});
+  };
+  CHECK(opened(NodeKind::finished, true) == std::tuple(0u, 1u, 1u));
+  CHECK(opened(NodeKind::finished, false) == std::tuple(0u, 0u, 0u));
+  CHECK(opened(NodeKind::plain, true) == std::tuple(0u, 0u, 0u));
+  CHECK(opened(NodeKind::placeholder, true) == std::tuple(1u, 0u, 0u));
+  CHECK(opened(NodeKind::special, true) == std::tuple(1u, 0u, 0u));
+  fuse_file_info dir{};
+  set_listing_caching(dir, false);
+  CHECK((dir.cache_readdir && dir.keep_cache));
+  set_listing_caching(dir, true);
+  CHECK_FALSE((dir.cache_readdir || dir.keep_cache));
 }
