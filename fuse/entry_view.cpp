@@ -13,12 +13,24 @@ using namespace neffcache;
 
 EntryStage entry_stage(const EntryFiles& files, bool client_lock_live, bool ours) {
   if (!files.has_job()) return EntryStage::not_entry;
-  if (files.done()) return EntryStage::done;
+  // The entry's state by the library's one rule (classify: a finished NEFF first, then a
+  // lock, then a recorded failure), its lock judged as a client's; what the mount shows of
+  // each state follows.
+  const EntryState state = classify(files, [&] { return client_lock_live; });
+  if (state == EntryState::done) return EntryStage::done;
   if (!ours) return EntryStage::another_compiler;
-  if (client_lock_live) return EntryStage::client_compiling;
-  // A record of a failure (the EntryFiles rule: model.log and no model.neff).
-  if (files.failed()) return EntryStage::failed;
-  return EntryStage::pending;
+  switch (state) {
+    case EntryState::compiling:
+      return EntryStage::client_compiling;
+    case EntryState::failed:
+      return EntryStage::failed;
+    case EntryState::stale_lock:
+      // A lock no client holds (ours, or a dead one's) is no lock to the mount: the entry
+      // is what its other files say.
+      return files.failed() ? EntryStage::failed : EntryStage::pending;
+    default:  // pending; LNL's partial outputs, compiled again
+      return EntryStage::pending;
+  }
 }
 
 bool shows_placeholders(EntryStage stage, bool retry_failed) {

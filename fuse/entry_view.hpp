@@ -41,9 +41,10 @@ namespace neffcachefs {
 
 enum class EntryStage { not_entry, pending, client_compiling, another_compiler, done, failed };
 
-// The stage of a folder with files `files`; `client_lock_live`: its lock file is held by
-// a live client that is not a neffcache compile (see client_compiling_at); `ours`: our
-// compiler may compile it (compiles_here).
+// The stage of a folder with files `files`: what the mount shows of its state (classify,
+// cache/layout.hpp); `client_lock_live`: its lock file is held by a live client that is
+// not a neffcache compile (see client_compiling_at); `ours`: our compiler may compile it
+// (compiles_here).
 EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live, bool ours);
 
 // Whether the compiler that serves the folder `compiler_dir` (Options::compiler_dir; empty:

@@ -52,6 +52,18 @@ std::vector<std::string> names_of(const EntryFiles& f, EntryStage s, bool retry_
   return out;
 }
 
+// The table of entry_view.hpp, written out apart from classify: no job, then a finished
+// NEFF, then another compiler's, then a client's live lock, then a failure, else pending
+// (LNL's partial outputs too: compiled again).
+EntryStage documented_stage(const EntryFiles& f, bool client_lock_live, bool ours) {
+  if (!f.has_job()) return EntryStage::not_entry;
+  if (f.done()) return EntryStage::done;
+  if (!ours) return EntryStage::another_compiler;
+  if (client_lock_live) return EntryStage::client_compiling;
+  if (f.failed()) return EntryStage::failed;
+  return EntryStage::pending;
+}
+
 // Waits up to `limit` for `done`.
 template <class F>
 bool eventually(F done, std::chrono::milliseconds limit = 5000ms) {
@@ -63,6 +75,38 @@ bool eventually(F done, std::chrono::milliseconds limit = 5000ms) {
 }
 
 }  // namespace
+
+TEST_CASE("entry view: every set of a Neuron entry's files gets the stage of the documented precedence",
+          "[fuse-unit]") {
+  const char* names[] = {"model.hlo_module.pb", "model.neff", "model.done", "model.log", "model.hlo_module.pb.lock"};
+  for (unsigned set = 0; set < 32; ++set)
+    for (bool client : {false, true})
+      for (bool ours : {false, true}) {
+        EntryFiles f;
+        for (unsigned b = 0; b < 5; ++b)
+          if (set & (1u << b)) f.note(names[b]);
+        const bool live = client && f.has_lock();  // (client_compiling_at: no file, no lock)
+        INFO("files " << set << " client " << client << " ours " << ours);
+        CHECK(entry_stage(f, live, ours) == documented_stage(f, live, ours));
+      }
+}
+
+TEST_CASE("entry view: every set of an LNL entry's files gets the stage of the documented precedence",
+          "[fuse-unit][lnl]") {
+  const EntryFiles empty = EntryFiles::of_entry_path("0123456789abcdef0123456789abcdef");
+  const std::vector<std::string> names = {std::string(k_lnl_hlo_file), std::string(k_lnl_metadata_file),
+                                          empty.neff_name(), std::string(empty.done_name()),
+                                          std::string(empty.failure_name()), std::string(k_lnl_log_file)};
+  for (unsigned set = 0; set < 64; ++set)
+    for (bool client : {false, true})
+      for (bool ours : {false, true}) {
+        EntryFiles f = empty;
+        for (unsigned b = 0; b < names.size(); ++b)
+          if (set & (1u << b)) f.note(names[b]);
+        INFO("files " << set << " client " << client << " ours " << ours);
+        CHECK(entry_stage(f, client, ours) == documented_stage(f, client, ours));
+      }
+}
 
 TEST_CASE("entry view: what each stage of an entry shows and what its open does", "[fuse-unit]") {
   SECTION("no HLO: nothing") {
