@@ -1,4 +1,5 @@
 // Compiling entries with the real process runner and fake-neuronx-cc.
+#include <fcntl.h>
 #include <signal.h>
 
 #include <atomic>
@@ -848,4 +849,23 @@ TEST_CASE("an EIO or ENOSPC at any system call of a compile: nothing partial, an
   }
   // Most calls matter: a fault in them stops the compile.
   CHECK(failed_compiles > static_cast<int>(calls.size()) / 2);
+}
+
+TEST_CASE("a copy into place is whole or nothing: a checksum that differs leaves the target as it was",
+          "[compile]") {
+  test::TempDir dir;
+  test::spit(dir / "neff", "neff bytes");
+  test::spit(dir / "out", "old");
+  detail::UniqueFd in(::open((dir / "neff").c_str(), O_RDONLY | O_CLOEXEC));
+  const std::string sum = detail::xxh3_hex(detail::xxh3_64("neff bytes"));
+  auto wrong = detail::copy_into_place(in.get(), (dir / "neff").string(), (dir / "out").string(), "0000000000000000");
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().message.find("changed while it was copied") != std::string::npos);
+  CHECK(test::slurp(dir / "out") == "old");
+  REQUIRE(detail::copy_into_place(in.get(), (dir / "neff").string(), (dir / "out").string(), sum).has_value());
+  CHECK(test::slurp(dir / "out") == "neff bytes");
+  REQUIRE(detail::copy_into_place(in.get(), (dir / "neff").string(), (dir / "plain").string()).has_value());
+  CHECK(test::slurp(dir / "plain") == "neff bytes");
+  // Nothing else is left in the folder: no temporary file of the failed copy.
+  CHECK(std::distance(test::fs::directory_iterator(dir.path()), test::fs::directory_iterator()) == 3);
 }

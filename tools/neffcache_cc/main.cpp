@@ -59,7 +59,6 @@
 #include <neffcache/compile/pipeline.hpp>
 #include <neffcache/compile/publish.hpp>
 #include <neffcache/core/detail/fs.hpp>
-#include <neffcache/core/detail/xxh3.hpp>
 #include <neffcache/core/env.hpp>
 #include <neffcache/core/size.hpp>
 #include <neffcache/store/open.hpp>
@@ -99,26 +98,6 @@ void count(const std::string& state, std::initializer_list<std::string_view> nam
   if (::ftruncate(fd.get(), 0) == 0) (void)!::pwrite(fd.get(), text.data(), text.size(), 0);
 }
 
-// Copies what `in` (read from `from`) holds to `output`, whole or not at all: into a
-// temporary file beside it, renamed. With `xxh3`: only when the bytes copied have that
-// checksum (a twin's NEFF, as the index recorded it).
-Result<void> place_output(int in, const std::string& from, const std::string& output, std::string_view xxh3 = {}) {
-  const std::string tmp = fmt::format("{}.{}-{}", output, k_me, detail::random_hex64());
-  detail::UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!out) return sys_error("create", tmp);
-  auto fail = [&](Error e) -> Result<void> {
-    ::unlink(tmp.c_str());
-    return e;
-  };
-  auto h = detail::copy_hashed(in, from, out.get(), tmp);
-  if (!h) return fail(h.error());
-  if (!xxh3.empty() && detail::xxh3_hex(*h) != xxh3)
-    return fail(Error{Errc::io, fmt::format("{}: the NEFF changed while it was copied", from)});
-  out.reset();
-  if (::rename(tmp.c_str(), output.c_str()) != 0) return fail(sys_error("rename", output));
-  return {};
-}
-
 // Over a neffcachefs mount the daemon compiles: our entry's graph is written through the
 // mount, and opening its NEFF waits for the daemon, which serves a twin from its index,
 // joins a compile already running (in this host's processes or, over a bucket, under
@@ -132,7 +111,7 @@ Result<void> compile_through_mount(const store::Store& cache, const std::string&
   const std::string neff = fmt::format("{}/{}", cache.view(*e), k_neff_file);
   detail::UniqueFd in(::open(neff.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) return sys_error("open", neff);
-  return place_output(in.get(), neff, output);
+  return detail::copy_into_place(in.get(), neff, output);
 }
 
 // What the real compiler prints when it succeeds, and the log file it writes.
@@ -307,7 +286,8 @@ int compile_in(const Shim& c, const store::Store& cache, bool caller_holds_ours)
       if (!twin && files.done() && !index->knows(c.job.entry) && index->add(c.job.id, c.job.entry))
         twin = index->find(c.job.id, "", false);
       if (!twin) return false;
-      if (auto placed = place_output(twin->neff.get(), twin->dir, c.call.output, twin->record.xxh3); !placed) {
+      auto placed = detail::copy_into_place(twin->neff.get(), twin->dir, c.call.output, twin->record.xxh3);
+      if (!placed) {
         if (!std::exchange(warned, true)) fmt::print(stderr, "{}: warning: {}\n", k_me, placed.error().message);
         return false;
       }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -34,6 +35,13 @@ NEFFCACHE_DECL std::string entry_name(const std::string& entry_dir);
 // `from` (a read) or `to` (a write). Both descriptors stay the caller's; nothing is
 // fsynced or removed: what a failure leaves in `out` is the caller's to remove.
 NEFFCACHE_DECL Result<uint64_t> copy_hashed(int in, const std::string& from, int out, const std::string& to);
+
+// Copies what `in` reads (from its start; `from` names it in errors) to `to`, whole or not
+// at all: into a temporary file beside `to` (mode 0644), renamed over it. With `xxh3` (16
+// hex digits, as xxh3_hex writes them): only bytes with that checksum, else Errc::io (the
+// file changed while it was copied). `in` stays the caller's; on failure `to` is as it was.
+NEFFCACHE_DECL Result<void> copy_into_place(int in, const std::string& from, const std::string& to,
+                                            std::string_view xxh3 = {});
 
 // Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
 // bytes copied; on failure `to` is removed.

@@ -29,6 +29,24 @@ NEFFCACHE_DECL Result<uint64_t> copy_hashed(int in, const std::string& from, int
   return fd_xxh3(in, from, [&](std::string_view chunk) { return write_all(out, chunk, to); });
 }
 
+NEFFCACHE_DECL Result<void> copy_into_place(int in, const std::string& from, const std::string& to,
+                                            std::string_view xxh3) {
+  const std::string tmp = fmt::format("{}.neffcache-{}", to, random_hex64());
+  UniqueFd out(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!out) return sys_error("create", tmp);
+  auto fail = [&](Error e) -> Result<void> {
+    sys::unlink(tmp.c_str());
+    return e;
+  };
+  auto h = copy_hashed(in, from, out.get(), tmp);
+  if (!h) return fail(h.error());
+  if (!xxh3.empty() && xxh3_hex(*h) != xxh3)
+    return fail(Error{Errc::io, fmt::format("{}: the NEFF changed while it was copied", from)});
+  out.reset();
+  if (sys::rename(tmp.c_str(), to.c_str()) != 0) return fail(sys_error("rename", to));
+  return {};
+}
+
 NEFFCACHE_DECL Result<uint64_t> copy_file_hashed(const std::string& from, const std::string& to, mode_t mode,
                                                  const std::optional<FileOwner>& owner) {
   auto opened = open_regular(from);

@@ -28,14 +28,9 @@ NEFFCACHE_DECL Result<std::unique_ptr<Destination>> Store::destination(const Ent
 NEFFCACHE_DECL Result<void> Store::copy_file(const Entry& e, std::string_view name, const std::string& to) const {
   auto local = local_file(e, name);
   if (!local) return local.error();
-  const std::string tmp = fmt::format("{}.neffcache-{}", to, detail::random_hex64());
-  if (auto c = detail::copy_file_hashed(local->path(), tmp, 0644); !c) return c.error();
-  if (sys::rename(tmp.c_str(), to.c_str()) != 0) {
-    Error err = sys_error("rename", to);
-    sys::unlink(tmp.c_str());
-    return err;
-  }
-  return {};
+  auto in = detail::open_regular(local->path());
+  if (!in) return in.error();
+  return detail::copy_into_place(in->get(), local->path(), to);
 }
 
 NEFFCACHE_DECL std::string Store::state_dir() const {
