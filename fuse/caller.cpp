@@ -5,12 +5,10 @@
 #include <sched.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -38,40 +36,21 @@ bool CallersMode::own_umask() {
   return own;
 }
 
-namespace {
-
-// Whether the caller of `req` is in group `gid` (its own or a supplementary one).
-bool caller_in_group(fuse_req_t req, gid_t gid) {
-  if (fuse_req_ctx(req)->gid == gid) return true;
-  std::vector<gid_t> groups(64);
-  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
-  if (n > static_cast<int>(groups.size())) {  // it says how many there are
-    groups.resize(static_cast<std::size_t>(n));
-    n = fuse_req_getgroups(req, n, groups.data());
-  }
-  if (n <= 0) return false;
-  groups.resize(std::min(groups.size(), static_cast<std::size_t>(n)));
-  return std::find(groups.begin(), groups.end(), gid) != groups.end();
-}
-
-}  // namespace
-
-void give_to_caller(fuse_req_t req, bool as_root, int dir_fd, int fd) {
+void give_to_caller(const Caller& caller, bool as_root, int dir_fd, int fd) {
   if (!as_root) return;  // then the caller is us
-  const fuse_ctx* caller = fuse_req_ctx(req);
   struct stat parent {}, st {};
   if (::fstat(fd, &st) != 0) return;
   // In a set-group-ID folder the file keeps the folder's group, as on a local disk.
   const bool inherit_group = ::fstat(dir_fd, &parent) == 0 && (parent.st_mode & S_ISGID);
-  const gid_t gid = inherit_group ? st.st_gid : caller->gid;
-  if (st.st_uid == caller->uid && st.st_gid == gid) return;  // a root caller's own
-  if (::fchownat(fd, "", caller->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return;
+  const gid_t gid = inherit_group ? st.st_gid : caller.gid;
+  if (st.st_uid == caller.uid && st.st_gid == gid) return;  // a root caller's own
+  if (::fchownat(fd, "", caller.uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return;
   // A change of owner clears a file's set-user-ID and set-group-ID bits; the caller asked
   // for them, and a local disk keeps them for the file's owner, set-group-ID only when the
   // owner is in the file's group.
   mode_t keep = st.st_mode & (S_ISUID | S_ISGID);
   if (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode) || keep == 0) return;
-  if ((keep & S_ISGID) && !caller_in_group(req, gid)) keep &= ~S_ISGID;
+  if ((keep & S_ISGID) && !caller.in_group(gid)) keep &= ~S_ISGID;
   if (keep != 0) (void)!::chmod(proc_path(fd).c_str(), st.st_mode & 07777 & ~((S_ISUID | S_ISGID) & ~keep));
 }
 

@@ -16,6 +16,7 @@
 #include <neffcache/compile/prepare.hpp>
 #include <neffcache/store/scheduling.hpp>
 
+#include "caller.hpp"
 #include "entry_view.hpp"
 #include "inode_table.hpp"
 
@@ -148,14 +149,14 @@ void CompileOnOpen::shutdown() {
 
 // An interrupt of a waiting open (libfuse calls it at once if the request was
 // interrupted before it was registered).
-static void on_interrupt(fuse_req_t, void* data) {
+static void on_interrupt(void* data) {
   auto* w = static_cast<Waiter*>(data);
   // The waiter is alive: the pending compile's callback holds it until it is answered.
   std::shared_ptr<Waiter> alias(std::shared_ptr<Waiter>(), w);
   w->owner->answer(alias, nullptr, EINTR);
 }
 
-Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const std::string& name,
+Answer<fuse_file_info> CompileOnOpen::open(const Caller& caller, fuse_ino_t ino, fuse_ino_t parent, const std::string& name,
                                            int dir_fd, const fuse_file_info& fi) {
   int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {  // produced meanwhile
@@ -164,15 +165,18 @@ Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_
     set_open_caching(opened, NodeKind::placeholder, true);
     return opened;
   }
-  std::string entry = path_of_fd(dir_fd);
-  auto files = read_entry_files(entry);
-  if (files && placeholder_open(entry_stage(*files, false, true), opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
-    stats_.eio(EioSite::failed_cached, fmt::format("{}: a failed compile is recorded ({})", entry, files->failure_name()));
+  // The entry as its lookup judged it, by the same rule (entry_view.hpp): a failure may
+  // have been recorded since.
+  auto look = look_at(dir_fd, opts_.compiler_dir);
+  if (look && placeholder_open(look->stage, opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
+    stats_.eio(EioSite::failed_cached,
+               fmt::format("{}: a failed compile is recorded ({})", look->path, look->files.failure_name()));
     return Errno{EIO};
   }
+  std::string entry = look ? std::move(look->path) : path_of_fd(dir_fd);
   auto w = std::make_shared<Waiter>();
   w->owner = this;
-  w->req = req;
+  w->later = caller.keep();
   w->ino = ino;
   w->parent = parent;
   w->name = name;
@@ -180,7 +184,7 @@ Answer<fuse_file_info> CompileOnOpen::open(fuse_req_t req, fuse_ino_t ino, fuse_
   w->parent_fd = detail::UniqueFd(::dup(dir_fd));
   w->fi = fi;
   ++stats_.waiters;
-  fuse_req_interrupt_func(req, on_interrupt, w.get());
+  w->later->on_interrupt(on_interrupt, w.get());
   if (opts_.wait_timeout.count() > 0) deadlines_.add(Deadlines::Clock::now() + opts_.wait_timeout, w);
   request(entry, Priority::waiting, w);
   return Deferred{};
@@ -194,32 +198,32 @@ void CompileOnOpen::answer(const std::shared_ptr<Waiter>& w, const CompileResult
     stats_.eio(EioSite::wait_deadline,
                fmt::format("{}/{}: no compile result within --wait-timeout {} s; the compile goes on", w->entry, w->name,
                            std::chrono::duration<double>(opts_.wait_timeout).count()));
-    return reply_err_later(w->req, EIO);
+    return w->later->fail(EIO);
   }
-  if (!result) return reply_err_later(w->req, err);
+  if (!result) return w->later->fail(err);
   if (result->refused) {
     ++stats_.refused;
     stats_.eio(EioSite::compile_refused, fmt::format("{}/{}: {}", w->entry, w->name, result->message));
-    return reply_err_later(w->req, EIO);
+    return w->later->fail(EIO);
   }
   if (!is_success(result->outcome)) {
     bool recorded = result->outcome == CompileOutcome::failed || result->outcome == CompileOutcome::failed_cached;
     stats_.eio(recorded ? EioSite::compile_failed : EioSite::compile_transient,
                fmt::format("{}/{}: {} ({})", w->entry, w->name, to_string(result->outcome), result->message));
-    return reply_err_later(w->req, EIO);
+    return w->later->fail(EIO);
   }
   int fd = ::openat(w->parent_fd.get(), w->name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     stats_.eio(EioSite::publish_vanished,
                fmt::format("{}/{}: compiled but cannot be opened: {}", w->entry, w->name, std::strerror(errno)));
-    return reply_err_later(w->req, EIO);
+    return w->later->fail(EIO);
   }
   fuse_file_info fi = w->fi;
   fi.fh = static_cast<uint64_t>(fd);  // the kernel's from the reply on (closed at its release)
   // The kernel holds a zero-size placeholder: read through direct I/O, and drop its
   // cached attributes and name so that later lookups find the real file.
   set_open_caching(fi, NodeKind::placeholder, true);
-  reply_open_later(w->req, fi);
+  w->later->opened(fi);
   notify_produced(session_, w->ino, w->parent, w->name);
 }
 

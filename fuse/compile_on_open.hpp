@@ -42,11 +42,12 @@
 namespace neffcachefs {
 
 class CompileOnOpen;
+class Caller;
 
 // An open waiting for a compile: the kept request and what its reply needs.
 struct Waiter {
   CompileOnOpen* owner = nullptr;
-  fuse_req_t req = nullptr;
+  std::unique_ptr<Later> later;  // the kept open
   fuse_ino_t ino = 0;
   fuse_ino_t parent = 0;
   std::string name;
@@ -136,8 +137,8 @@ class CompileOnOpen {
 
   // The open of placeholder `ino` (`name` in folder `dir_fd`, inode `parent`): the file
   // if it was produced meanwhile, EIO for a recorded failure, else Deferred (the compile
-  // is requested and `req` answered when it ends).
-  Answer<fuse_file_info> open(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const std::string& name,
+  // is requested, and the caller's request kept and answered when it ends).
+  Answer<fuse_file_info> open(const Caller& caller, fuse_ino_t ino, fuse_ino_t parent, const std::string& name,
                               int dir_fd, const fuse_file_info& fi);
   // Starts the work `action` for an entry in the background (eager compile, upload).
   void request(const std::string& entry_dir, neffcache::Priority prio, std::shared_ptr<Waiter> waiter,

@@ -93,27 +93,34 @@ static std::optional<EntryFiles> files_at(int dir_fd, std::string& path) {
   return files;
 }
 
-// The stage of `files`, read in the folder `dir_fd` at `path`; the lock is inspected and
-// the compiler's folder compared only where they matter (a job and no finished NEFF).
-static EntryStage stage_of(int dir_fd, const std::string& path, const EntryFiles& files,
-                           const std::optional<std::string>& compiler_dir) {
+EntryStage entry_stage_at(int dir_fd, const std::string& path, const EntryFiles& files,
+                          const std::optional<std::string>& compiler_dir) {
+  // The lock is inspected and the compiler's folder compared only where they matter (a
+  // job and no finished NEFF).
   const bool open_job = files.has_job() && !files.done();
   const bool ours = !open_job || compiles_here(path, compiler_dir);
   return entry_stage(files, open_job && ours && client_compiling_at(dir_fd, files), ours);
 }
 
+std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir) {
+  EntryLook look;
+  auto files = files_at(dir_fd, look.path);
+  if (!files) return std::nullopt;
+  look.files = std::move(*files);
+  look.stage = entry_stage_at(dir_fd, look.path, look.files, compiler_dir);
+  return look;
+}
+
 EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir) {
-  std::string path;
-  auto files = files_at(dir_fd, path);
-  return files ? stage_of(dir_fd, path, *files, compiler_dir) : EntryStage::not_entry;
+  auto look = look_at(dir_fd, compiler_dir);
+  return look ? look->stage : EntryStage::not_entry;
 }
 
 bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
                        const std::optional<std::string>& compiler_dir) {
-  std::string path;
-  auto files = files_at(dir_fd, path);
-  if (!files) return false;
-  for (const auto& n : placeholder_names(*files, stage_of(dir_fd, path, *files, compiler_dir), retry_failed))
+  auto look = look_at(dir_fd, compiler_dir);
+  if (!look) return false;
+  for (const auto& n : placeholder_names(look->files, look->stage, retry_failed))
     if (n == name) return true;
   return false;
 }

@@ -78,7 +78,18 @@ bool is_hlo_name(std::string_view name);
 // Reading the backing folder `dir_fd` (an O_PATH or directory descriptor):
 // whether a live client lock without our owner record is in it,
 bool client_compiling_at(int dir_fd, const neffcache::EntryFiles& files);
-// its stage (not_entry when it cannot be listed), for a compiler of `compiler_dir`,
+// the stage of its files `files` (listed by the caller; `path`: the folder's), for a
+// compiler of `compiler_dir`: the one rule that lookups, listings and opens apply,
+EntryStage entry_stage_at(int dir_fd, const std::string& path, const neffcache::EntryFiles& files,
+                          const std::optional<std::string>& compiler_dir);
+// its files, path and stage (nullopt when it cannot be listed),
+struct EntryLook {
+  neffcache::EntryFiles files;
+  std::string path;
+  EntryStage stage = EntryStage::not_entry;
+};
+std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir);
+// its stage alone (not_entry when it cannot be listed),
 EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir);
 // and whether a lookup of `name` in it finds a placeholder.
 bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed,

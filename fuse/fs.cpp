@@ -33,26 +33,9 @@ using namespace neffcache;
 using detail::UniqueFd;
 
 
-namespace {
-
-// Removes an entry's lock once its owner is gone, as `neffcache clear-locks` would; live
-// locks stay. A compile takes a stale lock over anyway, but no compile comes for an
-// entry whose publisher was killed after model.neff was in place (done, or whole and
-// awaiting model.done), and its lock would stay for good.
-void remove_stale_lock(int entry_fd) {
-  for (std::string_view hlo : {k_hlo_module_file, k_hlo_legacy_file}) {
-    const std::string lock = fmt::format("{}{}", hlo, k_lock_suffix);
-    if (::faccessat(entry_fd, lock.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (auto dir = path_of_fd(entry_fd); !dir.empty()) (void)clear_stale_lock(EntryPaths::plain(dir));
-    return;
-  }
-}
-
-}  // namespace
-
 Filesystem::Filesystem(Options opts)
     : opts_(std::move(opts)),
-      inodes_(opts_.backing, opts_.lowers),
+      ns_(opts_),
       inputs_(opts_.eager, opts_.store->remote().publishes_writes()),
       compile_(opts_, stats_),
       indexer_(opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
@@ -105,60 +88,19 @@ void Filesystem::act(InputAction action, const std::string& entry_dir) {
   compile_.request(entry_dir, Priority::background, nullptr, /*upload_only=*/action == InputAction::upload);
 }
 
-Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* name) {
+fuse_entry_param Filesystem::entry_of(const Node& n) const {
   fuse_entry_param e{};
-  if (layered() && is_layer_name(name)) return Errno{ENOENT};
-  Found found;
-  int err = find(parent, name, found);
-  // Not here yet: the S3 cache may have it.
-  if (err == ENOENT && found.dir && opts_.store->remote().fill(found.dir->get(), name))
-    err = find(parent, name, found = {});
-  if (err == ENOENT && found.dir && is_product_name(name)) {
-    if (is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {
-      // A placeholder for what a compile will produce.
-      e.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern_placeholder(parent, name));
-      e.attr.st_ino = static_cast<ino_t>(e.ino & 0x7fffffffffffULL);
-      e.attr.st_mode = S_IFREG | 0444;
-      e.attr.st_nlink = 1;
-      e.attr_timeout = e.entry_timeout = cache_timeout(NodeKind::placeholder);
-      return e;
-    }
-    // No placeholder: nothing will make the name, or a publish made it between the two
-    // looks (the name, then the folder's listing), and a disk would show the file. A
-    // publish only ever adds the name: one more look settles it.
-    err = find(parent, name, found = {});
-  }
-  PathRef dir = std::move(found.dir);
-  UniqueFd fd = std::move(found.fd);
-  if (err) {
-    if (!dir) return Errno{err};
-    if (err == EMFILE && !told_out_of_fds_.exchange(true)) {
-      struct rlimit rl {};
-      ::getrlimit(RLIMIT_NOFILE, &rl);
-      fmt::print(stderr,
-                 "neffcachefs: out of file descriptors (limit {}, of which up to {} for names): lookups fail "
-                 "with EMFILE; raise the limit (LimitNOFILE= in the unit, ulimit -n)\n",
-                 rl.rlim_cur, inodes_.max_open());
-    }
-    return Errno{err};
-  }
-  if (::fstat(fd.get(), &e.attr) != 0) return Errno{errno};
-  // A done entry and its files: their names never change while the entry exists.
-  const std::string done(k_done_file);
-  bool immutable = S_ISREG(e.attr.st_mode)   ? ::faccessat(dir->get(), done.c_str(), F_OK, 0) == 0
-                   : S_ISDIR(e.attr.st_mode) ? ::faccessat(fd.get(), done.c_str(), F_OK, 0) == 0
-                                             : false;
-  // (Never in a read-only layer: nothing there is written.)
-  if (S_ISDIR(e.attr.st_mode) && found.layer == 0 && std::string_view(name).starts_with(k_module_dir_prefix))
-    remove_stale_lock(fd.get());
-  Inode* in = inodes_.intern(parent, name, std::move(fd), e.attr, found.layer);
-  e.ino = reinterpret_cast<fuse_ino_t>(in);
-  if (immutable) {
-    in->finished = true;
-    if (std::string_view(name) == k_neff_file) in->finished_neff = true;
-  }
-  e.attr_timeout = e.entry_timeout = cache_timeout(immutable ? NodeKind::finished : NodeKind::plain);
+  e.ino = inodes_.id_of(n.inode);
+  if (n.kind == NodeKind::special) getattr_of(*n.inode, e.attr);
+  else e.attr = n.attr;
+  e.attr_timeout = e.entry_timeout = cache_timeout(n.kind);
   return e;
+}
+
+Answer<fuse_entry_param> Filesystem::lookup_entry(Inode& parent, const char* name) {
+  auto node = ns_.lookup(parent, name);
+  if (!node.ok()) return Errno{node.error()};
+  return entry_of(node.value());
 }
 
 void Filesystem::init(fuse_conn_info* conn) {
@@ -177,7 +119,7 @@ void Filesystem::init(fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   // A merged folder's listing changes with folders of other layers, whose mtimes the
   // kernel does not see: over layers, folders are opened and listed every time.
-  no_opendir_ = !layered() && (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT);
+  no_opendir_ = !ns_.layered() && (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT);
   if (no_opendir_) conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;  // no ".." lookups from NFS re-export
   // A write or truncate by someone who may not keep a file's set-user-ID and
@@ -192,22 +134,7 @@ void Filesystem::init(fuse_conn_info* conn) {
 }
 
 Answer<fuse_entry_param> Filesystem::lookup(fuse_ino_t parent, const char* name) {
-  Inode& p = inodes_.get(parent);
-  // The counters live in a folder of the mount only; the backing store never has it.
-  Inode* special = nullptr;
-  if (parent == FUSE_ROOT_ID && std::strcmp(name, k_stats_dir) == 0) special = &inodes_.stats_dir();
-  if (&p == &inodes_.stats_dir()) special = std::strcmp(name, k_stats_file) == 0 ? &inodes_.stats_file() : nullptr;
-  if (special || &p == &inodes_.stats_dir()) {
-    if (!special) return Errno{ENOENT};
-    fuse_entry_param e{};
-    e.ino = reinterpret_cast<fuse_ino_t>(special);
-    getattr_of(*special, e.attr);
-    return e;  // zero timeouts: the counters move
-  }
-  if (p.placeholder) return Errno{ENOTDIR};
-  // The kernel resolves "." and ".." itself; refusing them here keeps the root a wall.
-  if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strchr(name, '/')) return Errno{EINVAL};
-  return lookup_entry(p, name);
+  return lookup_entry(inodes_.get(parent), name);
 }
 
 void Filesystem::getattr_of(const Inode& i, struct stat& st) const {
@@ -226,7 +153,7 @@ void Filesystem::getattr_of(const Inode& i, struct stat& st) const {
 
 Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi) {
   Inode& i = inodes_.get(ino);
-  Attr a{{}, cache_timeout(kind_of(i))};
+  Attr a{{}, cache_timeout(Namespace::kind_of(i))};
   struct stat& st = a.st;
   if (i.special != Inode::Special::none) {
     getattr_of(i, st);
@@ -257,7 +184,7 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
 Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   Inode& i = inodes_.get(ino);
   if (i.placeholder || i.special != Inode::Special::none) return Errno{EACCES};
-  if (int e = writable(i)) return Errno{e};
+  if (int e = ns_.writable(i)) return Errno{e};
   int err = 0;
   PathRef fd = inodes_.path_fd(i, err);
   if (!fd) return Errno{err};
@@ -337,7 +264,7 @@ Answer<Filesystem::Xattr> Filesystem::listxattr(fuse_ino_t ino, size_t size) {
 }
 
 int Filesystem::setxattr(fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
-  if (int e = inodes_.get(ino).placeholder ? 0 : writable(inodes_.get(ino))) return e;
+  if (int e = inodes_.get(ino).placeholder ? 0 : ns_.writable(inodes_.get(ino))) return e;
   int err = 0;
   PathRef fd = inodes_.path_fd(inodes_.get(ino), err);
   if (!fd) return err == ENOENT ? EACCES : err;
@@ -345,7 +272,7 @@ int Filesystem::setxattr(fuse_ino_t ino, const char* name, const char* value, si
 }
 
 int Filesystem::removexattr(fuse_ino_t ino, const char* name) {
-  if (int e = inodes_.get(ino).placeholder ? 0 : writable(inodes_.get(ino))) return e;
+  if (int e = inodes_.get(ino).placeholder ? 0 : ns_.writable(inodes_.get(ino))) return e;
   int err = 0;
   PathRef fd = inodes_.path_fd(inodes_.get(ino), err);
   if (!fd) return err == ENOENT ? ENODATA : err;

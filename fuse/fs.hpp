@@ -4,6 +4,8 @@
 // The daemon is made of parts, each owning its state and its mutex:
 //   lowlevel.cpp         the ops table and trampolines: the only caller of fuse_reply_*
 //   fs.hpp, fs*.cpp      Filesystem: the handlers, which return values or errnos
+//   namespace.hpp        what each name is: lookups and listings give typed nodes; the
+//                        layers, the remote's fill and the entry view live there
 //   inode_table.hpp      inodes, placeholders, the LRU of O_PATH descriptors
 //   entry_view.hpp       what a pending, compiling, done or failed entry shows
 //   compile_on_open.hpp  requests, the prepare thread, waiters, deadlines, answers
@@ -11,7 +13,8 @@
 //   lock_forwarding.hpp  getlk/setlk/flock, and the threads of waiting locks
 //   stats.hpp            counters, EIO sites, stats.json snapshots
 //   input_policy.hpp     what a finished write of an input starts (eager compile, upload)
-//   caller.hpp           the caller's umask and ownership of what it creates
+//   caller.hpp           the caller of a request (its ids, its kept request), its umask
+//                        and ownership of what it creates
 //
 // LOCK ORDER: the table in docs/ARCHITECTURE.md ("The daemon's threads and its lock
 // order") is the one statement of it; each mutex says its rank beside its declaration.
@@ -33,14 +36,15 @@
 #include <vector>
 
 #include "cache_policy.hpp"
+#include "caller.hpp"
 #include "client_locks.hpp"
 #include "compile_on_open.hpp"
 #include "entry_view.hpp"
 #include "indexer.hpp"
 #include "inode_table.hpp"
 #include "input_policy.hpp"
-#include "layers.hpp"
 #include "lock_forwarding.hpp"
+#include "namespace.hpp"
 #include "options.hpp"
 #include "reply.hpp"
 #include "stats.hpp"
@@ -93,25 +97,26 @@ class Filesystem {
     fuse_file_info fi;
   };
 
-  // Handlers: lowlevel.cpp replies with what they return. `req` is passed where the
-  // handler needs the caller (its ids, groups, pid) or keeps the request (Deferred).
+  // Handlers: lowlevel.cpp replies with what they return. The caller is passed where the
+  // handler needs its ids, groups or pid, or keeps its request (Deferred). They run
+  // without a mount too (tests/fuse/test_handlers.cpp).
   void init(fuse_conn_info* conn);
   Answer<fuse_entry_param> lookup(fuse_ino_t parent, const char* name);
   void forget(fuse_ino_t ino, uint64_t n) { inodes_.forget(ino, n); }
   Answer<Attr> getattr(fuse_ino_t ino, fuse_file_info* fi);
   Answer<Attr> setattr(fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
   Answer<std::string> readlink(fuse_ino_t ino);
-  Answer<fuse_entry_param> mknod_like(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+  Answer<fuse_entry_param> mknod_like(const Caller& caller, fuse_ino_t parent, const char* name, mode_t mode,
                                       const char* link_target);
   int unlink(fuse_ino_t parent, const char* name, bool dir);
   int rename(fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname, unsigned flags);
   Answer<fuse_entry_param> link(fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
-  Answer<fuse_file_info> open(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi);
-  Answer<Created> create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, const fuse_file_info& fi);
+  Answer<fuse_file_info> open(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
+  Answer<Created> create(const Caller& caller, fuse_ino_t parent, const char* name, mode_t mode, const fuse_file_info& fi);
   // stats.json's bytes, or (nullopt) a read of the backing descriptor fi.fh.
   std::optional<std::string> read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi);
   Answer<size_t> write(const char* buf, size_t size, off_t off, const fuse_file_info& fi);
-  int flush(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi);
+  int flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
   int release(fuse_ino_t ino, const fuse_file_info& fi);
   int fsync(int datasync, const fuse_file_info& fi);
   Answer<fuse_file_info> opendir(fuse_ino_t ino, const fuse_file_info& fi);
@@ -125,58 +130,13 @@ class Filesystem {
   LockForwarding& locks() { return locks_; }
 
  private:
-  // What an inode is to the kernel's caches (cache_policy.hpp).
-  static NodeKind kind_of(const Inode& i) {
-    if (i.special != Inode::Special::none) return NodeKind::special;
-    if (i.placeholder) return NodeKind::placeholder;
-    return i.finished ? NodeKind::finished : NodeKind::plain;
-  }
-  // A folder's names as the mount shows them (placeholders included); null with `err`.
-  std::shared_ptr<const Listing> list(Inode& dir, int& err);
   void getattr_of(const Inode& i, struct stat& st) const;
+  // What the kernel gets of a node: its attributes and how long it may keep them.
+  fuse_entry_param entry_of(const Node& n) const;
   // Looks `name` up in `parent` (one more kernel reference on success).
   Answer<fuse_entry_param> lookup_entry(Inode& parent, const char* name);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
-  // Layers (layers.hpp, fs_layers.cpp).
-  bool layered() const { return inodes_.layers() > 1; }
-  struct Found {
-    PathRef dir;                     // the folder it was found in (or the topmost copy, when not found)
-    neffcache::detail::UniqueFd fd;  // O_PATH
-    int layer = 0;
-  };
-  // Finds `name` in folder `parent`: in that folder itself with one layer or in an entry,
-  // else in the first layer whose copy of it has the name; 0, or ENOENT when no layer has
-  // it or a whiteout hides it, or another errno.
-  int find(Inode& parent, const char* name, Found& found);
-  // Whether a layer under layer 0 shows `name` in folder `parent`: its removal from layer
-  // 0 needs a whiteout.
-  bool below(Inode& parent, const char* name);
-  // Layer 0's copy of folder `dir`, copied up first when it has none; null with `err`.
-  PathRef upper_dir(Inode& dir, int& err);
-  // Copies inode `i` up into layer 0 if it is in a lower layer (the whole entry for an
-  // entry or a file of one); 0 or an errno.
-  int copy_up(Inode& i);
-  // Before a change of inode `i` (its data, attributes, extended attributes): 0 once it
-  // is in layer 0, EROFS where the mount may not write it.
-  int writable(Inode& i);
-  // Whether a name may be made in layer 0: EROFS for all but lock files over a read-only
-  // cache, EPERM for the layers' own names.
-  int may_make(const char* name) const;
-  // The names of the folder `dir` merged over the layers.
-  std::shared_ptr<const Listing> list_merged(Inode& dir, int& err);
-  // unlink without the placeholder rule: the name's file or folder (over layers:
-  // unlink_layered); 0 or an errno.
-  int remove_name(Inode& parent, const char* name, bool dir);
-  int unlink_layered(Inode& parent, const char* name, bool dir);
-  int rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
-                     PathRef& npfd);
-  // The path below the root of `name` in `folder`.
-  std::string rel_of(Inode& folder, const char* name);
-  // Whether the folder `rel` shows no names in any layer (whiteouts applied).
-  bool merged_empty(const std::string& rel);
-  // mkdirat of `name` in `dir` as an opaque folder (layers.hpp): 0, or -1 with errno.
-  static int make_opaque_dir(int dir, const char* name, mode_t mode);
   // Before the folder `name` of `from_dir` is renamed to the LNL key `newname` in the
   // root (`to_dir`) of a tier: publishes it through the store; 0, or the rename's errno.
   int promote(int from_dir, const char* name, int to_dir, const char* newname, unsigned flags);
@@ -184,17 +144,15 @@ class Filesystem {
   Options opts_;
   const bool as_root_ = ::geteuid() == 0;
   Stats stats_;
-  InodeTable inodes_;
+  Namespace ns_;
+  InodeTable& inodes_ = ns_.inodes();
   InputPolicy inputs_;
   CompileOnOpen compile_;
   ClientLocks client_locks_;
   LockForwarding locks_;
   Indexer indexer_;
   bool no_opendir_ = false;  // set once in init, before any request
-  std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
   std::atomic<bool> stopped_{false};
-  // Rank 40: guards each Inode's listing. A leaf.
-  std::mutex listings_mu_;
 };
 
 }  // namespace neffcachefs

@@ -17,7 +17,7 @@ namespace neffcachefs {
 using namespace neffcache;
 using detail::UniqueFd;
 
-Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi) {
+Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi) {
   Inode& i = inodes_.get(ino);
   fuse_file_info opened = fi;
   if (i.special != Inode::Special::none) {
@@ -31,7 +31,7 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
   if (!i.placeholder) {
     // A write of a file of a lower layer writes its copy in layer 0.
     if ((fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC))
-      if (int e = writable(i)) return Errno{e};
+      if (int e = ns_.writable(i)) return Errno{e};
     int err = 0;
     PathRef pfd = inodes_.path_fd(i, err);
     if (!pfd) return Errno{err};
@@ -45,7 +45,7 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
     // A done entry's files: no FLUSH at a reader's close either (nothing to write back; a
     // client that locks one has its locks dropped at the release of its open instead).
     bool reading = (fi.flags & O_ACCMODE) == O_RDONLY;
-    set_open_caching(opened, kind_of(i), reading);
+    set_open_caching(opened, Namespace::kind_of(i), reading);
     if (reading && i.finished_neff) {
       ++stats_.hits;
       if (!i.index_offered.exchange(true))
@@ -66,22 +66,18 @@ Answer<fuse_file_info> Filesystem::open(fuse_req_t req, fuse_ino_t ino, const fu
   }
   int err = 0;
   // An entry of a lower layer compiles in its copy in layer 0.
-  PathRef dir = upper_dir(*i.parent, err);
+  PathRef dir = ns_.upper_dir(*i.parent, err);
   if (!dir) return Errno{err};
-  return compile_.open(req, ino, inodes_.id_of(i.parent), i.name, dir->get(), fi);
+  return compile_.open(caller, ino, inodes_.id_of(i.parent), i.name, dir->get(), fi);
 }
 
-Answer<Filesystem::Created> Filesystem::create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t parent, const char* name, mode_t mode,
                                                const fuse_file_info& fi) {
   Inode& p = inodes_.get(parent);
   if (p.placeholder || p.special != Inode::Special::none) return Errno{EACCES};
-  int err = 0;
-  if (layered()) {
-    if ((err = may_make(name)) != 0) return Errno{err};
-    Found found;
-    if (find(p, name, found) == 0 && found.layer != 0) return Errno{EEXIST};  // seen by no lookup yet
-  }
-  PathRef dir = upper_dir(p, err);
+  int err = ns_.may_make(p, name);
+  if (err) return Errno{err};
+  PathRef dir = ns_.upper_dir(p, err);
   if (!dir) return Errno{err};
   bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   // Never through a link: one planted in the backing directory between the kernel's
@@ -92,11 +88,11 @@ Answer<Filesystem::Created> Filesystem::create(fuse_req_t req, fuse_ino_t parent
     fd = ::openat(dir->get(), name, fi.flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
   }
   if (fd < 0) return Errno{gone_or(errno, dir->get())};
-  if (layered()) ::unlinkat(dir->get(), whiteout_of(name).c_str(), 0);  // (it shadows the lower name now)
+  ns_.made(dir->get(), name);
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) {
-    give_to_caller(req, as_root_, dir->get(), fd);
-    client_locks_.track(fuse_req_ctx(req)->pid, dir->get(), name);
+    give_to_caller(caller, as_root_, dir->get(), fd);
+    client_locks_.track(caller.pid, dir->get(), name);
   }
   Created c{{}, fi};
   UniqueFd pfd(::openat(dir->get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
@@ -124,7 +120,7 @@ Answer<size_t> Filesystem::write(const char* data, size_t size, off_t off, const
   return static_cast<size_t>(n);
 }
 
-int Filesystem::flush(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi) {
+int Filesystem::flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi) {
   // Every close() by the client: POSIX drops the closer's locks on the file. The kernel
   // keeps no record of locks it forwards, so they are dropped here.
   struct flock unlock {};
@@ -134,7 +130,7 @@ int Filesystem::flush(fuse_req_t req, fuse_ino_t ino, const fuse_file_info& fi) 
   // A client killed with an HLO open (release looks at written files only, and forgets
   // the mark of every file).
   if (inputs_.flush_may_cut(inodes_.name_of(inodes_.get(ino))) &&
-      InputPolicy::killed_while_exiting(fuse_req_ctx(req)->pid))
+      InputPolicy::killed_while_exiting(caller.pid))
     inputs_.mark_cut(fi.fh);
   // close() of a duplicate reports delayed write errors (NFS) without ending the open.
   int dup = ::dup(static_cast<int>(fi.fh));

@@ -1,6 +1,8 @@
 // Lock forwarding (lock_forwarding.hpp).
 #include "lock_forwarding.hpp"
 
+#include "caller.hpp"
+
 #include <sys/file.h>
 
 #include <cerrno>
@@ -9,23 +11,23 @@
 
 namespace neffcachefs {
 
-void LockForwarding::wait_for_lock(fuse_req_t req, std::function<int()> attempt) {
+void LockForwarding::wait_for_lock(std::unique_ptr<Later> later, std::function<int()> attempt) {
   {
     std::lock_guard lk(mu_);
     ++running_;
   }
-  std::thread([this, req, attempt = std::move(attempt)] {
+  std::thread([this, later = std::move(later), attempt = std::move(attempt)] {
     int err;
     for (;;) {
       err = attempt();
       if (err != EAGAIN && err != EWOULDBLOCK) break;
-      if (fuse_req_interrupted(req) || stop_) {
+      if (later->interrupted() || stop_) {
         err = EINTR;
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    reply_err_later(req, err);
+    later->fail(err);
     std::lock_guard lk(mu_);
     if (--running_ == 0) idle_.notify_all();
   }).detach();
@@ -37,12 +39,12 @@ Answer<struct flock> LockForwarding::getlk(int fd, struct flock lock) {
   return lock;
 }
 
-Answer<Ok> LockForwarding::setlk(fuse_req_t req, int fd, struct flock lock, bool sleep) {
+Answer<Ok> LockForwarding::setlk(const Caller& caller, int fd, struct flock lock, bool sleep) {
   lock.l_pid = 0;
   auto attempt = [fd, lock]() mutable { return ::fcntl(fd, F_OFD_SETLK, &lock) == 0 ? 0 : errno; };
   int err = attempt();
   if (sleep && (err == EAGAIN || err == EACCES)) {
-    wait_for_lock(req, [attempt]() mutable {
+    wait_for_lock(caller.keep(), [attempt]() mutable {
       int e = attempt();
       return e == EACCES ? EAGAIN : e;
     });
@@ -52,11 +54,11 @@ Answer<Ok> LockForwarding::setlk(fuse_req_t req, int fd, struct flock lock, bool
   return Ok{};
 }
 
-Answer<Ok> LockForwarding::flock(fuse_req_t req, int fd, int op) {
+Answer<Ok> LockForwarding::flock(const Caller& caller, int fd, int op) {
   auto attempt = [fd, op] { return ::flock(fd, op | LOCK_NB) == 0 ? 0 : errno; };
   int err = attempt();
   if (err == EWOULDBLOCK && !(op & LOCK_NB)) {
-    wait_for_lock(req, attempt);
+    wait_for_lock(caller.keep(), attempt);
     return Deferred{};
   }
   if (err) return Errno{err};

@@ -12,11 +12,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include "reply.hpp"
 
 namespace neffcachefs {
+
+class Caller;
 
 class LockForwarding {
  public:
@@ -24,10 +27,11 @@ class LockForwarding {
 
   // F_GETLK on the open file `fd`.
   Answer<struct flock> getlk(int fd, struct flock lock);
-  // F_SETLK/F_SETLKW; `sleep`: wait for the lock (Deferred: `req` is answered later).
-  Answer<Ok> setlk(fuse_req_t req, int fd, struct flock lock, bool sleep);
+  // F_SETLK/F_SETLKW; `sleep`: wait for the lock (Deferred: the caller's request is kept
+  // and answered later).
+  Answer<Ok> setlk(const Caller& caller, int fd, struct flock lock, bool sleep);
   // flock(2) with `op` (LOCK_SH, LOCK_EX, LOCK_UN, maybe LOCK_NB).
-  Answer<Ok> flock(fuse_req_t req, int fd, int op);
+  Answer<Ok> flock(const Caller& caller, int fd, int op);
   // Ends every wait with EINTR and returns when all of them have answered (while the
   // session can still carry the replies). Later waits end at once.
   void stop();
@@ -36,7 +40,7 @@ class LockForwarding {
 
  private:
   // Retries `attempt` (which returns 0, EAGAIN/EWOULDBLOCK, or an errno) on a thread.
-  void wait_for_lock(fuse_req_t req, std::function<int()> attempt);
+  void wait_for_lock(std::unique_ptr<Later> later, std::function<int()> attempt);
 
   // Rank 80 (docs/ARCHITECTURE.md): guards running_. A leaf.
   std::mutex mu_;

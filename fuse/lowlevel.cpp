@@ -1,14 +1,16 @@
 // The FUSE boundary: the low-level ops table, the C trampolines, and the only calls of
 // libfuse's fuse_reply_* functions (reply.hpp). Handlers return values or errnos; here
 // they become replies. Requests kept for later (opens waiting on a compile, locks
-// waiting for their holder) are answered through reply_*_later, defined here too.
+// waiting for their holder) are answered through a Later made here of the request.
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include <neffcache/core/detail/fs.hpp>
 
+#include "caller.hpp"
 #include "fs.hpp"
 #include "reply.hpp"
 
@@ -23,6 +25,51 @@ Filesystem& self(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_use
 void reply_open(fuse_req_t req, const fuse_file_info& fi) {
   if (fuse_reply_open(req, &fi) != 0) neffcache::detail::UniqueFd(static_cast<int>(fi.fh)).reset();
 }
+
+// A kept request (reply.hpp).
+class FuseLater final : public Later {
+ public:
+  explicit FuseLater(fuse_req_t req) : req_(req) {}
+  void fail(int err) override { fuse_reply_err(req_, err); }
+  void opened(const fuse_file_info& fi) override { reply_open(req_, fi); }
+  bool interrupted() override { return fuse_req_interrupted(req_) != 0; }
+  void on_interrupt(void (*f)(void*), void* data) override {
+    f_ = f;
+    data_ = data;
+    fuse_req_interrupt_func(req_, [](fuse_req_t, void* self) {
+      auto* later = static_cast<FuseLater*>(self);
+      later->f_(later->data_);
+    }, this);
+  }
+
+ private:
+  fuse_req_t req_;
+  void (*f_)(void*) = nullptr;
+  void* data_ = nullptr;
+};
+
+// The caller of a request (caller.hpp).
+class FuseCaller final : public Caller {
+ public:
+  explicit FuseCaller(fuse_req_t req)
+      : Caller(fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, fuse_req_ctx(req)->pid), req_(req) {}
+  bool in_group(gid_t g) const override {
+    if (g == gid) return true;
+    std::vector<gid_t> groups(64);
+    int n = fuse_req_getgroups(req_, static_cast<int>(groups.size()), groups.data());
+    if (n > static_cast<int>(groups.size())) {  // it says how many there are
+      groups.resize(static_cast<std::size_t>(n));
+      n = fuse_req_getgroups(req_, n, groups.data());
+    }
+    if (n <= 0) return false;
+    groups.resize(std::min(groups.size(), static_cast<std::size_t>(n)));
+    return std::find(groups.begin(), groups.end(), g) != groups.end();
+  }
+  std::unique_ptr<Later> keep() const override { return std::make_unique<FuseLater>(req_); }
+
+ private:
+  fuse_req_t req_;
+};
 
 void reply_entry(fuse_req_t req, Answer<fuse_entry_param> a) {
   if (!a.ok()) return (void)fuse_reply_err(req, a.error());
@@ -47,7 +94,7 @@ void reply_lock_answer(fuse_req_t req, const Answer<Ok>& a) {
 }
 
 void op_open(fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
-  auto a = self(r).open(r, i, *fi);
+  auto a = self(r).open(FuseCaller(r), i, *fi);
   if (a.deferred()) return;  // the compile's answer replies (CompileOnOpen::answer)
   if (!a.ok()) return (void)fuse_reply_err(r, a.error());
   // stats.json's handle is a snapshot number, not a descriptor: an open that cannot be
@@ -60,7 +107,7 @@ void op_open(fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
 }
 
 void op_create(fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) {
-  auto a = self(r).create(r, p, n, m, *fi);
+  auto a = self(r).create(FuseCaller(r), p, n, m, *fi);
   if (!a.ok()) return (void)fuse_reply_err(r, a.error());
   auto& c = a.value();
   if (fuse_reply_create(r, &c.entry, &c.fi) != 0) neffcache::detail::UniqueFd(static_cast<int>(c.fi.fh)).reset();
@@ -95,10 +142,6 @@ void op_readdir(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, bool plus) {
 
 }  // namespace
 
-void reply_err_later(fuse_req_t req, int err) { fuse_reply_err(req, err); }
-
-void reply_open_later(fuse_req_t req, const fuse_file_info& fi) { reply_open(req, fi); }
-
 void notify_produced(fuse_session* se, fuse_ino_t ino, fuse_ino_t parent, const std::string& name) {
   if (!se) return;
   fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
@@ -128,13 +171,13 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       fuse_reply_readlink(r, a.value().c_str());
     };
     o.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t) {
-      reply_entry(r, self(r).mknod_like(r, p, n, m, nullptr));
+      reply_entry(r, self(r).mknod_like(FuseCaller(r), p, n, m, nullptr));
     };
     o.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) {
-      reply_entry(r, self(r).mknod_like(r, p, n, S_IFDIR | m, nullptr));
+      reply_entry(r, self(r).mknod_like(FuseCaller(r), p, n, S_IFDIR | m, nullptr));
     };
     o.symlink = [](fuse_req_t r, const char* t, fuse_ino_t p, const char* n) {
-      reply_entry(r, self(r).mknod_like(r, p, n, S_IFLNK, t));
+      reply_entry(r, self(r).mknod_like(FuseCaller(r), p, n, S_IFLNK, t));
     };
     o.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { fuse_reply_err(r, self(r).unlink(p, n, false)); };
     o.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { fuse_reply_err(r, self(r).unlink(p, n, true)); };
@@ -153,7 +196,7 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     // stats.json has no backing descriptor: nothing to flush, sync or lock.
     o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
-      fuse_reply_err(r, self(r).flush(r, i, *fi));
+      fuse_reply_err(r, self(r).flush(FuseCaller(r), i, *fi));
     };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { fuse_reply_err(r, self(r).release(i, *fi)); };
     o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) {
@@ -183,11 +226,11 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     };
     o.setlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l, int sleep) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
-      reply_lock_answer(r, self(r).locks().setlk(r, static_cast<int>(fi->fh), *l, sleep != 0));
+      reply_lock_answer(r, self(r).locks().setlk(FuseCaller(r), static_cast<int>(fi->fh), *l, sleep != 0));
     };
     o.flock = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, int op) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
-      reply_lock_answer(r, self(r).locks().flock(r, static_cast<int>(fi->fh), op));
+      reply_lock_answer(r, self(r).locks().flock(FuseCaller(r), static_cast<int>(fi->fh), op));
     };
     o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { reply_xattr(r, self(r).getxattr(i, n, s)); };
     o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { reply_xattr(r, self(r).listxattr(i, s)); };

@@ -1,14 +1,15 @@
-// What a handler answers, and the replies that come later. Handlers (fs*.cpp and the
+// What a handler answers, and the answers that come later. Handlers (fs*.cpp and the
 // parts) never call libfuse's fuse_reply_* functions: they return an Answer, which
 // lowlevel.cpp turns into the reply. A request kept for later (an open waiting on a
-// compile, a lock waiting for its holder) is answered through the reply_*_later
-// functions below, which lowlevel.cpp defines too, so one file is the only caller of
-// libfuse's reply functions (as mountpoint-s3 keeps them in fuse.rs).
+// compile, a lock waiting for its holder) is answered through a Later, which lowlevel.cpp
+// makes of the request, so one file is the only caller of libfuse's reply functions (as
+// mountpoint-s3 keeps them in fuse.rs), and the handlers run without a mount in tests.
 #pragma once
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -20,7 +21,7 @@ struct Errno {
   int value;
 };
 
-// The request was kept; it is answered later, exactly once, through a reply_*_later.
+// The request was kept; it is answered later, exactly once, through its Later.
 struct Deferred {};
 
 // A success without a value.
@@ -45,10 +46,21 @@ class Answer {
   std::variant<T, Errno, Deferred> v_;
 };
 
-// Replies to a kept request (defined in lowlevel.cpp). reply_open_later hands fi.fh to
-// the kernel (closed at the open's RELEASE); if the request is gone, it closes it.
-void reply_err_later(fuse_req_t req, int err);
-void reply_open_later(fuse_req_t req, const fuse_file_info& fi);
+// A request whose answer comes later, from another thread: answered exactly once, by
+// fail or opened.
+class Later {
+ public:
+  virtual ~Later() = default;
+  // Answers with an errno (0: a success without a value).
+  virtual void fail(int err) = 0;
+  // Answers an open with `fi`: fi.fh is the kernel's from then on (closed here if the
+  // answer cannot be delivered; it is closed at the open's RELEASE otherwise).
+  virtual void opened(const fuse_file_info& fi) = 0;
+  // Whether the caller gave up (an interrupt, a signal).
+  virtual bool interrupted() = 0;
+  // Calls `f(data)` when the caller gives up (at once if it has). Once per request.
+  virtual void on_interrupt(void (*f)(void* data), void* data) = 0;
+};
 
 // After a placeholder's file was produced: the kernel drops placeholder `ino`'s cached
 // attributes and the name `name` in folder `parent`, so later lookups find the real

@@ -31,6 +31,7 @@
 #include "lock_forwarding.hpp"
 #include "stats.hpp"
 #include "support.hpp"
+#include "test_caller.hpp"
 
 namespace fs = std::filesystem;
 using namespace neffcachefs;
@@ -521,22 +522,51 @@ TEST_CASE("lock forwarding: OFD locks and flocks that need no wait", "[fuse-unit
   test::spit(d / "f", "x");
   UniqueFd a(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC)), b(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC));
   LockForwarding locks;
+  const without_mount::TestCaller caller;
   struct flock l {};
   l.l_type = F_WRLCK;
   l.l_whence = SEEK_SET;
   l.l_pid = 1234;  // ignored: OFD locks need 0
-  CHECK(locks.setlk(nullptr, a.get(), l, false).ok());
-  auto conflict = locks.setlk(nullptr, b.get(), l, false);
+  CHECK(locks.setlk(caller, a.get(), l, false).ok());
+  auto conflict = locks.setlk(caller, b.get(), l, false);
   CHECK_FALSE(conflict.ok());
   CHECK_FALSE(conflict.deferred());
   CHECK((conflict.error() == EAGAIN || conflict.error() == EACCES));
   auto seen = locks.getlk(b.get(), l);
   REQUIRE(seen.ok());
   CHECK(seen.value().l_type == F_WRLCK);
-  CHECK(locks.flock(nullptr, a.get(), LOCK_EX).ok());
-  auto busy = locks.flock(nullptr, b.get(), LOCK_EX | LOCK_NB);
+  CHECK(locks.flock(caller, a.get(), LOCK_EX).ok());
+  auto busy = locks.flock(caller, b.get(), LOCK_EX | LOCK_NB);
   CHECK(busy.error() == EWOULDBLOCK);
   CHECK(locks.waiting() == 0);
+  CHECK(caller.kept() == nullptr);  // nothing waited
+}
+
+TEST_CASE("lock forwarding: a lock that waits is answered once its holder lets go, or when its caller gives up",
+          "[fuse-unit]") {
+  test::TempDir d;
+  test::spit(d / "f", "x");
+  UniqueFd a(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC)), b(::open((d / "f").c_str(), O_RDWR | O_CLOEXEC));
+  LockForwarding locks;
+  const without_mount::TestCaller caller;
+  CHECK(locks.flock(caller, a.get(), LOCK_EX).ok());
+  auto waits = locks.flock(caller, b.get(), LOCK_EX);
+  CHECK(waits.deferred());
+  auto answered = caller.kept();
+  REQUIRE(answered);
+  CHECK_FALSE(answered->wait(50ms));
+  CHECK(locks.flock(caller, a.get(), LOCK_UN).ok());
+  REQUIRE(answered->wait());
+  CHECK(answered->err == 0);
+  // Held by b now: a's wait ends when its caller gives up.
+  CHECK(locks.flock(caller, a.get(), LOCK_SH).deferred());
+  answered = caller.kept();
+  CHECK_FALSE(answered->wait(50ms));
+  answered->interrupt();
+  REQUIRE(answered->wait());
+  CHECK(answered->err == EINTR);
+  CHECK(answered->answers == 1);
+  CHECK(eventually([&] { return locks.waiting() == 0; }));
 }
 
 TEST_CASE("the cache policy: a done entry's files kept a day and their pages kept for readers; placeholders and "

@@ -1,0 +1,134 @@
+// The namespace: what each name of the mount is. Lookups and listings ask here and get a
+// node; the handlers act on nodes and ask here before they make, change or remove a name.
+// It owns what decides a name (as mountpoint-s3's superblock does for its handlers):
+//   - the inode table (inode_table.hpp);
+//   - the layers (layers.hpp): the first layer that has a name, whiteouts, opaque folders,
+//     copies up into layer 0; no handler asks whether the mount has layers;
+//   - the remote's fill: a name or a folder missing here is asked of the store's remote
+//     (an S3 tier fetches it) before it is judged missing;
+//   - the entry view (entry_view.hpp): a pending entry's placeholders, a done entry's
+//     files, which never change (NodeKind::finished);
+//   - the mount's own folder of counters (stats.hpp), and the listings the kernel reads.
+// A node's kind is all the cache policy (cache_policy.hpp) needs.
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cache_policy.hpp"
+#include "inode_table.hpp"
+#include "options.hpp"
+#include "reply.hpp"
+
+namespace neffcachefs {
+
+// A name looked up: its inode (one more kernel reference), what it is, and its attributes
+// (zero for the special files, which their owner fills).
+struct Node {
+  Inode* inode = nullptr;
+  NodeKind kind = NodeKind::plain;
+  int layer = 0;  // the layer its file is in (0: the backing folder)
+  struct stat attr {};
+};
+
+class Namespace {
+ public:
+  explicit Namespace(const Options& opts);
+
+  InodeTable& inodes() { return inodes_; }
+  // Mount-wide: whether names come from more than one layer (listings then change with
+  // folders whose changes the kernel does not see: cache_policy.hpp).
+  bool layered() const { return inodes_.layers() > 1; }
+  // What an inode is to the kernel's caches.
+  static NodeKind kind_of(const Inode& i) {
+    if (i.special != Inode::Special::none) return NodeKind::special;
+    if (i.placeholder) return NodeKind::placeholder;
+    return i.finished ? NodeKind::finished : NodeKind::plain;
+  }
+
+  // The node of `name` in folder `parent`: a backing file of the first layer that has it
+  // (asked of the remote first when missing), a placeholder of a pending entry, or one of
+  // the mount's counters. Removes the stale lock of an entry folder it finds.
+  Answer<Node> lookup(Inode& parent, const char* name);
+  // The listing of folder `dir` that a read at offset `off` continues (a new one at 0, or
+  // when none is kept); null with `err`. Kept until done_listing.
+  std::shared_ptr<const Listing> listing(Inode& dir, off_t off, int& err);
+  // The kernel read `h` to its end: it is let go.
+  void done_listing(Inode& dir, const std::shared_ptr<const Listing>& h);
+
+  // Before `name` is made in `parent` (a file, folder, link or hard link): 0; EEXIST when
+  // a lower layer shows it; EPERM for the layers' own names; EROFS for all but lock files
+  // over a read-only cache.
+  int may_make(Inode& parent, const char* name);
+  // Layer 0's copy of folder `dir`, where names are made (copied up first when it has
+  // none); null with `err`.
+  PathRef upper_dir(Inode& dir, int& err);
+  // Whether a folder made as `name` in `dir` (layer 0's copy of `parent`) must be opaque:
+  // made over a whiteout, it hides what the layers below have under that name.
+  bool new_folder_opaque(Inode& parent, int dir, const char* name);
+  // mkdirat of `name` in `dir` as an opaque folder: 0, or -1 with errno.
+  static int make_opaque_dir(int dir, const char* name, mode_t mode);
+  // After `name` was made or renamed into `dir` (layer 0's copy): it shadows the lower
+  // name now, so its whiteout goes.
+  void made(int dir, const char* name);
+  // Before a change of inode `i` (its data, attributes, extended attributes): 0 once it is
+  // in layer 0, EROFS where the mount may not write it.
+  int writable(Inode& i);
+  // Whether the hard link of `i` may be made: EXDEV for a file of a lower layer.
+  int may_link(Inode& i);
+
+  // Removes `name` from `parent` (over layers: from layer 0, with a whiteout when a lower
+  // layer shows it); `forget(dir_fd)` runs before the unlink of a file. 0 or an errno.
+  int remove(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
+  // Whether `name` in `parent` is a placeholder (no file behind it).
+  bool is_placeholder(Inode& parent, const char* name);
+  // Before a rename: checks it over the layers (EXDEV for what a lower layer has) and
+  // makes the whiteout and opaque marker it needs; `pfd`, `npfd`: layer 0's copies of both
+  // folders (made here over layers). 0 or an errno.
+  int prepare_rename(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
+                     PathRef& npfd);
+
+ private:
+  // The path below the root of `name` in `folder`.
+  std::string rel_of(Inode& folder, const char* name);
+  struct Found {
+    PathRef dir;                     // the folder it was found in (or the topmost copy, when not found)
+    neffcache::detail::UniqueFd fd;  // O_PATH
+    int layer = 0;
+  };
+  // Finds `name` in folder `parent`: in that folder itself with one layer or in an entry,
+  // else in the first layer whose copy of it has the name; 0, or ENOENT when no layer has
+  // it or a whiteout hides it, or another errno.
+  int find(Inode& parent, const char* name, Found& found);
+  Answer<Node> lookup_backing(Inode& parent, const char* name);
+  // Whether a layer under layer 0 shows `name` in folder `parent`: its removal from layer
+  // 0 needs a whiteout.
+  bool below(Inode& parent, const char* name);
+  // Copies inode `i` up into layer 0 if it is in a lower layer (the whole entry for an
+  // entry or a file of one); 0 or an errno.
+  int copy_up(Inode& i);
+  // A folder's names as the mount shows them (placeholders included); null with `err`.
+  std::shared_ptr<const Listing> list(Inode& dir, int& err);
+  // The names of the folder `dir` merged over the layers.
+  std::shared_ptr<const Listing> list_merged(Inode& dir, int& err);
+  // Whether the folder `rel` shows no names in any layer (whiteouts applied).
+  bool merged_empty(const std::string& rel);
+  int remove_layered(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
+  int rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
+                     PathRef& npfd);
+
+  const Options& opts_;
+  const bool as_root_ = ::geteuid() == 0;
+  InodeTable inodes_;
+  std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
+  // Rank 40: guards each Inode's listing. A leaf.
+  std::mutex listings_mu_;
+};
+
+}  // namespace neffcachefs

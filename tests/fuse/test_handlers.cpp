@@ -1,0 +1,275 @@
+// The daemon's handlers (fuse/fs.hpp) called as lowlevel.cpp calls them, without a mount:
+// a caller of this process whose kept requests are recorded (test_caller.hpp). What a
+// client sees through a real mount is tested in the other files here; these pin what
+// the handlers answer, including the answers that come later.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <neffcache/cache/layers.hpp>
+#include <neffcache/cache/maintenance.hpp>
+#include <neffcache/store/directory.hpp>
+
+#include "fs.hpp"
+#include "support.hpp"
+#include "test_caller.hpp"
+
+namespace fs = std::filesystem;
+using namespace neffcachefs;
+using neffcache::detail::UniqueFd;
+
+namespace {
+
+// A Filesystem over a temporary cache, started, with the fake compiler.
+struct Unmounted {
+  test::TempDir d;
+  Options opts;
+  std::unique_ptr<Filesystem> fs;
+  without_mount::TestCaller caller;
+
+  // `lower`: a read-only layer under the cache (layers.hpp); `set`: more options.
+  explicit Unmounted(bool lower = false, const std::function<void(Options&)>& set = {}) {
+    opts.backing = (d / "cache").string();
+    fs::create_directories(opts.backing);
+    if (lower) {
+      opts.lowers = {(d / "lower").string()};
+      fs::create_directories(opts.lowers[0]);
+    }
+    opts.store = neffcache::store::DirectoryStore::open(opts.backing);
+    opts.scheduler.jobs = 1;
+    opts.scheduler.settings.compiler = neffcache::CompilerTemplate::parse(test::k_fake_template).value();
+    opts.scheduler.settings.content_index = false;
+    opts.scheduler.settled = neffcache::folder_settled;
+    opts.compiler_dir = test::k_fake_dir;
+    opts.eager = false;
+    if (set) set(opts);
+  }
+  ~Unmounted() {
+    if (fs) fs->shutdown();
+  }
+  Filesystem& start() {
+    fs = std::make_unique<Filesystem>(opts);
+    fs->start();
+    return *fs;
+  }
+  // Looks `rel` up from the root one name at a time, as the kernel walks a path.
+  Answer<fuse_entry_param> walk(const std::string& rel) {
+    fuse_ino_t at = FUSE_ROOT_ID;
+    Answer<fuse_entry_param> e = Errno{ENOENT};
+    for (const auto& part : fs::path(rel)) {
+      e = fs->lookup(at, part.c_str());
+      if (!e.ok()) return e;
+      at = e.value().ino;
+    }
+    return e;
+  }
+  fuse_ino_t ino(const std::string& rel) {
+    auto e = walk(rel);
+    REQUIRE(e.ok());
+    return e.value().ino;
+  }
+  // The names a listing of folder `rel` shows (without . and ..).
+  std::vector<std::string> names(const std::string& rel) {
+    std::vector<std::string> out;
+    const int err = fs->readdir(rel.empty() ? FUSE_ROOT_ID : ino(rel), 0, false,
+                                [&](const std::string& name, const fuse_entry_param&, off_t, bool) {
+                                  if (name != "." && name != "..") out.push_back(name);
+                                  return true;
+                                });
+    CHECK(err == 0);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  Answer<fuse_file_info> open(fuse_ino_t ino, int flags) {
+    fuse_file_info fi{};
+    fi.flags = flags;
+    return fs->open(caller, ino, fi);
+  }
+  nlohmann::json stats() { return nlohmann::json::parse(fs->stats_json()); }
+};
+
+std::string read_all(int fd) {
+  std::string out(1 << 16, '\0');
+  const ssize_t n = ::pread(fd, out.data(), out.size(), 0);
+  REQUIRE(n >= 0);
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+const std::string k_pending = test::k_fake_dir + "/MODULE_1+abc";
+const std::string k_done = test::k_fake_dir + "/MODULE_2+abc";
+
+}  // namespace
+
+TEST_CASE("handlers: lookups and listings agree on a pending entry's placeholders; a done entry's files are kept "
+          "a day and opening its NEFF is a hit",
+          "[fuse-unit][handlers]") {
+  Unmounted m;
+  const fs::path cache = m.opts.backing;
+  test::spit(cache / k_pending / "model.hlo_module.pb", test::slurp(test::corpus_files()[0]));
+  test::spit(cache / k_done / "model.hlo_module.pb", "x");
+  test::spit(cache / k_done / "model.neff", "NEFF");
+  test::spit(cache / k_done / "model.done", "");
+  test::spit(cache / "neuronxcc-9.9.9/MODULE_3+abc/model.hlo_module.pb", "x");
+  m.start();
+
+  auto placeholder = m.walk(k_pending + "/model.neff");
+  REQUIRE(placeholder.ok());
+  CHECK(placeholder.value().attr.st_mode == (S_IFREG | 0444));
+  CHECK(placeholder.value().attr.st_size == 0);
+  CHECK(placeholder.value().entry_timeout == 0);
+  CHECK(m.names(k_pending) == std::vector<std::string>{"model.done", "model.hlo_module.pb", "model.neff"});
+  // Unlinked, it removes nothing and stays, as long as the entry is pending.
+  CHECK(m.fs->unlink(m.ino(k_pending), "model.neff", false) == 0);
+  CHECK(m.walk(k_pending + "/model.neff").ok());
+  CHECK_FALSE(fs::exists(cache / k_pending / "model.neff"));
+  // Another compiler's entry shows nothing of ours.
+  CHECK(m.walk("neuronxcc-9.9.9/MODULE_3+abc/model.neff").error() == ENOENT);
+  CHECK(m.names("neuronxcc-9.9.9/MODULE_3+abc") == std::vector<std::string>{"model.hlo_module.pb"});
+
+  auto neff = m.walk(k_done + "/model.neff");
+  REQUIRE(neff.ok());
+  CHECK(neff.value().attr.st_size == 4);
+  CHECK(neff.value().attr_timeout == 86400);
+  CHECK(m.walk(test::k_fake_dir).value().attr_timeout == 1);
+  auto opened = m.open(neff.value().ino, O_RDONLY);
+  REQUIRE(opened.ok());
+  UniqueFd fd(static_cast<int>(opened.value().fh));
+  CHECK(opened.value().keep_cache);
+  CHECK(opened.value().noflush);
+  CHECK_FALSE(opened.value().direct_io);
+  CHECK(read_all(fd.get()) == "NEFF");
+  CHECK(m.stats()["hits"] == 1);
+
+  // The mount's own counters: never kept, read-only, read through direct I/O.
+  auto counters = m.walk(".neffcache/stats.json");
+  REQUIRE(counters.ok());
+  CHECK(counters.value().attr_timeout == 0);
+  CHECK(m.open(counters.value().ino, O_RDWR).error() == EACCES);
+  auto snapshot = m.open(counters.value().ino, O_RDONLY);
+  REQUIRE(snapshot.ok());
+  CHECK(snapshot.value().direct_io);
+  CHECK(m.fs->release(counters.value().ino, snapshot.value()) == 0);
+  CHECK(m.walk(".neffcache/other").error() == ENOENT);
+  CHECK(m.fs->lookup(FUSE_ROOT_ID, "..").error() == EINVAL);
+  CHECK(m.names("") == std::vector<std::string>{"neuronxcc-2.21.0", "neuronxcc-9.9.9"});
+}
+
+TEST_CASE("handlers: the open of a placeholder is kept and answered with the compiled NEFF; one whose entry "
+          "failed since its lookup answers EIO at once",
+          "[fuse-unit][handlers]") {
+  Unmounted m;
+  const fs::path cache = m.opts.backing;
+  const std::string failing = test::k_fake_dir + "/MODULE_4+abc";
+  test::spit(cache / k_pending / "model.hlo_module.pb", test::slurp(test::corpus_files()[0]));
+  test::spit(cache / failing / "model.hlo_module.pb", test::slurp(test::corpus_files()[1]));
+  m.start();
+
+  const fuse_ino_t placeholder = m.ino(k_pending + "/model.neff");
+  CHECK(m.open(placeholder, O_RDWR).error() == EACCES);
+  const int misses = m.stats()["misses"];
+  auto open = m.open(placeholder, O_RDONLY);
+  REQUIRE(open.deferred());
+  auto answered = m.caller.kept();
+  REQUIRE(answered);
+  REQUIRE(answered->wait());
+  CHECK(answered->answers == 1);
+  REQUIRE(answered->opened);
+  UniqueFd fd(static_cast<int>(answered->opened->fh));
+  CHECK(answered->opened->direct_io);  // the kernel knew a zero-size stand-in
+  CHECK(read_all(fd.get()) == test::slurp(cache / k_pending / "model.neff"));
+  CHECK(fs::exists(cache / k_pending / "model.done"));
+  CHECK(m.stats()["misses"] == misses + 1);
+
+  // Looked up while pending; a failure is recorded before the open (another host, a tool).
+  const fuse_ino_t other = m.ino(failing + "/model.neff");
+  test::spit(cache / failing / "model.log", "error: injected");
+  CHECK(m.open(other, O_RDONLY).error() == EIO);
+  CHECK(m.caller.kept() == answered);  // nothing kept
+  CHECK(m.stats()["eio"]["03"] == 1);
+}
+
+TEST_CASE("handlers: over a lower layer, a removed name leaves a whiteout, is made again over it, and only what "
+          "layer 0 alone has moves",
+          "[fuse-unit][handlers][layers]") {
+  Unmounted m(/*lower=*/true);
+  const fs::path cache = m.opts.backing, lower = m.opts.lowers[0];
+  test::spit(lower / "b.txt", "lower b");
+  test::spit(lower / "c.txt", "lower c");
+  test::spit(lower / "notes/a.txt", "lower a");
+  m.start();
+  const std::string wh_b = neffcache::whiteout_of("b.txt");
+
+  CHECK(m.names("") == std::vector<std::string>{"b.txt", "c.txt", "notes"});
+  REQUIRE(m.walk("b.txt").ok());
+  CHECK(m.fs->unlink(FUSE_ROOT_ID, "b.txt", false) == 0);
+  CHECK(fs::exists(cache / wh_b));
+  CHECK(fs::exists(lower / "b.txt"));  // nothing of a lower layer is written
+  CHECK(m.walk("b.txt").error() == ENOENT);
+  CHECK(m.names("") == std::vector<std::string>{"c.txt", "notes"});
+  // Made again: the whiteout goes, and the new file is layer 0's.
+  fuse_file_info fi{};
+  fi.flags = O_WRONLY | O_CREAT;
+  auto made = m.fs->create(m.caller, FUSE_ROOT_ID, "b.txt", 0644, fi);
+  REQUIRE(made.ok());
+  UniqueFd(static_cast<int>(made.value().fi.fh)).reset();
+  CHECK_FALSE(fs::exists(cache / wh_b));
+  CHECK(fs::exists(cache / "b.txt"));
+  // The layers' own names are not the clients'.
+  CHECK(m.fs->create(m.caller, FUSE_ROOT_ID, wh_b.c_str(), 0644, fi).error() == EPERM);
+
+  // Written: copied up first, the lower file unchanged.
+  auto c = m.open(m.ino("c.txt"), O_WRONLY);
+  REQUIRE(c.ok());
+  UniqueFd cfd(static_cast<int>(c.value().fh));
+  CHECK(::pwrite(cfd.get(), "upper", 5, 0) == 5);
+  CHECK(test::slurp(cache / "c.txt").starts_with("upper"));
+  CHECK(test::slurp(lower / "c.txt") == "lower c");
+
+  // What a lower layer has moves only by a copy (mv does it on EXDEV).
+  CHECK(m.fs->rename(FUSE_ROOT_ID, "notes", FUSE_ROOT_ID, "notes2", 0) == EXDEV);
+  CHECK(m.fs->link(m.ino("notes/a.txt"), FUSE_ROOT_ID, "a2").error() == EXDEV);
+  CHECK(m.fs->rename(FUSE_ROOT_ID, "b.txt", FUSE_ROOT_ID, "b2.txt", 0) == 0);
+  CHECK(m.names("") == std::vector<std::string>{"b2.txt", "c.txt", "notes"});
+
+  // A folder removed and made again hides what the layer below has in it.
+  CHECK(m.fs->unlink(FUSE_ROOT_ID, "notes", true) == ENOTEMPTY);
+  CHECK(m.fs->unlink(m.ino("notes"), "a.txt", false) == 0);
+  CHECK(m.fs->unlink(FUSE_ROOT_ID, "notes", true) == 0);
+  CHECK(m.walk("notes").error() == ENOENT);
+  test::spit(lower / "notes/late.txt", "");  // a name the whiteout hides too
+  REQUIRE(m.fs->mknod_like(m.caller, FUSE_ROOT_ID, "notes", S_IFDIR | 0755, nullptr).ok());
+  CHECK(m.names("notes").empty());
+}
+
+TEST_CASE("handlers: over a read-only cache without an upper layer, a miss is refused and only lock files are made",
+          "[fuse-unit][handlers][layers]") {
+  Unmounted m(/*lower=*/true, [](Options& o) {
+    o.scratch = true;
+    o.scheduler.settings.compiles_off = "the cache is read-only and the mount has no --upper";
+  });
+  const fs::path lower = m.opts.lowers[0];
+  test::spit(lower / k_pending / "model.hlo_module.pb", "x");
+  m.start();
+  const fuse_ino_t placeholder = m.ino(k_pending + "/model.neff");
+  CHECK(m.open(placeholder, O_RDONLY).error() == EIO);
+  CHECK(m.caller.kept() == nullptr);
+  CHECK(m.stats()["refused"] == 1);
+  fuse_file_info fi{};
+  fi.flags = O_WRONLY | O_CREAT;
+  CHECK(m.fs->create(m.caller, FUSE_ROOT_ID, "x.txt", 0644, fi).error() == EROFS);
+  auto lock = m.fs->create(m.caller, FUSE_ROOT_ID, "lock", 0644, fi);
+  REQUIRE(lock.ok());
+  UniqueFd(static_cast<int>(lock.value().fi.fh)).reset();
+  CHECK(fs::exists(fs::path(m.opts.backing) / "lock"));
+  CHECK_FALSE(fs::exists(lower / "lock"));
+}
