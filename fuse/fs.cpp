@@ -10,7 +10,6 @@
 #include "fs.hpp"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -21,11 +20,8 @@
 #include <cstring>
 #include <ctime>
 
-#include <fmt/format.h>
 
 #include <neffcache/cache/layout.hpp>
-#include <neffcache/cache/lock.hpp>
-#include <neffcache/cache/maintenance.hpp>
 
 namespace neffcachefs {
 

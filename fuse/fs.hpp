@@ -58,8 +58,6 @@ class Filesystem {
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
-  static constexpr const char* k_stats_dir = Stats::k_dir;
-  static constexpr const char* k_stats_file = Stats::k_file;
   // The counters as JSON, as stats.json shows them.
   std::string stats_json() const;
   // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).

@@ -75,7 +75,7 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
                                                const fuse_file_info& fi) {
   Inode& p = inodes_.get(parent);
   if (p.placeholder || p.special != Inode::Special::none) return Errno{EACCES};
-  int err = ns_.may_make(p, name);
+  int err = ns_.may_make(p, name, Namespace::Existing::opened);
   if (err) return Errno{err};
   PathRef dir = ns_.upper_dir(p, err);
   if (!dir) return Errno{err};

@@ -120,13 +120,12 @@ int Filesystem::promote(int from_dir, const char* name, int to_dir, const char* 
 Answer<fuse_entry_param> Filesystem::link(fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Inode& i = inodes_.get(ino);
   Inode& np = inodes_.get(newparent);
-  int err = ns_.may_make(np, newname);
-  if (!err) err = ns_.may_link(i);
+  int err = ns_.may_link(i, np, newname);
   if (err) return Errno{err};
   PathRef fd = inodes_.path_fd(i, err), npfd = fd ? ns_.upper_dir(np, err) : nullptr;
   if (!fd || !npfd) return Errno{i.placeholder || i.special != Inode::Special::none ? EPERM : err};
-  ns_.made(npfd->get(), newname);
   if (::linkat(AT_FDCWD, proc_path(fd->get()).c_str(), npfd->get(), newname, AT_SYMLINK_FOLLOW) != 0) return Errno{errno};
+  ns_.made(npfd->get(), newname);
   return lookup_entry(np, newname);
 }
 

@@ -4,7 +4,7 @@
 // that has it. Over a read-only cache without an upper layer, layer 0 is a private
 // scratch folder that takes only the lock files that clients create (Options::scratch).
 //
-// What the namespace adds (namespace.cpp):
+// What the namespace adds (namespace_layers.cpp):
 // - A change to something in a lower layer first copies it up into layer 0: a file by
 //   itself, a folder as an empty folder (its lower names still merge in), a file of an
 //   entry or the entry itself as the whole entry. A compile of a lower pending entry

@@ -62,10 +62,11 @@ class Namespace {
   // The kernel read `h` to its end: it is let go.
   void done_listing(Inode& dir, const std::shared_ptr<const Listing>& h);
 
-  // Before `name` is made in `parent` (a file, folder, link or hard link): 0; EEXIST when
-  // a lower layer shows it; EPERM for the layers' own names; EROFS for all but lock files
-  // over a read-only cache.
-  int may_make(Inode& parent, const char* name);
+  // Before `name` is made in `parent`: 0; EPERM for the layers' own names; EROFS for all
+  // but lock files over a read-only cache; EEXIST when a layer shows it (a lower layer
+  // only, for a create that opens what layer 0 has).
+  enum class Existing { refused, opened };
+  int may_make(Inode& parent, const char* name, Existing existing = Existing::refused);
   // Layer 0's copy of folder `dir`, where names are made (copied up first when it has
   // none); null with `err`.
   PathRef upper_dir(Inode& dir, int& err);
@@ -80,8 +81,9 @@ class Namespace {
   // Before a change of inode `i` (its data, attributes, extended attributes): 0 once it is
   // in layer 0, EROFS where the mount may not write it.
   int writable(Inode& i);
-  // Whether the hard link of `i` may be made: EXDEV for a file of a lower layer.
-  int may_link(Inode& i);
+  // Before a hard link of `i` is made as `name` in `parent`: may_make's answers, and EXDEV
+  // for a file of a lower layer (checked after the name's rule, before its existence).
+  int may_link(Inode& i, Inode& parent, const char* name);
 
   // Removes `name` from `parent` (over layers: from layer 0, with a whiteout when a lower
   // layer shows it); `forget(dir_fd)` runs before the unlink of a file. 0 or an errno.
@@ -107,6 +109,9 @@ class Namespace {
   // it or a whiteout hides it, or another errno.
   int find(Inode& parent, const char* name, Found& found);
   Answer<Node> lookup_backing(Inode& parent, const char* name);
+  // may_make's parts: the rule for a name, and whether a layer has it (EEXIST).
+  int may_name(const char* name) const;
+  int exists(Inode& parent, const char* name, Existing existing);
   // Whether a layer under layer 0 shows `name` in folder `parent`: its removal from layer
   // 0 needs a whiteout.
   bool below(Inode& parent, const char* name);

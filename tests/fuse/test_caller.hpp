@@ -28,7 +28,7 @@ struct Answered {
   bool interrupted = false;
 
   // Waits up to `limit` for the answer; false if none came.
-  bool wait(std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {
+  bool wait(std::chrono::milliseconds limit = std::chrono::milliseconds(120000)) {
     std::unique_lock lk(mu);
     return cv.wait_for(lk, limit, [&] { return answers > 0; });
   }
@@ -55,10 +55,17 @@ class RecordedLater final : public Later {
     std::lock_guard lk(a_->mu);
     return a_->interrupted;
   }
+  // As libfuse does: called at once when the caller gave up already, and never after the
+  // answer.
   void on_interrupt(void (*f)(void*), void* data) override {
-    std::lock_guard lk(a_->mu);
-    a_->on_interrupt = f;
-    a_->interrupt_data = data;
+    {
+      std::lock_guard lk(a_->mu);
+      if (a_->answers > 0) return;
+      a_->on_interrupt = f;
+      a_->interrupt_data = data;
+      if (!a_->interrupted) return;
+    }
+    f(data);
   }
 
  private:
@@ -67,6 +74,7 @@ class RecordedLater final : public Later {
     {
       std::lock_guard lk(a_->mu);
       ++a_->answers;
+      a_->on_interrupt = nullptr;
       set();
     }
     a_->cv.notify_all();
@@ -83,7 +91,7 @@ class TestCaller final : public Caller {
     const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
     return n > 0 && std::find(groups.begin(), groups.begin() + n, g) != groups.begin() + n;
   }
-  // Each request kept records into `answered` (the last one kept).
+  // Keeps a request whose answers kept() returns, until another is kept.
   std::unique_ptr<Later> keep() const override {
     *kept_ = std::make_shared<Answered>();
     return std::make_unique<RecordedLater>(*kept_);

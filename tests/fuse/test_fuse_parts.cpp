@@ -565,8 +565,8 @@ TEST_CASE("lock forwarding: a lock that waits is answered once its holder lets g
   answered->interrupt();
   REQUIRE(answered->wait());
   CHECK(answered->err == EINTR);
-  CHECK(answered->answers == 1);
   CHECK(eventually([&] { return locks.waiting() == 0; }));
+  CHECK(answered->answers == 1);
 }
 
 TEST_CASE("the cache policy: a done entry's files kept a day and their pages kept for readers; placeholders and "

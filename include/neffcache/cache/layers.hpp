@@ -13,7 +13,7 @@
 //   below shows anything in it, so a folder removed and made again starts empty.
 // - Copies into layer 0 under way carry k_copy_up_prefix: never an entry, never listed.
 //
-// Nothing here writes: the daemon makes whiteouts and copies (fuse/namespace.cpp), and a
+// Nothing here writes: the daemon makes whiteouts and copies (fuse/namespace_layers.cpp), and a
 // lower layer is never changed by anyone.
 #pragma once
 
