@@ -62,17 +62,6 @@ bool is_product_name(std::string_view n) {
 
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }
 
-// An unmodified Neuron client compiles the entry itself when it holds a live
-// existence-style lock (a lock file without our owner record). Other clients wait for
-// that lock as they would on a plain directory.
-bool client_compiling_at(int dir_fd, const EntryFiles& files) {
-  // An LNL client's flock, not ours (a compile of this daemon holds it too).
-  if (files.is_lnl()) return flock_holder_at(dir_fd, files.lock_name()) == FlockHolder::another_process;
-  if (!files.has_lock()) return false;
-  auto lock = inspect_lock_at(dir_fd, files.lock_name());
-  return lock && lock->state == LockState::live && !lock->owner;
-}
-
 bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir) {
   if (!compiler_dir) return true;
   const std::string dir = compiler_dir_of(entry_dir);
@@ -99,7 +88,9 @@ EntryStage entry_stage_at(int dir_fd, const std::string& path, const EntryFiles&
   // job and no finished NEFF).
   const bool open_job = files.has_job() && !files.done();
   const bool ours = !open_job || compiles_here(path, compiler_dir);
-  return entry_stage(files, open_job && ours && client_compiling_at(dir_fd, files), ours);
+  // An unmodified client compiles the entry itself while it holds the lock; other clients
+  // wait for that lock as they would on a plain directory.
+  return entry_stage(files, open_job && ours && client_lock_held_at(dir_fd, files.lock_name(), files), ours);
 }
 
 std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir) {

@@ -43,7 +43,7 @@ enum class EntryStage { not_entry, pending, client_compiling, another_compiler, 
 
 // The stage of a folder with files `files`: what the mount shows of its state (classify,
 // cache/layout.hpp); `client_lock_live`: its lock file is held by a live client that is
-// not a neffcache compile (see client_compiling_at); `ours`: our compiler may compile it
+// not a neffcache compile (client_lock_held_at, cache/lock.hpp); `ours`: our compiler may compile it
 // (compiles_here).
 EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live, bool ours);
 
@@ -76,8 +76,6 @@ bool is_product_name(std::string_view name);
 bool is_hlo_name(std::string_view name);
 
 // Reading the backing folder `dir_fd` (an O_PATH or directory descriptor):
-// whether a live client lock without our owner record is in it,
-bool client_compiling_at(int dir_fd, const neffcache::EntryFiles& files);
 // the stage of its files `files` (listed by the caller; `path`: the folder's), for a
 // compiler of `compiler_dir`: the one rule that lookups, listings and opens apply,
 EntryStage entry_stage_at(int dir_fd, const std::string& path, const neffcache::EntryFiles& files,

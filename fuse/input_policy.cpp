@@ -64,8 +64,7 @@ InputAction InputPolicy::after_close(const std::string& path) const {
     const std::string dir = p.parent_path().string();
     auto files = read_entry_files(dir);
     if (!files || !files->has_job() || files->done()) return InputAction::none;
-    if (flock_holder_at(AT_FDCWD, entry_lock_path(dir, *files)) == FlockHolder::another_process)
-      return InputAction::none;
+    if (client_lock_held_at(AT_FDCWD, entry_lock_path(dir, *files), *files)) return InputAction::none;
     return eager_ ? InputAction::compile : InputAction::upload;
   }
   if (!folder.starts_with(k_module_dir_prefix)) return InputAction::none;

@@ -86,7 +86,7 @@ TEST_CASE("entry view: every set of a Neuron entry's files gets the stage of the
         EntryFiles f;
         for (unsigned b = 0; b < 5; ++b)
           if (set & (1u << b)) f.note(names[b]);
-        const bool live = client && f.has_lock();  // (client_compiling_at: no file, no lock)
+        const bool live = client && f.has_lock();  // (client_lock_held_at: no file, no lock)
         INFO("files " << set << " client " << client << " ours " << ours);
         CHECK(entry_stage(f, live, ours) == documented_stage(f, live, ours));
       }

@@ -1,6 +1,7 @@
 // Compiles of S3 cache entries: under a lease, published NEFF first and model.done last,
 // exactly once across concurrent compilers, and finished by another compiler when a
 // holder dies or loses its lease.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/core/detail/sys.hpp>
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/lease.hpp>
 
@@ -151,6 +153,38 @@ TEST_CASE("a compile whose S3 lease is taken over stops and publishes nothing", 
   CHECK_FALSE(have.contains(rel_of(0) + "/model.done"));
   // The other host's lease is untouched.
   CHECK(read_lease(*s3, rel_of(0) + "/model.hlo_module.pb.lock")->record->host == "other-host");
+}
+
+TEST_CASE("a NEFF that another writer replaces while it is uploaded gets no marker: the entry stays to compile",
+          "[s3][compile]") {
+  // upload_s3_result's safeguard, which every S3 publish goes through (compile_s3_entry,
+  // and neffcache-cc's since issue 35, which uploaded without it): a NEFF still being
+  // written must not become the entry's for every host. Another writer renames a new file
+  // over the staged NEFF whenever it is opened; the upload opens it between its two looks.
+  auto s3 = test::fresh_bucket("changed");
+  put_entries(*s3, "", 1);
+  std::atomic<int> replaced{0};
+  sys::ScopedFaultHook hook([&](sys::Call call, std::string_view path) {
+    if (call != sys::Call::open || !path.ends_with("/model.neff") || path.find("/neffcache-s3-") == std::string_view::npos)
+      return 0;
+    const std::string neff(path), other = neff + ".other";
+    std::ofstream(other) << "another writer's NEFF";
+    std::error_code ec;
+    fs::rename(other, neff, ec);
+    if (!ec) ++replaced;
+    return 0;
+  });
+  auto r = compile_s3_entry(*s3, "", rel_of(0), fake_settings(), {.lease_ttl = 8s});
+  CHECK(replaced > 0);
+  CHECK(r.outcome == CompileOutcome::transient);
+  CHECK_THAT(r.message, ContainsSubstring("changed while it was uploaded"));
+  auto have = objects(*s3);
+  CHECK_FALSE(have.contains(rel_of(0) + "/model.done"));
+  // Given back, not settled: another host compiles it.
+  auto lease = read_lease(*s3, rel_of(0) + "/model.hlo_module.pb.lock");
+  REQUIRE(lease);
+  REQUIRE(lease->record);
+  CHECK(lease->record->released);
 }
 
 TEST_CASE("neuron_parallel_compile's trial runs on an s3:// cache: collect, collect-and-compile, analyze",

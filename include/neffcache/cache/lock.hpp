@@ -173,6 +173,12 @@ inline bool flock_held_at(int dir_fd, const std::string& name) {
 NEFFCACHE_DECL bool lock_held_at(int dir_fd, const std::string& name, const EntryFiles& files,
                                  const LockOptions& opts = {});
 
+// Whether that lock is held by a client of the cache compiling the entry itself, not by a
+// neffcache compile (which a mount shows as a plain folder): an LNL flock held by another
+// process (a compile of this process holds it too); our lock file while its owner lives,
+// without our owner record (an unmodified libneuronxla's existence-style lock).
+NEFFCACHE_DECL bool client_lock_held_at(int dir_fd, const std::string& name, const EntryFiles& files);
+
 // The state of a walked entry, its lock judged by lock_held_at.
 NEFFCACHE_DECL EntryState entry_state(const EntryRef& e, const LockOptions& opts = {});
 

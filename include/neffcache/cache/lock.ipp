@@ -150,6 +150,13 @@ NEFFCACHE_DECL bool lock_held_at(int dir_fd, const std::string& name, const Entr
   return !info || info->state == LockState::live;
 }
 
+NEFFCACHE_DECL bool client_lock_held_at(int dir_fd, const std::string& name, const EntryFiles& files) {
+  if (files.is_lnl()) return flock_holder_at(dir_fd, name) == FlockHolder::another_process;
+  if (!files.has_lock()) return false;
+  auto lock = inspect_lock_at(dir_fd, name);
+  return lock && lock->state == LockState::live && !lock->owner;
+}
+
 NEFFCACHE_DECL EntryState entry_state(const EntryRef& e, const LockOptions& opts) {
   return classify(e.files, [&] { return lock_held_at(e.dir_fd, e.files.lock_name(), e.files, opts); });
 }
