@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include <neffcache/core/detail/fs.hpp>
@@ -26,27 +27,57 @@ void reply_open(fuse_req_t req, const fuse_file_info& fi) {
   if (fuse_reply_open(req, &fi) != 0) neffcache::detail::UniqueFd(static_cast<int>(fi.fh)).reset();
 }
 
-// A kept request (reply.hpp).
+// A kept request (reply.hpp). libfuse calls an interrupt callback with the request's lock
+// held, and an interrupt that came before the callback was registered at once, from inside
+// fuse_req_interrupt_func, before that function unlocks the request: an answer from there
+// would free the request under its own lock. That call is put off until registration
+// returns. Before an answer, the callback is unregistered, which waits for one under way
+// (it holds the request's lock) and keeps any from starting after the answer, when the
+// Waiter that is its data may be gone; the callback's own answer needs no such wait.
 class FuseLater final : public Later {
  public:
   explicit FuseLater(fuse_req_t req) : req_(req) {}
-  void fail(int err) override { fuse_reply_err(req_, err); }
-  void opened(const fuse_file_info& fi) override { reply_open(req_, fi); }
+  void fail(int err) override {
+    quiet();
+    fuse_reply_err(req_, err);
+  }
+  void opened(const fuse_file_info& fi) override {
+    quiet();
+    reply_open(req_, fi);
+  }
   bool interrupted() override { return fuse_req_interrupted(req_) != 0; }
   void on_interrupt(void (*f)(void*), void* data) override {
     f_ = f;
     data_ = data;
-    fuse_req_interrupt_func(req_, [](fuse_req_t, void* self) {
-      auto* later = static_cast<FuseLater*>(self);
-      later->f_(later->data_);
-    }, this);
+    registering_ = true;
+    fuse_req_interrupt_func(req_, &FuseLater::called, this);
+    registering_ = false;
+    if (early_.load()) call();
   }
 
  private:
+  static void called(fuse_req_t, void* self) {
+    auto* later = static_cast<FuseLater*>(self);
+    if (later->registering_.load()) return (void)later->early_.store(true);
+    later->call();
+  }
+  void call() {
+    in_callback = this;
+    f_(data_);
+    in_callback = nullptr;
+  }
+  void quiet() {
+    if (f_ && in_callback != this) fuse_req_interrupt_func(req_, nullptr, nullptr);
+  }
+  static thread_local const FuseLater* in_callback;
+
   fuse_req_t req_;
   void (*f_)(void*) = nullptr;
   void* data_ = nullptr;
+  std::atomic<bool> registering_{false}, early_{false};
 };
+
+thread_local const FuseLater* FuseLater::in_callback = nullptr;
 
 // The caller of a request (caller.hpp).
 class FuseCaller final : public Caller {
