@@ -17,11 +17,9 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 
 
-#include <neffcache/cache/layout.hpp>
 
 namespace neffcachefs {
 

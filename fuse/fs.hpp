@@ -30,7 +30,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,7 +38,6 @@
 #include "caller.hpp"
 #include "client_locks.hpp"
 #include "compile_on_open.hpp"
-#include "entry_view.hpp"
 #include "indexer.hpp"
 #include "inode_table.hpp"
 #include "input_policy.hpp"

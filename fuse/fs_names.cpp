@@ -1,7 +1,6 @@
 // neffcachefs handlers: making, removing, renaming and listing names.
 #include "fs.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>

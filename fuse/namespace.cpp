@@ -58,7 +58,7 @@ Answer<Node> Namespace::lookup(Inode& parent, const char* name) {
     if (std::strcmp(name, Stats::k_file) != 0) return Errno{ENOENT};
     special = &inodes_.stats_file();
   }
-  if (special) return Node{special, NodeKind::special, 0, {}};
+  if (special) return Node{special, NodeKind::special, {}};
   if (parent.placeholder) return Errno{ENOTDIR};
   // The kernel resolves "." and ".." itself; refusing them here keeps the root a wall.
   if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strchr(name, '/')) return Errno{EINVAL};
@@ -75,7 +75,7 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   if (err == ENOENT && found.dir && is_product_name(name)) {
     if (is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {
       // A placeholder for what a compile will produce.
-      Node n{inodes_.intern_placeholder(parent, name), NodeKind::placeholder, 0, {}};
+      Node n{inodes_.intern_placeholder(parent, name), NodeKind::placeholder, {}};
       n.attr.st_ino = static_cast<ino_t>(inodes_.id_of(n.inode) & 0x7fffffffffffULL);
       n.attr.st_mode = S_IFREG | 0444;
       n.attr.st_nlink = 1;
@@ -100,7 +100,6 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
     return Errno{err};
   }
   Node n;
-  n.layer = found.layer;
   if (::fstat(fd.get(), &n.attr) != 0) return Errno{errno};
   // A done entry and its files: their names never change while the entry exists.
   const std::string done(k_done_file);

@@ -28,12 +28,11 @@
 
 namespace neffcachefs {
 
-// A name looked up: its inode (one more kernel reference), what it is, and its attributes
-// (zero for the special files, which their owner fills).
+// A name looked up: its inode (one more kernel reference; its layer is the inode's), what
+// it is, and its attributes (zero for the special files, which their owner fills).
 struct Node {
   Inode* inode = nullptr;
   NodeKind kind = NodeKind::plain;
-  int layer = 0;  // the layer its file is in (0: the backing folder)
   struct stat attr {};
 };
 

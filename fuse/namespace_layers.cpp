@@ -98,6 +98,12 @@ std::string copy_up_name(std::string_view name) {
 // Whether the folder open as `dir` is opaque: the layers below show nothing in it.
 bool is_opaque(int dir) { return ::faccessat(dir, std::string(k_opaque_name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0; }
 
+// Whether the folder open as `dir` has the whiteout of `name`: the layers below do not
+// show it.
+bool has_whiteout(int dir, const char* name) {
+  return ::faccessat(dir, whiteout_of(name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 // Makes the whiteout of `name` in the folder `dir` (layer 0's copy); 0 or an errno.
 int make_whiteout(int dir, const char* name) {
   UniqueFd wh(::openat(dir, whiteout_of(name).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
@@ -222,7 +228,7 @@ int Namespace::exists(Inode& parent, const char* name, Existing existing) {
 
 bool Namespace::new_folder_opaque(Inode& parent, int dir, const char* name) {
   // (An entry folder is taken whole from one layer anyway.)
-  return layered() && ::faccessat(dir, whiteout_of(name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+  return layered() && has_whiteout(dir, name) &&
          !is_whole_folder(rel_of(parent, name));
 }
 
@@ -248,7 +254,7 @@ int Namespace::find(Inode& parent, const char* name, Found& f) {
       return 0;
     }
     if (errno != ENOENT || whole) return gone_or(errno, dir->get());
-    if (::faccessat(dir->get(), whiteout_of(name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 || is_opaque(dir->get())) break;
+    if (has_whiteout(dir->get(), name) || is_opaque(dir->get())) break;
   }
   return ENOENT;
 }
@@ -260,7 +266,7 @@ bool Namespace::below(Inode& parent, const char* name) {
     PathRef dir = inodes_.dir_in_layer(parent, k, err);
     if (!dir) continue;
     if (k > 0 && ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) return true;
-    if (::faccessat(dir->get(), whiteout_of(name).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 && k > 0) return false;
+    if (k > 0 && has_whiteout(dir->get(), name)) return false;
     if (is_opaque(dir->get())) return false;
   }
   return false;

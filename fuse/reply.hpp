@@ -9,7 +9,6 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
-#include <memory>
 #include <string>
 #include <utility>
 #include <variant>

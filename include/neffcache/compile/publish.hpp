@@ -39,9 +39,12 @@ NEFFCACHE_DECL Result<uint64_t> copy_hashed(int in, const std::string& from, int
 // Copies what `in` reads (from its start; `from` names it in errors) to `to`, whole or not
 // at all: into a temporary file beside `to` (mode 0644), renamed over it. With `xxh3` (16
 // hex digits, as xxh3_hex writes them): only bytes with that checksum, else Errc::io (the
-// file changed while it was copied). `in` stays the caller's; on failure `to` is as it was.
+// file changed while it was copied). Durable::yes: synced before the rename, so that a
+// crash never leaves `to` holding a part. `in` stays the caller's; on failure `to` is as
+// it was.
+enum class Durable { no, yes };
 NEFFCACHE_DECL Result<void> copy_into_place(int in, const std::string& from, const std::string& to,
-                                            std::string_view xxh3 = {});
+                                            std::string_view xxh3 = {}, Durable durable = Durable::no);
 
 // Copies `from` to `to` (created exclusively), fsyncs it and returns the xxh3 of the
 // bytes copied; on failure `to` is removed.

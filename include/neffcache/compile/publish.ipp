@@ -30,7 +30,7 @@ NEFFCACHE_DECL Result<uint64_t> copy_hashed(int in, const std::string& from, int
 }
 
 NEFFCACHE_DECL Result<void> copy_into_place(int in, const std::string& from, const std::string& to,
-                                            std::string_view xxh3) {
+                                            std::string_view xxh3, Durable durable) {
   const std::string tmp = fmt::format("{}.neffcache-{}", to, random_hex64());
   UniqueFd out(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!out) return sys_error("create", tmp);
@@ -42,6 +42,7 @@ NEFFCACHE_DECL Result<void> copy_into_place(int in, const std::string& from, con
   if (!h) return fail(h.error());
   if (!xxh3.empty() && xxh3_hex(*h) != xxh3)
     return fail(Error{Errc::io, fmt::format("{}: the NEFF changed while it was copied", from)});
+  if (durable == Durable::yes && sys::fsync(out.get()) != 0) return fail(sys_error("fsync", tmp));
   out.reset();
   if (sys::rename(tmp.c_str(), to.c_str()) != 0) return fail(sys_error("rename", to));
   return {};

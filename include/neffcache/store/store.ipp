@@ -30,7 +30,8 @@ NEFFCACHE_DECL Result<void> Store::copy_file(const Entry& e, std::string_view na
   if (!local) return local.error();
   auto in = detail::open_regular(local->path());
   if (!in) return in.error();
-  return detail::copy_into_place(in->get(), local->path(), to);
+  // (Synced, as a copy of a cache's file always was.)
+  return detail::copy_into_place(in->get(), local->path(), to, {}, detail::Durable::yes);
 }
 
 NEFFCACHE_DECL std::string Store::state_dir() const {
