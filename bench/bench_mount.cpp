@@ -290,6 +290,9 @@ std::vector<Row> bench_wakeup(const Options& o, const fs::path& work) {
     if (fd < 0) throw std::runtime_error("open " + path.string() + ": " + std::strerror(errno));
     ::close(fd);
     for (int spin = 0; spin < 1000 && done_at[i] == 0; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (done_at[i] == 0)
+      throw std::runtime_error(fmt::format("wake-up: no model.done was written in {} (was it compiled before?)",
+                                           entries[i].string()));
     waits.push_back(static_cast<double>(returned - done_at[i]) / 1e6);
   }
   stop = true;

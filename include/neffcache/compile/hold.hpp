@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -81,8 +82,10 @@ class LockHold final : public EntryHold {
 
 // Beats a hold every beat_every() on a thread of its own, from construction (the first
 // beat one interval later) to destruction, which waits for a beat under way (a renewal:
-// at most the S3 client's timeout). Meanwhile nothing else beats or finishes the hold
-// but beat_now().
+// at most the S3 client's timeout) but not for the thread to end: it ends on its own and
+// touches nothing but the state it shares, so that giving a hold back (and the answer to
+// whoever waits for the compile) does not wait for a thread's exit. Meanwhile nothing else
+// beats or finishes the hold but beat_now().
 class [[nodiscard]] KeepAlive {
  public:
   NEFFCACHE_DECL explicit KeepAlive(EntryHold& hold);
@@ -94,11 +97,15 @@ class [[nodiscard]] KeepAlive {
   NEFFCACHE_DECL Result<void> beat_now();
 
  private:
-  EntryHold& hold_;
-  std::mutex mu_;  // held by each beat; guards done_
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
+  struct Shared {
+    Shared(EntryHold& h, std::chrono::milliseconds e) : hold(h), every(e) {}
+    EntryHold& hold;  // used only under mu, while !done
+    const std::chrono::milliseconds every;
+    std::mutex mu;  // held by each beat; guards done
+    std::condition_variable cv;
+    bool done = false;
+  };
+  std::shared_ptr<Shared> shared_;
 };
 
 }  // namespace neffcache

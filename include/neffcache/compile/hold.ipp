@@ -20,26 +20,26 @@ NEFFCACHE_DECL std::string EntryHold::lost_why() const {
   return why_;
 }
 
-NEFFCACHE_DECL KeepAlive::KeepAlive(EntryHold& hold) : hold_(hold) {
-  thread_ = std::thread([this] {
-    std::unique_lock lk(mu_);
+NEFFCACHE_DECL KeepAlive::KeepAlive(EntryHold& hold)
+    : shared_(std::make_shared<Shared>(hold, hold.beat_every())) {
+  std::thread([s = shared_] {
+    std::unique_lock lk(s->mu);
     // Once lost, beating on could only fail again.
-    while (!cv_.wait_for(lk, hold_.beat_every(), [&] { return done_; }) && !hold_.lost()) (void)hold_.beat();
-  });
+    while (!s->cv.wait_for(lk, s->every, [&] { return s->done; }) && !s->hold.lost()) (void)s->hold.beat();
+  }).detach();
 }
 
 NEFFCACHE_DECL Result<void> KeepAlive::beat_now() {
-  std::lock_guard lk(mu_);
-  return hold_.beat();
+  std::lock_guard lk(shared_->mu);
+  return shared_->hold.beat();
 }
 
 NEFFCACHE_DECL KeepAlive::~KeepAlive() {
   {
-    std::lock_guard lk(mu_);
-    done_ = true;
+    std::lock_guard lk(shared_->mu);  // after a beat under way
+    shared_->done = true;
   }
-  cv_.notify_all();
-  thread_.join();
+  shared_->cv.notify_all();
 }
 
 }  // namespace neffcache
