@@ -280,6 +280,17 @@ std::vector<Row> bench_wakeup(const Options& o, const fs::path& work) {
       }
     }
   });
+  // Also when a measurement throws: a joinable thread would end the process at unwinding.
+  struct Stop {
+    std::atomic<bool>& stop;
+    std::thread& watcher;
+    int in;
+    ~Stop() {
+      stop = true;
+      watcher.join();
+      ::close(in);
+    }
+  } stop_watching{stop, watcher, in};
   Row wake{"wake-up: model.done in place -> waiting open returns, median", "ms", "<= 1", [](double v) { return v <= 1; }};
   Row p99{"wake-up: the same, p99", "ms"};
   std::vector<double> waits;
@@ -295,9 +306,6 @@ std::vector<Row> bench_wakeup(const Options& o, const fs::path& work) {
                                            entries[i].string()));
     waits.push_back(static_cast<double>(returned - done_at[i]) / 1e6);
   }
-  stop = true;
-  watcher.join();
-  ::close(in);
   // One figure per run: the median and p99 over the entries.
   wake.samples.push_back(median(waits));
   p99.samples.push_back(percentile(waits, 0.99));

@@ -84,8 +84,10 @@ class LockHold final : public EntryHold {
 // beat one interval later) to destruction, which waits for a beat under way (a renewal:
 // at most the S3 client's timeout) but not for the thread to end: it ends on its own and
 // touches nothing but the state it shares, so that giving a hold back (and the answer to
-// whoever waits for the compile) does not wait for a thread's exit. Meanwhile nothing else
-// beats or finishes the hold but beat_now().
+// whoever waits for the compile) does not wait for a thread's exit. (A program that returns
+// from main at once after a give-back may end while that thread still ends: harmless to
+// the hold; give-back itself, a lock file removed or an S3 request, outlasts it in practice.)
+// Meanwhile nothing else beats or finishes the hold but beat_now().
 class [[nodiscard]] KeepAlive {
  public:
   NEFFCACHE_DECL explicit KeepAlive(EntryHold& hold);
