@@ -115,6 +115,12 @@ class Filesystem {
   int flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
   int release(fuse_ino_t ino, const fuse_file_info& fi);
   int fsync(int datasync, const fuse_file_info& fi);
+  // On the backing descriptors, as the disk under them answers (stats.json has none: EOPNOTSUPP,
+  // and the kernel copies a copy_file_range from it by reading).
+  int fallocate(fuse_ino_t ino, int mode, off_t off, off_t len, const fuse_file_info& fi);
+  Answer<size_t> copy_file_range(fuse_ino_t in, off_t in_off, const fuse_file_info& in_fi, fuse_ino_t out,
+                                 off_t out_off, const fuse_file_info& out_fi, size_t len, int flags);
+  Answer<off_t> lseek(fuse_ino_t ino, off_t off, int whence, const fuse_file_info& fi);
   Answer<fuse_file_info> opendir(fuse_ino_t ino, const fuse_file_info& fi);
   // Adds names from offset `off` until `add` says one did not fit; 0 or an errno.
   int readdir(fuse_ino_t ino, off_t off, bool plus, const AddEntry& add);

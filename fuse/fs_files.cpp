@@ -159,4 +159,26 @@ int Filesystem::fsync(int datasync, const fuse_file_info& fi) {
   return (datasync ? ::fdatasync(fd) : ::fsync(fd)) == 0 ? 0 : errno;
 }
 
+int Filesystem::fallocate(fuse_ino_t ino, int mode, off_t off, off_t len, const fuse_file_info& fi) {
+  if (is_special(ino)) return EOPNOTSUPP;
+  return ::fallocate(static_cast<int>(fi.fh), mode, off, len) == 0 ? 0 : errno;
+}
+
+Answer<size_t> Filesystem::copy_file_range(fuse_ino_t in, off_t in_off, const fuse_file_info& in_fi, fuse_ino_t out,
+                                           off_t out_off, const fuse_file_info& out_fi, size_t len, int flags) {
+  if (is_special(in) || is_special(out)) return Errno{EOPNOTSUPP};
+  loff_t from = in_off, to = out_off;
+  ssize_t n = ::copy_file_range(static_cast<int>(in_fi.fh), &from, static_cast<int>(out_fi.fh), &to, len,
+                                static_cast<unsigned>(flags));
+  if (n < 0) return Errno{errno};
+  return static_cast<size_t>(n);
+}
+
+Answer<off_t> Filesystem::lseek(fuse_ino_t ino, off_t off, int whence, const fuse_file_info& fi) {
+  if (is_special(ino)) return Errno{EOPNOTSUPP};
+  off_t at = ::lseek(static_cast<int>(fi.fh), off, whence);
+  if (at < 0) return Errno{errno};
+  return at;
+}
+
 }  // namespace neffcachefs

@@ -234,6 +234,20 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
       fuse_reply_err(r, self(r).fsync(d, *fi));
     };
+    o.fallocate = [](fuse_req_t r, fuse_ino_t i, int mode, off_t off, off_t len, fuse_file_info* fi) {
+      fuse_reply_err(r, self(r).fallocate(i, mode, off, len, *fi));
+    };
+    o.copy_file_range = [](fuse_req_t r, fuse_ino_t in, off_t in_off, fuse_file_info* in_fi, fuse_ino_t out,
+                           off_t out_off, fuse_file_info* out_fi, size_t len, int flags) {
+      auto a = self(r).copy_file_range(in, in_off, *in_fi, out, out_off, *out_fi, len, flags);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      fuse_reply_write(r, a.value());
+    };
+    o.lseek = [](fuse_req_t r, fuse_ino_t i, off_t off, int whence, fuse_file_info* fi) {
+      auto a = self(r).lseek(i, off, whence, *fi);
+      if (!a.ok()) return (void)fuse_reply_err(r, a.error());
+      fuse_reply_lseek(r, a.value());
+    };
     o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
       auto a = self(r).opendir(i, *fi);
       if (!a.ok()) return (void)fuse_reply_err(r, a.error());

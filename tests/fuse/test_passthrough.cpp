@@ -18,7 +18,7 @@ TEST_CASE("the same random file operations on the mount and on a plain directory
       auto p = pick(), q = pick();
       int rc = 0;
       std::string data;
-      switch (rng() % 12) {
+      switch (rng() % 15) {
         case 0: rc = ::mkdir((root / "d").c_str(), 0755); break;
         case 1: {
           int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -60,6 +60,39 @@ TEST_CASE("the same random file operations on the mount and on a plain directory
           if (rc == 0) data = fmt::format("{:o} {} {}", st.st_mode, S_ISDIR(st.st_mode) ? 0 : st.st_size, st.st_nlink);
           break;
         }
+        case 12: {  // the fallocate modes FUSE carries, in whole blocks and not
+          static constexpr int modes[] = {0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                          FALLOC_FL_ZERO_RANGE, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                                          FALLOC_FL_PUNCH_HOLE /* EINVAL without KEEP_SIZE */};
+          const int mode = modes[rng() % std::size(modes)];
+          const off_t off = static_cast<off_t>(rng() % 16) * 4096 + (rng() % 2 ? 0 : 100);
+          const off_t len = static_cast<off_t>(rng() % 16) * 4096;
+          int fd = ::open(p.c_str(), O_RDWR);
+          rc = fd < 0 ? fd : ::fallocate(fd, mode, off, len);
+          if (rc == 0) data = std::to_string(::lseek(fd, 0, SEEK_END));
+          if (fd >= 0) ::close(fd);
+          break;
+        }
+        case 13: {  // copy_file_range between two files (or within one)
+          int in = ::open(p.c_str(), O_RDONLY);
+          int out = in < 0 ? -1 : ::open(q.c_str(), O_WRONLY | O_CREAT, 0644);
+          loff_t from = static_cast<loff_t>(rng() % 6000), to = static_cast<loff_t>(rng() % 70000);
+          const std::size_t len = rng() % 9000;
+          rc = out < 0 ? -1 : static_cast<int>(::copy_file_range(in, &from, out, &to, len, 0));
+          if (rc >= 0) data = fmt::format("{} {}", from, to);
+          if (out >= 0) ::close(out);
+          if (in >= 0) ::close(in);
+          break;
+        }
+        case 14: {  // where the data and the holes are
+          int fd = ::open(p.c_str(), O_RDONLY);
+          const off_t from = static_cast<off_t>(rng() % 70000);
+          const int whence = rng() % 2 ? SEEK_DATA : SEEK_HOLE;
+          rc = fd < 0 ? fd : static_cast<int>(::lseek(fd, from, whence));
+          if (rc >= 0) data = std::to_string(rc);
+          if (fd >= 0) ::close(fd);
+          break;
+        }
       }
       log << step << ' ' << (rc < 0 ? -errno : 0) << ' ' << data << '\n';
     }
@@ -86,6 +119,67 @@ TEST_CASE("the same random file operations on the mount and on a plain directory
   CHECK(expected.size() >= 3);
   CHECK(tree(m.mnt()) == expected);
   CHECK(tree(m.backing()) == expected);  // the mount wrote through
+}
+
+TEST_CASE("fallocate and copy_file_range reach the backing file and its holes; the modes FUSE cannot carry fail alike",
+          "[fuse]") {
+  Mount m;
+  const fs::path f = m.mnt() / "f", g = m.mnt() / "g";
+  const std::string data(64 * 1024, 'x');
+  test::spit(f, data);
+  int fd = ::open(f.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  // A hole punched through the mount is a hole in the backing file, read as zeros.
+  CHECK(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384, 16384) == 0);
+  CHECK(::lseek(fd, 0, SEEK_HOLE) == 16384);
+  CHECK(::lseek(fd, 16384, SEEK_DATA) == 32768);
+  CHECK(::lseek(fd, 70000, SEEK_DATA) == -1);
+  CHECK(errno == ENXIO);
+  {
+    int b = ::open((m.backing() / "f").c_str(), O_RDONLY);
+    CHECK(::lseek(b, 0, SEEK_HOLE) == 16384);
+    ::close(b);
+  }
+  CHECK(read_all(f).second == data.substr(0, 16384) + std::string(16384, '\0') + data.substr(32768));
+  // Space allocated past the end: the size grows (KEEP_SIZE: it does not).
+  CHECK(::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 1 << 20) == 0);
+  CHECK(fs::file_size(f) == data.size());
+  CHECK(::fallocate(fd, 0, 0, 1 << 20) == 0);
+  CHECK(fs::file_size(f) == 1u << 20);
+  CHECK(fs::file_size(m.backing() / "f") == 1u << 20);
+  CHECK(::fallocate(fd, FALLOC_FL_ZERO_RANGE, 0, 4096) == 0);
+  CHECK(read_all(f).second.substr(0, 4097) == std::string(4096, '\0') + "x");
+  // Errors are the disk's: a punch without KEEP_SIZE.
+  CHECK(::fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4096) == -1);
+  CHECK(errno == EOPNOTSUPP);
+  // Collapse and insert range: the kernel's FUSE refuses them before the daemon sees them
+  // (the disk under the mount has them; the README says so).
+  CHECK(::fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 4096, 4096) == -1);
+  CHECK(errno == EOPNOTSUPP);
+  CHECK(::fallocate(fd, FALLOC_FL_INSERT_RANGE, 4096, 4096) == -1);
+  CHECK(errno == EOPNOTSUPP);
+  ::close(fd);
+
+  // copy_file_range: the bytes, at the offsets asked, the offsets moved.
+  int in = ::open(f.c_str(), O_RDONLY), out = ::open(g.c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE((in >= 0 && out >= 0));
+  loff_t from = 40000, to = 100;
+  CHECK(::copy_file_range(in, &from, out, &to, 5000, 0) == 5000);
+  CHECK((from == 45000 && to == 5100));
+  CHECK(read_all(g).second == std::string(100, '\0') + data.substr(40000, 5000));
+  CHECK(::copy_file_range(in, nullptr, out, nullptr, 10, 12345) == -1);  // no flags exist
+  CHECK(errno == EINVAL);
+  ::close(in);
+  ::close(out);
+  // From the counters' file, which has no backing file: the kernel copies it by reading.
+  in = ::open((m.mnt() / ".neffcache" / "stats.json").c_str(), O_RDONLY);
+  out = ::open(g.c_str(), O_WRONLY | O_TRUNC);
+  REQUIRE((in >= 0 && out >= 0));
+  const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 20, 0);
+  ::close(in);
+  ::close(out);
+  CHECK(n > 0);
+  CHECK(nlohmann::json::parse(read_all(g).second).contains("hits"));
 }
 
 TEST_CASE("listings answer with attributes (readdirplus) and every reference is given back", "[fuse]") {
