@@ -26,6 +26,13 @@ class Caller {
   virtual bool in_group(gid_t g) const = 0;
   // Keeps the request: the handler answers Deferred, and later through what this returns.
   virtual std::unique_ptr<Later> keep() const = 0;
+  // FUSE passthrough (passthrough.hpp): registers `fd` with the kernel as a backing file;
+  // its id, or 0 when it cannot be. close_backing gives an id back.
+  virtual int open_backing(int fd) const {
+    (void)fd;
+    return 0;
+  }
+  virtual void close_backing(int id) const { (void)id; }
 };
 
 // The mode of a create, mkdir or mknod arrives with the caller's umask already applied

@@ -84,6 +84,7 @@ int run_daemon(int argc, char** argv) {
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
   double wait_timeout = 0;
   bool retry_failed = false, foreground = false, eager = true, content_index = true, no_compile = false;
+  bool passthrough = true;
   std::size_t index_scan = 10000;
   app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
@@ -112,6 +113,9 @@ int run_daemon(int argc, char** argv) {
   app.add_flag("--retry-failed", retry_failed, "compile entries with a recorded failure again when opened "
                                                "(also on with --retry_failed_compilation in NEURON_CC_FLAGS)");
   app.add_flag("--eager,!--no-eager", eager, "compile an HLO as soon as it is written through the mount (default on)");
+  app.add_flag("--passthrough,!--no-passthrough", passthrough,
+               "let the kernel read done files without the daemon (FUSE passthrough: root, Linux 6.9, libfuse "
+               "3.16; default on where all three are)");
   app.add_flag("--no-compile", no_compile,
                "never compile: opening a NEFF that is not done fails at once with EIO (EIO 07 in the log); done "
                "entries, equal graphs the content index knows and, over S3, the bucket's entries are still served");
@@ -286,6 +290,7 @@ int run_daemon(int argc, char** argv) {
   if (no_compile) opts.scheduler.settings.compiles_off = "compiles are off (neffcachefs --no-compile)";
   no_compile |= opts.scratch;
   opts.eager = eager && !no_compile;
+  opts.passthrough = passthrough;
   // (Over a read-only cache without --upper no twin can be served: nowhere to put it.)
   opts.scheduler.settings.content_index = content_index && !opts.scratch;
   opts.index_scan = index_scan;

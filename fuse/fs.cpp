@@ -19,7 +19,7 @@
 #include <cstdio>
 #include <ctime>
 
-
+#include <fmt/format.h>
 
 namespace neffcachefs {
 
@@ -58,7 +58,12 @@ void Filesystem::shutdown() {
 
 std::string Filesystem::stats_json() const {
   Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, opts_.lowers, opts_.scratch,
-                     std::nullopt, indexer_.stats(), {}};
+                     std::nullopt, indexer_.stats(), {}, {}};
+  ctx.passthrough = {{"on", passthrough_.on()},
+                     {"why_off", passthrough_.on() ? nlohmann::ordered_json() : nlohmann::ordered_json(passthrough_.why_off())},
+                     {"opens", passthrough_.opens.load()},
+                     {"fallbacks", passthrough_.fallbacks.load()},
+                     {"busy", passthrough_.busy.load()}};
   const auto& p = ctx.progress;
   // Budget and what is held host-wide: null when compiles are admitted by count only.
   ctx.memory = {{"budget", nullptr}, {"reserved", p.memory_reserved}, {"host_reserved", nullptr},
@@ -120,6 +125,11 @@ void Filesystem::init(fuse_conn_info* conn) {
   // set-group-ID bits clears them. The kernel knows who that is (the daemon writes as
   // itself, and as root it would keep them): it does it, with a change of mode.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  // Done files read by the kernel itself (passthrough.hpp); said once either way.
+  if (auto why = passthrough_.negotiate(conn, opts_.passthrough); why.empty())
+    fmt::print(stderr, "neffcachefs: FUSE passthrough on: the kernel reads done files without the daemon\n");
+  else
+    fmt::print(stderr, "neffcachefs: FUSE passthrough off: {}\n", why);
   conn->max_write = 1 << 20;
   conn->max_readahead = 1 << 20;
   // Parallel readers of many NEFFs: the kernel default of 12 throttles them.

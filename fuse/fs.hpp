@@ -44,6 +44,7 @@
 #include "lock_forwarding.hpp"
 #include "namespace.hpp"
 #include "options.hpp"
+#include "passthrough.hpp"
 #include "reply.hpp"
 #include "stats.hpp"
 
@@ -113,7 +114,10 @@ class Filesystem {
   std::optional<std::string> read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi);
   Answer<size_t> write(const char* buf, size_t size, off_t off, const fuse_file_info& fi);
   int flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
-  int release(fuse_ino_t ino, const fuse_file_info& fi);
+  int release(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
+  // An open or create whose answer did not reach the kernel: its descriptor closed, and
+  // no longer counted (no release will come).
+  void not_opened(fuse_ino_t ino, const fuse_file_info& fi);
   int fsync(int datasync, const fuse_file_info& fi);
   // On the backing descriptors, as the disk under them answers (stats.json has none: EOPNOTSUPP,
   // and the kernel copies a copy_file_range from it by reading).
@@ -153,6 +157,7 @@ class Filesystem {
   ClientLocks client_locks_;
   LockForwarding locks_;
   Indexer indexer_;
+  Passthrough passthrough_;
   bool no_opendir_ = false;  // set once in init, before any request
   std::atomic<bool> stopped_{false};
 };

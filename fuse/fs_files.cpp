@@ -46,6 +46,11 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     // client that locks one has its locks dropped at the release of its open instead).
     bool reading = (fi.flags & O_ACCMODE) == O_RDONLY;
     set_open_caching(opened, Namespace::kind_of(i), reading);
+    if (int e = passthrough_.opening(caller, i, opened, reading && Namespace::kind_of(i) == NodeKind::finished)) {
+      ::close(fd);
+      return Errno{e};
+    }
+    if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     if (reading && i.finished_neff) {
       ++stats_.hits;
       if (!i.index_offered.exchange(true))
@@ -101,8 +106,16 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
     UniqueFd drop(fd);
     return Errno{err};
   }
-  c.entry.ino = reinterpret_cast<fuse_ino_t>(inodes_.intern(p, name, std::move(pfd), c.entry.attr));
+  Inode* made = inodes_.intern(p, name, std::move(pfd), c.entry.attr);
+  c.entry.ino = reinterpret_cast<fuse_ino_t>(made);
   c.entry.attr_timeout = c.entry.entry_timeout = cache_timeout(NodeKind::plain);
+  // A writer: it bars passthrough readers of the file until it ends (or is refused while
+  // they last).
+  if (int e = passthrough_.opening(caller, *made, c.fi, false)) {
+    UniqueFd drop(fd);
+    forget(c.entry.ino, 1);
+    return Errno{e};
+  }
   // The kernel's from the reply on (lowlevel.cpp closes it if the reply fails).
   c.fi.fh = static_cast<uint64_t>(fd);
   return c;
@@ -111,6 +124,7 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
 std::optional<std::string> Filesystem::read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi) {
   if (is_stats_file(ino)) return stats_.read_snapshot(fi.fh, size, static_cast<std::size_t>(off));
   stats_.read_bytes += size;
+  ++stats_.reads;
   return std::nullopt;
 }
 
@@ -137,11 +151,12 @@ int Filesystem::flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info
   return dup >= 0 && ::close(dup) == 0 ? 0 : errno;
 }
 
-int Filesystem::release(fuse_ino_t ino, const fuse_file_info& fi) {
+int Filesystem::release(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi) {
   if (is_stats_file(ino)) {
     stats_.release_snapshot(fi.fh);
     return 0;
   }
+  passthrough_.ended(caller, inodes_.get(ino));
   const bool written = (fi.flags & O_ACCMODE) != O_RDONLY;
   std::string path;
   if (inputs_.release_may_act(fi.fh, written, written && inodes_.get(ino).placeholder))
@@ -152,6 +167,11 @@ int Filesystem::release(fuse_ino_t ino, const fuse_file_info& fi) {
   if (InputAction action = inputs_.after_close(path); action != InputAction::none)
     act(action, std::filesystem::path(path).parent_path().string());
   return 0;
+}
+
+void Filesystem::not_opened(fuse_ino_t ino, const fuse_file_info& fi) {
+  UniqueFd(static_cast<int>(fi.fh)).reset();
+  passthrough_.not_answered(inodes_.get(ino));
 }
 
 int Filesystem::fsync(int datasync, const fuse_file_info& fi) {

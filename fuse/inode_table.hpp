@@ -71,6 +71,11 @@ struct Inode {
   std::list<Inode*>::iterator lru;
   // Guarded by Filesystem::listings_mu_: a folder's listing while the kernel reads it.
   std::shared_ptr<const Listing> listing;
+  // Guarded by Passthrough::mu_ (passthrough.hpp): the backing file registered with the
+  // kernel while opens pass through, and the opens of each kind.
+  int backing_id = 0;
+  uint32_t backing_opens = 0;
+  uint32_t cached_opens = 0;
 };
 
 class InodeTable {

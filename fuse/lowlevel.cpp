@@ -97,6 +97,10 @@ class FuseCaller final : public Caller {
     return std::find(groups.begin(), groups.end(), g) != groups.end();
   }
   std::unique_ptr<Later> keep() const override { return std::make_unique<FuseLater>(req_); }
+#ifdef FUSE_CAP_PASSTHROUGH
+  int open_backing(int fd) const override { return fuse_passthrough_open(req_, fd); }
+  void close_backing(int id) const override { fuse_passthrough_close(req_, id); }
+#endif
 
  private:
   fuse_req_t req_;
@@ -124,24 +128,28 @@ void reply_lock_answer(fuse_req_t req, const Answer<Ok>& a) {
   if (!a.deferred()) fuse_reply_err(req, a.error());
 }
 
+// A reply frees its request, whether or not it reached the kernel: what follows a failed
+// one uses `fs`, taken before.
 void op_open(fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
-  auto a = self(r).open(FuseCaller(r), i, *fi);
+  Filesystem& fs = self(r);
+  auto a = fs.open(FuseCaller(r), i, *fi);
   if (a.deferred()) return;  // the compile's answer replies (CompileOnOpen::answer)
   if (!a.ok()) return (void)fuse_reply_err(r, a.error());
   // stats.json's handle is a snapshot number, not a descriptor: an open that cannot be
   // delivered frees its snapshot (closing "descriptor" 3 would close one of ours).
-  if (self(r).is_stats_file(i)) {
-    if (fuse_reply_open(r, &a.value()) != 0) self(r).release_stats_snapshot(a.value().fh);
+  if (fs.is_stats_file(i)) {
+    if (fuse_reply_open(r, &a.value()) != 0) fs.release_stats_snapshot(a.value().fh);
     return;
   }
-  reply_open(r, a.value());
+  if (fuse_reply_open(r, &a.value()) != 0) fs.not_opened(i, a.value());
 }
 
 void op_create(fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) {
-  auto a = self(r).create(FuseCaller(r), p, n, m, *fi);
+  Filesystem& fs = self(r);
+  auto a = fs.create(FuseCaller(r), p, n, m, *fi);
   if (!a.ok()) return (void)fuse_reply_err(r, a.error());
   auto& c = a.value();
-  if (fuse_reply_create(r, &c.entry, &c.fi) != 0) neffcache::detail::UniqueFd(static_cast<int>(c.fi.fh)).reset();
+  if (fuse_reply_create(r, &c.entry, &c.fi) != 0) fs.not_opened(c.entry.ino, c.fi);
 }
 
 void op_read(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, fuse_file_info* fi) {
@@ -229,7 +237,9 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
       fuse_reply_err(r, self(r).flush(FuseCaller(r), i, *fi));
     };
-    o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { fuse_reply_err(r, self(r).release(i, *fi)); };
+    o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
+      fuse_reply_err(r, self(r).release(FuseCaller(r), i, *fi));
+    };
     o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
       fuse_reply_err(r, self(r).fsync(d, *fi));

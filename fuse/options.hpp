@@ -35,6 +35,9 @@ struct Options {
   // How long an open may wait for a compile before it fails with EIO (the compile goes
   // on). 0: no deadline of its own; each attempt is still bounded by the compile timeout.
   std::chrono::milliseconds wait_timeout{0};
+  // Readers of done files read through FUSE passthrough where the kernel and libfuse
+  // allow it (passthrough.hpp); --no-passthrough turns it off.
+  bool passthrough = true;
   // HLOs the start-up scan of the content index may read (entries it does not know yet).
   std::size_t index_scan = 10000;
 };

@@ -25,6 +25,8 @@ std::string Stats::json(const Context& ctx) const {
       {"waiters", waiters.load()},
       {"interrupted", interrupted.load()},
       {"read_bytes", read_bytes.load()},
+      {"reads", reads.load()},
+      {"passthrough", ctx.passthrough},
       {"compiles", {{"started", p.compiles_started}, {"succeeded", p.compiles_succeeded},
                     {"failed", p.compiles_failed}, {"transient", p.compiles_transient},
                     {"seconds", p.compile_seconds}}},

@@ -40,7 +40,8 @@ class Stats {
   std::atomic<uint64_t> refused{0};      // misses refused because compiles are off
   std::atomic<uint64_t> waiters{0};      // opens waiting for a compile now
   std::atomic<uint64_t> interrupted{0};  // waits ended by an interrupt
-  std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads
+  std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads, and the sizes of passthrough opens
+  std::atomic<uint64_t> reads{0};        // READ requests answered (none for a passthrough open)
 
   // Counts an EIO at `site` and logs it as "EIO (NN) what".
   void eio(EioSite site, const std::string& what);
@@ -56,6 +57,7 @@ class Stats {
     std::optional<nlohmann::ordered_json> s3;  // the tier's statistics, url included
     nlohmann::ordered_json index;              // the content index's upkeep (Indexer::stats)
     nlohmann::ordered_json memory;             // admission by memory (Filesystem::stats_json)
+    nlohmann::ordered_json passthrough;        // FUSE passthrough (passthrough.hpp)
   };
   // The counters as JSON, as stats.json shows them.
   std::string json(const Context& ctx) const;

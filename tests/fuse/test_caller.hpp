@@ -98,8 +98,18 @@ class TestCaller final : public Caller {
   }
   // The answers of the request kept last (null if none was kept).
   std::shared_ptr<Answered> kept() const { return *kept_; }
+  // Backing files registered for FUSE passthrough: ids from 1, none while `refuse`.
+  struct Backings {
+    bool refuse = false;
+    int registered = 0;
+    std::vector<int> closed;
+  };
+  int open_backing(int) const override { return backings_->refuse ? 0 : ++backings_->registered; }
+  void close_backing(int id) const override { backings_->closed.push_back(id); }
+  Backings& backings() const { return *backings_; }
 
  private:
+  std::shared_ptr<Backings> backings_ = std::make_shared<Backings>();
   std::shared_ptr<std::shared_ptr<Answered>> kept_ = std::make_shared<std::shared_ptr<Answered>>();
 };
 

@@ -158,7 +158,7 @@ TEST_CASE("handlers: lookups and listings agree on a pending entry's placeholder
   auto snapshot = m.open(counters.value().ino, O_RDONLY);
   REQUIRE(snapshot.ok());
   CHECK(snapshot.value().direct_io);
-  CHECK(m.fs->release(counters.value().ino, snapshot.value()) == 0);
+  CHECK(m.fs->release(m.caller, counters.value().ino, snapshot.value()) == 0);
   CHECK(m.walk(".neffcache/other").error() == ENOENT);
   CHECK(m.fs->lookup(FUSE_ROOT_ID, "..").error() == EINVAL);
   CHECK(m.names("") == std::vector<std::string>{"neuronxcc-2.21.0", "neuronxcc-9.9.9"});
@@ -282,4 +282,76 @@ TEST_CASE("handlers: over a read-only cache without an upper layer, a miss is re
   UniqueFd(static_cast<int>(lock.value().fi.fh)).reset();
   CHECK(fs::exists(fs::path(m.opts.backing) / "lock"));
   CHECK_FALSE(fs::exists(lower / "lock"));
+}
+
+TEST_CASE("handlers: passthrough's rule per inode: one backing file while readers pass through, no mix with cached "
+          "opens, writers refused meanwhile, a failed registration served by the daemon",
+          "[handlers]") {
+  Passthrough pt;
+  fuse_conn_info conn{};
+  CHECK(pt.negotiate(&conn, false) == "--no-passthrough");
+  if constexpr (!k_libfuse_has_passthrough) {
+    CHECK(pt.negotiate(&conn, true).find("libfuse") != std::string::npos);
+    CHECK(!pt.on());
+    return;
+  }
+  CHECK(pt.negotiate(&conn, true).find("kernel") != std::string::npos);  // it did not offer it
+#ifdef FUSE_CAP_PASSTHROUGH
+  conn.capable |= FUSE_CAP_PASSTHROUGH;
+  if (::geteuid() != 0) {
+    CHECK(pt.negotiate(&conn, true).find("root") != std::string::npos);
+    return;
+  }
+  REQUIRE(pt.negotiate(&conn, true).empty());
+  CHECK(pt.on());
+  CHECK((conn.want & FUSE_CAP_PASSTHROUGH) != 0);
+#endif
+  without_mount::TestCaller caller;
+  auto& backings = caller.backings();
+  Inode done;
+  // Returns the errno and the backing id of an open of `done`.
+  auto open = [&](int flags, bool eligible) {
+    fuse_file_info fi{};
+    fi.flags = flags;
+    fi.fh = 42;
+    fi.keep_cache = 1;
+    const int e = pt.opening(caller, done, fi, eligible);
+    // The kernel fails a passthrough open that asks to keep the cache.
+    if (backing_of(fi) > 0) CHECK(fi.keep_cache == 0);
+    return std::pair{e, backing_of(fi)};
+  };
+  // Readers of a finished file share one backing file, registered once.
+  CHECK(open(O_RDONLY, true) == std::pair{0, 1});
+  CHECK(open(O_RDONLY, true) == std::pair{0, 1});
+  // Any other open of it must pass through too (the kernel refuses a mix)...
+  CHECK(open(O_RDONLY, false) == std::pair{0, 1});
+  // ...but a writer would write the backing file behind the daemon.
+  CHECK(open(O_RDWR, true).first == ETXTBSY);
+  CHECK(open(O_WRONLY, false).first == ETXTBSY);
+  CHECK(open(O_RDONLY | O_TRUNC, true).first == ETXTBSY);
+  CHECK(pt.opens == 3);
+  pt.ended(caller, done);
+  pt.ended(caller, done);
+  CHECK(backings.closed.empty());
+  pt.ended(caller, done);  // the last: its backing file is given back
+  CHECK(backings.closed == std::vector<int>{1});
+  CHECK((done.backing_opens == 0 && done.backing_id == 0));
+  // A writer first: readers go through the daemon until it ends.
+  CHECK(open(O_RDWR, false) == std::pair{0, 0});
+  CHECK(open(O_RDONLY, true) == std::pair{0, 0});
+  CHECK(pt.busy == 1);
+  pt.ended(caller, done);
+  pt.ended(caller, done);
+  CHECK(done.cached_opens == 0);
+  CHECK(open(O_RDONLY, true) == std::pair{0, 2});
+  pt.ended(caller, done);
+  CHECK(backings.closed == std::vector<int>{1, 2});
+  // The kernel refuses to register it: served by the daemon, counted.
+  backings.refuse = true;
+  CHECK(open(O_RDONLY, true) == std::pair{0, 0});
+  CHECK(pt.fallbacks == 1);
+  CHECK(done.cached_opens == 1);
+  pt.ended(caller, done);
+  CHECK(done.cached_opens == 0);
+  CHECK(backings.closed.size() == 2);
 }

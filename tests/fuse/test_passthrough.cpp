@@ -1,7 +1,10 @@
 // The mount as a local disk for what it passes through: the same file operations agree,
 // listings give every reference back, names far beyond the open-file limit, changes
 // behind the daemon's back, nothing outside the backing folder.
+#include <sys/mman.h>
+
 #include "fuse_test.hpp"
+#include "passthrough.hpp"
 
 using namespace fusetest;  // the library, the mount fixture, chrono literals
 
@@ -347,4 +350,89 @@ TEST_CASE("nothing outside the backing directory is reached through the mount", 
   CHECK(::rename((m.mnt() / "leaving").c_str(), (outside / "left").c_str()) != 0);
   CHECK(errno == EXDEV);
   CHECK(fs::exists(m.backing() / "leaving"));
+}
+
+// FUSE passthrough (fuse/passthrough.hpp): stats.json's "passthrough" section of a mount.
+static nlohmann::json passthrough_of(Mount& m) {
+  return nlohmann::json::parse(test::slurp(m.mnt() / ".neffcache" / "stats.json"));
+}
+
+// READ requests the daemon answered while `what` ran, as two looks at stats.json tell.
+template <class F>
+static uint64_t reads_between(Mount& m, F what) {
+  const uint64_t before = passthrough_of(m)["reads"];
+  what();
+  return passthrough_of(m)["reads"].get<uint64_t>() - before;
+}
+
+TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthrough); writers and readers mixed all "
+          "work",
+          "[fuse]") {
+  Mount m;
+  auto e = m.entry("rocm08_normal_9.hlo_proto.pb", "pt+0");
+  const fs::path neff = m.mnt() / e / "model.neff";
+  const std::string bytes = read_all(neff).second;  // compiled (a waiting open: direct I/O, not passed through)
+  REQUIRE(fake::parse_fake_neff(bytes));
+  auto s = passthrough_of(m);
+  // On wherever this build's libfuse has it, the daemon is root and the kernel offers it.
+  if (!neffcachefs::k_libfuse_has_passthrough || ::geteuid() != 0) {
+    CHECK(s["passthrough"]["on"] == false);
+    CHECK(!s["passthrough"]["why_off"].get<std::string>().empty());
+    CHECK(read_all(neff).second == bytes);
+    return;
+  }
+  if (s["passthrough"]["on"] == false) {
+    WARN("passthrough off here: " << s["passthrough"]["why_off"].get<std::string>());
+    CHECK(s["passthrough"]["why_off"].get<std::string>().find("kernel") != std::string::npos);
+    return;
+  }
+  // A hit: whole, and not one READ request (each look at stats.json makes the same few).
+  const uint64_t idle = reads_between(m, [] {}), opens = s["passthrough"]["opens"], bytes_served = s["read_bytes"];
+  CHECK(reads_between(m, [&] { CHECK(read_all(neff).second == bytes); }) == idle);
+  s = passthrough_of(m);
+  CHECK(s["passthrough"]["opens"] == opens + 1);
+  CHECK(s["read_bytes"].get<uint64_t>() >= bytes_served + bytes.size());
+  // Mapped, too.
+  {
+    int fd = ::open(neff.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    void* map = ::mmap(nullptr, bytes.size(), PROT_READ, MAP_SHARED, fd, 0);
+    REQUIRE(map != MAP_FAILED);
+    CHECK(std::string(static_cast<const char*>(map), bytes.size()) == bytes);
+    ::munmap(map, bytes.size());
+    ::close(fd);
+  }
+  // While a reader passes through, a writer of the same file is refused (ETXTBSY), and
+  // other readers pass through with it.
+  int reader = ::open(neff.c_str(), O_RDONLY);
+  REQUIRE(reader >= 0);
+  CHECK(::open(neff.c_str(), O_RDWR) == -1);
+  CHECK(errno == ETXTBSY);
+  CHECK(read_all(neff).second == bytes);
+  ::close(reader);
+  // A writer first: readers go through the daemon until it ends (the kernel allows no mix),
+  // and see what it wrote.
+  int writer = ::open(neff.c_str(), O_RDWR);
+  REQUIRE(writer >= 0);
+  const uint64_t busy = passthrough_of(m)["passthrough"]["busy"];
+  CHECK(::pwrite(writer, bytes.data(), 4, 0) == 4);
+  CHECK(read_all(neff).second == bytes);
+  CHECK(passthrough_of(m)["passthrough"]["busy"] == busy + 1);
+  ::close(writer);
+  const uint64_t before = passthrough_of(m)["passthrough"]["opens"];
+  CHECK(read_all(neff).second == bytes);
+  CHECK(passthrough_of(m)["passthrough"]["opens"] == before + 1);
+}
+
+TEST_CASE("with --no-passthrough every read of a done NEFF goes through the daemon", "[fuse]") {
+  Mount m({}, {"--no-passthrough"});
+  auto e = m.entry("rocm08_normal_9.hlo_proto.pb", "nopt+0");
+  const fs::path neff = m.mnt() / e / "model.neff";
+  const std::string bytes = read_all(neff).second;
+  const uint64_t idle = reads_between(m, [] {});
+  CHECK(reads_between(m, [&] { CHECK(read_all(neff).second == bytes); }) > idle);
+  auto s = passthrough_of(m);
+  CHECK(s["passthrough"]["on"] == false);
+  CHECK(s["passthrough"]["why_off"] == "--no-passthrough");
+  CHECK(s["passthrough"]["opens"] == 0);
 }

@@ -1,0 +1,93 @@
+// FUSE passthrough: the per-inode rule (passthrough.hpp).
+#include "passthrough.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace neffcachefs {
+
+std::string Passthrough::negotiate(fuse_conn_info* conn, bool wanted) {
+  on_ = false;
+  if (!wanted) return why_off_ = "--no-passthrough";
+  if (!k_libfuse_has_passthrough)
+    return why_off_ = "this build's libfuse has none (3.16 or newer has it; see the README's libfuse)";
+#ifdef FUSE_CAP_PASSTHROUGH
+  if (!(conn->capable & FUSE_CAP_PASSTHROUGH))
+    return why_off_ = "the kernel does not offer it (Linux 6.9 or newer, CONFIG_FUSE_PASSTHROUGH)";
+  // The kernel lets only CAP_SYS_ADMIN register backing files.
+  if (::geteuid() != 0) return why_off_ = "the daemon does not run as root";
+  conn->want |= FUSE_CAP_PASSTHROUGH;
+  // Backing files may be on a stacked file system (a container's overlayfs); nothing may
+  // then be stacked on the mount itself.
+  conn->max_backing_stack_depth = FUSE_BACKING_STACKED_OVER;
+  on_ = true;
+  why_off_.clear();
+#else
+  (void)conn;
+#endif
+  return why_off_;
+}
+
+int Passthrough::opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible) {
+  if (!on_) return 0;
+  const bool writes = (fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC);
+  std::lock_guard lk(mu_);
+  close_pending_locked(caller);
+  if (i.backing_opens > 0) {
+    // The kernel takes only passthrough opens of this inode now, of this backing file.
+    if (writes) return ETXTBSY;
+    ++i.backing_opens;
+    set_backing(fi, i.backing_id);
+    ++opens;
+    return 0;
+  }
+  if (eligible && i.cached_opens == 0) {
+    const int id = caller.open_backing(static_cast<int>(fi.fh));
+    if (id > 0) {
+      i.backing_id = id;
+      i.backing_opens = 1;
+      set_backing(fi, id);
+      ++opens;
+      return 0;
+    }
+    ++fallbacks;
+  } else if (eligible) {
+    ++busy;
+  }
+  ++i.cached_opens;
+  return 0;
+}
+
+int Passthrough::end_locked(Inode& i) {
+  // The two never coexist: a passthrough open starts only without cached ones, and while
+  // one lasts every open passes through.
+  if (i.backing_opens > 0) {
+    if (--i.backing_opens == 0) return std::exchange(i.backing_id, 0);
+  } else if (i.cached_opens > 0) {
+    --i.cached_opens;
+  }
+  return 0;
+}
+
+void Passthrough::close_pending_locked(const Caller& caller) {
+  for (int id : to_close_) caller.close_backing(id);
+  to_close_.clear();
+}
+
+void Passthrough::ended(const Caller& caller, Inode& i) {
+  if (!on_) return;
+  std::lock_guard lk(mu_);
+  close_pending_locked(caller);
+  if (int id = end_locked(i)) caller.close_backing(id);
+}
+
+void Passthrough::not_answered(Inode& i) {
+  if (!on_) return;
+  std::lock_guard lk(mu_);
+  if (int id = end_locked(i)) to_close_.push_back(id);
+}
+
+}  // namespace neffcachefs

@@ -1,0 +1,90 @@
+// FUSE passthrough (libfuse 3.16, Linux 6.9): the kernel reads an open file from its backing
+// file itself, without a READ request to the daemon and without a copy through it.
+//
+// Which opens pass through: readers of a finished file (a done entry's: its content never
+// changes). Everything else goes through the daemon as before: placeholders and the opens
+// waiting for a compile (direct I/O), stats.json, lock files, LNL's writes, plain files.
+//
+// The kernel's rule per inode: while one open of it passes through, every other open must
+// pass through too, with the same backing file (else that open fails with EIO); and an
+// inode opened with the page cache (not direct I/O, not passthrough) cannot take a
+// passthrough open until those opens end. So each inode counts its opens of each kind:
+//   - a reader of a finished file passes through, unless the inode has cached opens (then
+//     it is served through the daemon, and counted as `busy`);
+//   - any open of an inode with passthrough opens passes through with its backing file,
+//     but a writer (or O_TRUNC), which would write that file behind the daemon (or a
+//     lower layer's file after a copy-up), is refused with ETXTBSY, as a disk refuses a
+//     write to a running program;
+//   - registering the backing file can fail (a file on a stacked file system deeper than
+//     the kernel allows, a kernel that lost the capability): the open is served through
+//     the daemon and counted as a fallback.
+// The backing file is registered at the first passthrough open and given back at the last
+// release. Needs root (CAP_SYS_ADMIN), a kernel that offers it and a libfuse that has it;
+// otherwise, or with --no-passthrough, the mount works as before and says once why.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "caller.hpp"
+#include "inode_table.hpp"
+
+namespace neffcachefs {
+
+#ifdef FUSE_CAP_PASSTHROUGH
+inline constexpr bool k_libfuse_has_passthrough = true;
+// The backing file an open's answer names: the kernel reads it itself (0: none). With it
+// the kernel takes no keep_cache (the open fails with EIO): the pages are the backing
+// file's anyway.
+inline int backing_of(const fuse_file_info& fi) { return fi.backing_id; }
+inline void set_backing(fuse_file_info& fi, int id) {
+  fi.backing_id = id;
+  fi.keep_cache = 0;
+}
+#else
+inline constexpr bool k_libfuse_has_passthrough = false;
+inline int backing_of(const fuse_file_info&) { return 0; }
+inline void set_backing(fuse_file_info&, int) {}
+#endif
+
+class Passthrough {
+ public:
+  std::atomic<uint64_t> opens{0};      // opens the kernel reads without the daemon
+  std::atomic<uint64_t> fallbacks{0};  // backing file not registered: served by the daemon
+  std::atomic<uint64_t> busy{0};       // readers served by the daemon: the inode had cached opens
+
+  // At the session's start: asks the kernel for passthrough when `wanted` and everything
+  // needed is there. Returns why it is off ("" when on).
+  std::string negotiate(fuse_conn_info* conn, bool wanted);
+  bool on() const { return on_; }
+  const std::string& why_off() const { return why_off_; }
+
+  // An open of `i` about to be answered with the descriptor fi.fh. `eligible`: a reader
+  // of a finished file. Names the backing file in `fi` when it passes through (backing_of);
+  // returns 0, or the errno that answers the open (the caller closes fi.fh then).
+  int opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible);
+  // The release of an open that opening() counted.
+  void ended(const Caller& caller, Inode& i);
+  // An open whose answer did not reach the kernel (no release will come). Its request is
+  // gone, so a backing file it leaves unused is given back at the next call with a caller.
+  void not_answered(Inode& i);
+
+ private:
+  bool on_ = false;
+  std::string why_off_ = "not negotiated";
+  // Rank 90 (docs/ARCHITECTURE.md), a leaf: guards each Inode's passthrough counts. Held
+  // across a registration (an ioctl that waits for no request).
+  std::mutex mu_;
+  std::vector<int> to_close_;  // guarded by mu_: see not_answered
+  // With mu_ held: one fewer open of `i`; its backing file's id when that was the last.
+  int end_locked(Inode& i);
+  void close_pending_locked(const Caller& caller);
+};
+
+}  // namespace neffcachefs
