@@ -29,28 +29,35 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     return opened;
   }
   if (!i.placeholder) {
+    const bool writes = (fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC);
+    // Decided before the file is touched (a copy up, a truncation): passthrough.hpp.
+    if (writes)
+      if (int e = passthrough_.writer_opening(i)) return Errno{e};
+    auto fail = [&](int e) -> Answer<fuse_file_info> {
+      if (writes) passthrough_.not_answered(i);
+      return Errno{e};
+    };
     // A write of a file of a lower layer writes its copy in layer 0.
-    if ((fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC))
-      if (int e = ns_.writable(i)) return Errno{e};
+    if (writes)
+      if (int e = ns_.writable(i)) return fail(e);
     int err = 0;
     PathRef pfd = inodes_.path_fd(i, err);
-    if (!pfd) return Errno{err};
+    if (!pfd) return fail(err);
     // Unlinked behind the daemon's back while the kernel still knows the name (a done
     // entry removed or repaired): the kernel looks the name up again.
     struct stat st {};
-    if (::fstat(pfd->get(), &st) == 0 && st.st_nlink == 0 && !S_ISDIR(st.st_mode)) return Errno{ESTALE};
+    if (::fstat(pfd->get(), &st) == 0 && st.st_nlink == 0 && !S_ISDIR(st.st_mode)) return fail(ESTALE);
     int fd = ::open(proc_path(pfd->get()).c_str(), fi.flags & ~O_NOFOLLOW);
-    if (fd < 0) return Errno{errno};
+    if (fd < 0) return fail(errno);
     opened.fh = static_cast<uint64_t>(fd);
     // A done entry's files: no FLUSH at a reader's close either (nothing to write back; a
     // client that locks one has its locks dropped at the release of its open instead).
-    bool reading = (fi.flags & O_ACCMODE) == O_RDONLY;
+    bool reading = !writes;
     set_open_caching(opened, Namespace::kind_of(i), reading);
-    if (int e = passthrough_.opening(caller, i, opened, reading && Namespace::kind_of(i) == NodeKind::finished)) {
-      ::close(fd);
-      return Errno{e};
+    if (reading) {
+      passthrough_.reader_opening(caller, i, opened, Namespace::kind_of(i) == NodeKind::finished);
+      if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     }
-    if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     if (reading && i.finished_neff) {
       ++stats_.hits;
       if (!i.index_offered.exchange(true))
@@ -109,15 +116,16 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
   Inode* made = inodes_.intern(p, name, std::move(pfd), c.entry.attr);
   c.entry.ino = reinterpret_cast<fuse_ino_t>(made);
   c.entry.attr_timeout = c.entry.entry_timeout = cache_timeout(NodeKind::plain);
-  // A writer: it bars passthrough readers of the file until it ends (or is refused while
-  // they last).
-  if (int e = passthrough_.opening(caller, *made, c.fi, false)) {
+  // The kernel's from the reply on (lowlevel.cpp closes it if the reply fails).
+  c.fi.fh = static_cast<uint64_t>(fd);
+  // A writer: it bars passthrough readers of the file until it ends. (A create reaches an
+  // existing file only through a name the kernel saw as absent; one that readers pass
+  // through then is refused, but after its O_TRUNC, if it had one.)
+  if (int e = passthrough_.writer_opening(*made)) {
     UniqueFd drop(fd);
     forget(c.entry.ino, 1);
     return Errno{e};
   }
-  // The kernel's from the reply on (lowlevel.cpp closes it if the reply fails).
-  c.fi.fh = static_cast<uint64_t>(fd);
   return c;
 }
 

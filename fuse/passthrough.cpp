@@ -31,34 +31,47 @@ std::string Passthrough::negotiate(fuse_conn_info* conn, bool wanted) {
   return why_off_;
 }
 
-int Passthrough::opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible) {
+std::string Passthrough::why_off() const {
+  if (refused_) return "the kernel refused to register a backing file (EPERM: not CAP_SYS_ADMIN in the initial user namespace?)";
+  return why_off_;
+}
+
+int Passthrough::writer_opening(Inode& i) {
   if (!on_) return 0;
-  const bool writes = (fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC);
+  std::lock_guard lk(mu_);
+  // The kernel takes only passthrough opens of this inode now, of its backing file: a
+  // writer would write that file behind the daemon (or a lower layer's, after a copy-up).
+  if (i.backing_opens > 0) return ETXTBSY;
+  ++i.cached_opens;
+  return 0;
+}
+
+void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible) {
+  if (!on_) return;
   std::lock_guard lk(mu_);
   close_pending_locked(caller);
-  if (i.backing_opens > 0) {
-    // The kernel takes only passthrough opens of this inode now, of this backing file.
-    if (writes) return ETXTBSY;
+  if (i.backing_opens > 0) {  // every open of it must pass through now
     ++i.backing_opens;
     set_backing(fi, i.backing_id);
     ++opens;
-    return 0;
+    return;
   }
-  if (eligible && i.cached_opens == 0) {
+  if (eligible && i.cached_opens == 0 && !refused_) {
+    errno = 0;
     const int id = caller.open_backing(static_cast<int>(fi.fh));
     if (id > 0) {
       i.backing_id = id;
       i.backing_opens = 1;
       set_backing(fi, id);
       ++opens;
-      return 0;
+      return;
     }
+    if (errno == EPERM) refused_ = true;
     ++fallbacks;
   } else if (eligible) {
     ++busy;
   }
   ++i.cached_opens;
-  return 0;
 }
 
 int Passthrough::end_locked(Inode& i) {

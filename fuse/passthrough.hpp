@@ -27,6 +27,7 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -62,22 +63,29 @@ class Passthrough {
   // At the session's start: asks the kernel for passthrough when `wanted` and everything
   // needed is there. Returns why it is off ("" when on).
   std::string negotiate(fuse_conn_info* conn, bool wanted);
-  bool on() const { return on_; }
-  const std::string& why_off() const { return why_off_; }
+  bool on() const { return on_ && !refused_; }
+  std::string why_off() const;
 
-  // An open of `i` about to be answered with the descriptor fi.fh. `eligible`: a reader
-  // of a finished file. Names the backing file in `fi` when it passes through (backing_of);
-  // returns 0, or the errno that answers the open (the caller closes fi.fh then).
-  int opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible);
-  // The release of an open that opening() counted.
+  // Before an open that writes (or truncates) `i` touches its file: ETXTBSY while readers
+  // pass through; else it is counted as a cached open from here on (not_answered() takes
+  // it back if the open then fails).
+  int writer_opening(Inode& i);
+  // A reader of `i` about to be answered with the descriptor fi.fh. `eligible`: a reader of
+  // a finished file. Names the backing file in `fi` when it passes through (backing_of).
+  void reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible);
+  // The release of an open that either call counted (placeholders: none, and none counted).
   void ended(const Caller& caller, Inode& i);
-  // An open whose answer did not reach the kernel (no release will come). Its request is
-  // gone, so a backing file it leaves unused is given back at the next call with a caller.
+  // An open counted but never answered, or whose answer did not reach the kernel (no
+  // release will come). Its request is gone, so a backing file it leaves unused is given
+  // back at the next call that has one.
   void not_answered(Inode& i);
 
  private:
-  bool on_ = false;
+  bool on_ = false;  // negotiated (set once, before any request)
   std::string why_off_ = "not negotiated";
+  // The kernel refused a registration with EPERM (root in a user namespace is not
+  // CAP_SYS_ADMIN where it counts): no further tries, served by the daemon.
+  std::atomic<bool> refused_{false};
   // Rank 90 (docs/ARCHITECTURE.md), a leaf: guards each Inode's passthrough counts. Held
   // across a registration (an ioctl that waits for no request).
   std::mutex mu_;

@@ -30,38 +30,12 @@ if dpkg-query -W -f='${Version}' libcatch2-dev 2>/dev/null | grep -q '^3\.'; the
 
 # libfuse 3.16 or newer has FUSE passthrough (the kernel reads a done NEFF without the daemon).
 # Bookworm has 3.14, and trixie's binary packages need trixie's glibc, so trixie's source
-# package is built here into a private prefix, as a static library only the daemon links:
-# nothing of the system's libfuse is replaced, and the daemon carries no loader path to it.
+# package is built (scripts/libfuse.sh) into a private prefix, as a static library only the
+# daemon links: nothing of the system's libfuse is replaced, and the daemon carries no loader
+# path to it.
 libfuse_prefix=/opt/neffcache/libfuse
 libfuse_ok=0
 [ -f "$libfuse_prefix/lib/libfuse3.a" ] && [ -f "$libfuse_prefix/lib/pkgconfig/fuse3.pc" ] && libfuse_ok=1
-
-build_libfuse() {
-  local src=/etc/apt/sources.list.d/trixie-src.sources work
-  # Source packages only (deb-src): nothing from trixie can be installed through it.
-  if ! grep -rqs '^Types: deb-src' "$src"; then
-    cat >"$src" <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    apt-get update -qq
-  fi
-  work=$(mktemp -d)
-  # apt checks the files against trixie's signed index; dpkg-source applies Debian's patches
-  # (among them the 3.17.3 fixes of the capability conversion).
-  (cd "$work" && apt-get source -qq --download-only -o APT::Sandbox::User=root fuse3 >/dev/null &&
-    dpkg-source -x fuse3_*.dsc src >/dev/null 2>&1)
-  meson setup "$work/build" "$work/src" --prefix="$libfuse_prefix" --libdir=lib -Ddefault_library=static \
-    -Dutils=false -Dexamples=false -Dtests=false -Dbuildtype=release -Db_pie=true >/dev/null
-  ninja -C "$work/build" >/dev/null
-  rm -rf "$libfuse_prefix"
-  ninja -C "$work/build" install >/dev/null
-  rm -rf "$work"
-  echo "setup: built libfuse $(sed -n 's/^Version: //p' "$libfuse_prefix/lib/pkgconfig/fuse3.pc") into $libfuse_prefix"
-}
 
 if [ ${#missing[@]} -eq 0 ] && [ $catch2_ok -eq 1 ] && [ $libfuse_ok -eq 1 ]; then
   exit 0
@@ -93,5 +67,5 @@ if [ ${#missing[@]} -gt 0 ] || [ $catch2_ok -eq 0 ]; then
   echo "setup: installed ${missing[*]} ${backports[*]}"
 fi
 if [ $libfuse_ok -eq 0 ]; then
-  build_libfuse
+  echo "setup: $(bash "$(dirname "$0")/libfuse.sh" install "$libfuse_prefix")"
 fi

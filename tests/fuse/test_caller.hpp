@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -101,10 +102,15 @@ class TestCaller final : public Caller {
   // Backing files registered for FUSE passthrough: ids from 1, none while `refuse`.
   struct Backings {
     bool refuse = false;
+    int refuse_with = 0;  // the errno of a refusal
     int registered = 0;
     std::vector<int> closed;
   };
-  int open_backing(int) const override { return backings_->refuse ? 0 : ++backings_->registered; }
+  int open_backing(int) const override {
+    if (!backings_->refuse) return ++backings_->registered;
+    errno = backings_->refuse_with;
+    return 0;
+  }
   void close_backing(int id) const override { backings_->closed.push_back(id); }
   Backings& backings() const { return *backings_; }
 

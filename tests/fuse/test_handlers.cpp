@@ -315,7 +315,8 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
     fi.flags = flags;
     fi.fh = 42;
     fi.keep_cache = 1;
-    const int e = pt.opening(caller, done, fi, eligible);
+    const bool writes = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+    const int e = writes ? pt.writer_opening(done) : (pt.reader_opening(caller, done, fi, eligible), 0);
     // The kernel fails a passthrough open that asks to keep the cache.
     if (backing_of(fi) > 0) CHECK(fi.keep_cache == 0);
     return std::pair{e, backing_of(fi)};
@@ -328,7 +329,7 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   // ...but a writer would write the backing file behind the daemon.
   CHECK(open(O_RDWR, true).first == ETXTBSY);
   CHECK(open(O_WRONLY, false).first == ETXTBSY);
-  CHECK(open(O_RDONLY | O_TRUNC, true).first == ETXTBSY);
+  CHECK(open(O_RDONLY | O_TRUNC, false).first == ETXTBSY);
   CHECK(pt.opens == 3);
   pt.ended(caller, done);
   pt.ended(caller, done);
@@ -346,7 +347,12 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   CHECK(open(O_RDONLY, true) == std::pair{0, 2});
   pt.ended(caller, done);
   CHECK(backings.closed == std::vector<int>{1, 2});
-  // The kernel refuses to register it: served by the daemon, counted.
+  // A writer whose open then fails is taken back.
+  CHECK(open(O_WRONLY, false) == std::pair{0, 0});
+  pt.not_answered(done);
+  CHECK(done.cached_opens == 0);
+  // The kernel refuses to register it: served by the daemon, counted; refused with EPERM
+  // (not CAP_SYS_ADMIN where it counts), it is not tried again.
   backings.refuse = true;
   CHECK(open(O_RDONLY, true) == std::pair{0, 0});
   CHECK(pt.fallbacks == 1);
@@ -354,4 +360,45 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   pt.ended(caller, done);
   CHECK(done.cached_opens == 0);
   CHECK(backings.closed.size() == 2);
+  CHECK(pt.on());
+  backings.refuse_with = EPERM;
+  CHECK(open(O_RDONLY, true) == std::pair{0, 0});
+  CHECK(!pt.on());
+  CHECK(pt.why_off().find("EPERM") != std::string::npos);
+  CHECK(open(O_RDONLY, true) == std::pair{0, 0});
+  CHECK(pt.fallbacks == 2);  // not tried the second time
+  pt.ended(caller, done);
+  pt.ended(caller, done);
+  CHECK(done.cached_opens == 0);
+}
+
+TEST_CASE("handlers: with passthrough, a writer of a file that readers pass through is refused before it truncates "
+          "anything",
+          "[handlers]") {
+  if (!k_libfuse_has_passthrough || ::geteuid() != 0) SKIP("needs a libfuse with passthrough, and root");
+  Unmounted m;
+  const fs::path cache = m.opts.backing;
+  test::spit(cache / k_done / "model.hlo_module.pb", "x");
+  test::spit(cache / k_done / "model.neff", "NEFF");
+  test::spit(cache / k_done / "model.done", "");
+  m.start();
+#ifdef FUSE_CAP_PASSTHROUGH
+  fuse_conn_info conn{};
+  conn.capable |= FUSE_CAP_PASSTHROUGH;
+  m.fs->init(&conn);
+#endif
+  const fuse_ino_t neff = m.ino(k_done + "/model.neff");
+  auto reader = m.open(neff, O_RDONLY);
+  REQUIRE(reader.ok());
+  CHECK(backing_of(reader.value()) == 1);
+  CHECK(m.open(neff, O_WRONLY | O_TRUNC).error() == ETXTBSY);
+  CHECK(test::slurp(cache / k_done / "model.neff") == "NEFF");
+  CHECK(m.fs->release(m.caller, neff, reader.value()) == 0);
+  CHECK(m.caller.backings().closed == std::vector<int>{1});
+  auto writer = m.open(neff, O_WRONLY | O_TRUNC);
+  REQUIRE(writer.ok());
+  CHECK(backing_of(writer.value()) == 0);
+  CHECK(fs::file_size(cache / k_done / "model.neff") == 0);
+  CHECK(m.fs->release(m.caller, neff, writer.value()) == 0);
+  CHECK(m.stats()["passthrough"]["opens"] == 1);
 }
