@@ -45,7 +45,6 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +53,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/core/detail/proc.hpp>
 #include <neffcache/s3/client.hpp>
 
 #include "bench_twins.hpp"
@@ -83,17 +83,12 @@ struct Options {
   std::string passthrough_hp;  // libfuse's example program, for the small-hit comparison
 };
 
-// CPU seconds (user + system) a process has used.
+// CPU seconds (user + system) a process has used: /proc/PID/stat's utime and stime
+// (fields 14 and 15; proc_stat_fields starts at field 3).
 double cpu_seconds(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  std::getline(in, line);
-  // Fields 14 and 15 (utime, stime), counted after the command's closing parenthesis.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int k = 3; k <= 15 && rest >> field; ++k)
-    if (k >= 14) ticks += std::stod(field);
+  auto fields = neffcache::detail::proc_stat_fields(pid);
+  if (!fields || fields->size() < 13) return 0;
+  const double ticks = std::stod((*fields)[11]) + std::stod((*fields)[12]);
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 

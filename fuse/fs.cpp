@@ -58,13 +58,7 @@ void Filesystem::shutdown() {
 
 std::string Filesystem::stats_json() const {
   Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, opts_.lowers, opts_.scratch,
-                     std::nullopt, indexer_.stats(), {}, {}};
-  ctx.passthrough = {{"on", passthrough_.on()},
-                     {"why_off", passthrough_.on() ? nlohmann::ordered_json()
-                                                   : nlohmann::ordered_json(passthrough_.why_off())},
-                     {"opens", passthrough_.opens.load()},
-                     {"fallbacks", passthrough_.fallbacks.load()},
-                     {"busy", passthrough_.busy.load()}};
+                     std::nullopt, indexer_.stats(), {}, passthrough_.stats()};
   const auto& p = ctx.progress;
   // Budget and what is held host-wide: null when compiles are admitted by count only.
   ctx.memory = {{"budget", nullptr}, {"reserved", p.memory_reserved}, {"host_reserved", nullptr},

@@ -62,8 +62,6 @@ class Filesystem {
   // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).
   bool is_special(fuse_ino_t ino) const { return inodes_.is_special(ino); }
   bool is_stats_file(fuse_ino_t ino) const { return inodes_.is_stats_file(ino); }
-  // Frees the snapshot of a stats.json open whose reply could not be delivered.
-  void release_stats_snapshot(uint64_t fh) { stats_.release_snapshot(fh); }
 
   // The operation table to hand to fuse_session_new; userdata must be this object
   // (defined in lowlevel.cpp).
@@ -115,8 +113,8 @@ class Filesystem {
   Answer<size_t> write(const char* buf, size_t size, off_t off, const fuse_file_info& fi);
   int flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
   int release(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
-  // An open or create whose answer did not reach the kernel: its descriptor closed, and
-  // no longer counted (no release will come).
+  // An open or create whose answer did not reach the kernel: its descriptor (or stats.json's
+  // snapshot) closed, and no longer counted (no release will come).
   void not_opened(fuse_ino_t ino, const fuse_file_info& fi);
   int fsync(int datasync, const fuse_file_info& fi);
   // On the backing descriptors, as the disk under them answers (stats.json has none: EOPNOTSUPP,

@@ -29,17 +29,17 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     return opened;
   }
   if (!i.placeholder) {
-    const bool writes = (fi.flags & O_ACCMODE) != O_RDONLY || (fi.flags & O_TRUNC);
-    // Decided before the file is touched (a copy up, a truncation): passthrough.hpp.
-    if (writes)
-      if (int e = passthrough_.writer_opening(i)) return Errno{e};
+    const bool writes = opens_to_write(fi.flags);
     auto fail = [&](int e) -> Answer<fuse_file_info> {
       if (writes) passthrough_.not_answered(i);
       return Errno{e};
     };
-    // A write of a file of a lower layer writes its copy in layer 0.
-    if (writes)
+    if (writes) {
+      // Decided before the file is touched (a copy up, a truncation): passthrough.hpp.
+      if (int e = passthrough_.writer_opening(i)) return Errno{e};
+      // A write of a file of a lower layer writes its copy in layer 0.
       if (int e = ns_.writable(i)) return fail(e);
+    }
     int err = 0;
     PathRef pfd = inodes_.path_fd(i, err);
     if (!pfd) return fail(err);
@@ -52,10 +52,11 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     opened.fh = static_cast<uint64_t>(fd);
     // A done entry's files: no FLUSH at a reader's close either (nothing to write back; a
     // client that locks one has its locks dropped at the release of its open instead).
-    bool reading = !writes;
-    set_open_caching(opened, Namespace::kind_of(i), reading);
+    const bool reading = !writes;
+    const NodeKind kind = Namespace::kind_of(i);
+    set_open_caching(opened, kind, reading);
     if (reading) {
-      passthrough_.reader_opening(caller, i, opened, Namespace::kind_of(i) == NodeKind::finished);
+      passthrough_.reader_opening(caller, i, opened, kind == NodeKind::finished);
       if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     }
     if (reading && i.finished_neff) {
@@ -178,6 +179,9 @@ int Filesystem::release(const Caller& caller, fuse_ino_t ino, const fuse_file_in
 }
 
 void Filesystem::not_opened(fuse_ino_t ino, const fuse_file_info& fi) {
+  // stats.json's handle is a snapshot number, not a descriptor (closing "descriptor" 3
+  // would close one of ours).
+  if (is_stats_file(ino)) return stats_.release_snapshot(fi.fh);
   UniqueFd(static_cast<int>(fi.fh)).reset();
   passthrough_.not_answered(inodes_.get(ino));
 }

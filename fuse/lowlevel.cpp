@@ -135,12 +135,6 @@ void op_open(fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
   auto a = fs.open(FuseCaller(r), i, *fi);
   if (a.deferred()) return;  // the compile's answer replies (CompileOnOpen::answer)
   if (!a.ok()) return (void)fuse_reply_err(r, a.error());
-  // stats.json's handle is a snapshot number, not a descriptor: an open that cannot be
-  // delivered frees its snapshot (closing "descriptor" 3 would close one of ours).
-  if (fs.is_stats_file(i)) {
-    if (fuse_reply_open(r, &a.value()) != 0) fs.release_stats_snapshot(a.value().fh);
-    return;
-  }
   if (fuse_reply_open(r, &a.value()) != 0) fs.not_opened(i, a.value());
 }
 

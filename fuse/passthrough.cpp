@@ -36,6 +36,14 @@ std::string Passthrough::why_off() const {
   return why_off_;
 }
 
+nlohmann::ordered_json Passthrough::stats() const {
+  return {{"on", on()},
+          {"why_off", on() ? nlohmann::ordered_json() : nlohmann::ordered_json(why_off())},
+          {"opens", opens.load()},
+          {"fallbacks", fallbacks.load()},
+          {"busy", busy.load()}};
+}
+
 int Passthrough::writer_opening(Inode& i) {
   if (!on_) return 0;
   std::lock_guard lk(mu_);

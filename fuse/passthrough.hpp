@@ -24,6 +24,7 @@
 #pragma once
 
 #define FUSE_USE_VERSION 312
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 
 #include <atomic>
@@ -32,6 +33,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "caller.hpp"
 #include "inode_table.hpp"
@@ -54,6 +57,9 @@ inline int backing_of(const fuse_file_info&) { return 0; }
 inline void set_backing(fuse_file_info&, int) {}
 #endif
 
+// An open that may change the file: it writes, or truncates it.
+inline bool opens_to_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
+
 class Passthrough {
  public:
   std::atomic<uint64_t> opens{0};      // opens the kernel reads without the daemon
@@ -65,6 +71,8 @@ class Passthrough {
   std::string negotiate(fuse_conn_info* conn, bool wanted);
   bool on() const { return on_ && !refused_; }
   std::string why_off() const;
+  // stats.json's "passthrough" section: on, why_off (null when on), and the counters.
+  nlohmann::ordered_json stats() const;
 
   // Before an open that writes (or truncates) `i` touches its file: ETXTBSY while readers
   // pass through; else it is counted as a cached open from here on (not_answered() takes

@@ -315,8 +315,7 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
     fi.flags = flags;
     fi.fh = 42;
     fi.keep_cache = 1;
-    const bool writes = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-    const int e = writes ? pt.writer_opening(done) : (pt.reader_opening(caller, done, fi, eligible), 0);
+    const int e = opens_to_write(flags) ? pt.writer_opening(done) : (pt.reader_opening(caller, done, fi, eligible), 0);
     // The kernel fails a passthrough open that asks to keep the cache.
     if (backing_of(fi) > 0) CHECK(fi.keep_cache == 0);
     return std::pair{e, backing_of(fi)};

@@ -352,18 +352,14 @@ TEST_CASE("nothing outside the backing directory is reached through the mount", 
   CHECK(fs::exists(m.backing() / "leaving"));
 }
 
-// FUSE passthrough (fuse/passthrough.hpp): stats.json's "passthrough" section of a mount.
-static nlohmann::json passthrough_of(Mount& m) {
-  return nlohmann::json::parse(test::slurp(m.mnt() / ".neffcache" / "stats.json"));
-}
 
 // READ requests the daemon answered while `what` ran, as two looks at stats.json tell
 // (stats.json's own reads are not counted).
 template <class F>
 static uint64_t reads_between(Mount& m, F what) {
-  const uint64_t before = passthrough_of(m)["reads"];
+  const uint64_t before = m.daemon().stats()["reads"];
   what();
-  return passthrough_of(m)["reads"].get<uint64_t>() - before;
+  return m.daemon().stats()["reads"].get<uint64_t>() - before;
 }
 
 TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthrough); writers and readers mixed all "
@@ -374,7 +370,7 @@ TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthroug
   const fs::path neff = m.mnt() / e / "model.neff";
   const std::string bytes = read_all(neff).second;  // compiled (a waiting open: direct I/O, not passed through)
   REQUIRE(fake::parse_fake_neff(bytes));
-  auto s = passthrough_of(m);
+  auto s = m.daemon().stats();
   // On wherever this build's libfuse has it, the daemon is root and the kernel offers it.
   if (!neffcachefs::k_libfuse_has_passthrough || ::geteuid() != 0) {
     CHECK(s["passthrough"]["on"] == false);
@@ -390,7 +386,7 @@ TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthroug
   // A hit: whole, and not one READ request.
   const uint64_t opens = s["passthrough"]["opens"], bytes_served = s["read_bytes"];
   CHECK(reads_between(m, [&] { CHECK(read_all(neff).second == bytes); }) == 0);
-  s = passthrough_of(m);
+  s = m.daemon().stats();
   CHECK(s["passthrough"]["opens"] == opens + 1);
   CHECK(s["read_bytes"].get<uint64_t>() >= bytes_served + bytes.size());
   // Mapped, too.
@@ -424,17 +420,17 @@ TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthroug
   };
   int writer = open_until(O_RDWR);
   REQUIRE(writer >= 0);
-  const uint64_t busy = passthrough_of(m)["passthrough"]["busy"];
+  const uint64_t busy = m.daemon().stats()["passthrough"]["busy"];
   CHECK(::pwrite(writer, bytes.data(), 4, 0) == 4);
   CHECK(read_all(neff).second == bytes);
-  CHECK(passthrough_of(m)["passthrough"]["busy"] == busy + 1);
+  CHECK(m.daemon().stats()["passthrough"]["busy"] == busy + 1);
   ::close(writer);
   // Once its RELEASE is in, readers pass through again.
-  const uint64_t before = passthrough_of(m)["passthrough"]["opens"];
+  const uint64_t before = m.daemon().stats()["passthrough"]["opens"];
   bool passed = false;
   for (int tries = 0; tries < 200 && !passed; ++tries) {
     CHECK(read_all(neff).second == bytes);
-    passed = passthrough_of(m)["passthrough"]["opens"] > before;
+    passed = m.daemon().stats()["passthrough"]["opens"] > before;
     if (!passed) std::this_thread::sleep_for(10ms);
   }
   CHECK(passed);
@@ -446,7 +442,7 @@ TEST_CASE("with --no-passthrough every read of a done NEFF goes through the daem
   const fs::path neff = m.mnt() / e / "model.neff";
   const std::string bytes = read_all(neff).second;
   CHECK(reads_between(m, [&] { CHECK(read_all(neff).second == bytes); }) > 0);
-  auto s = passthrough_of(m);
+  auto s = m.daemon().stats();
   CHECK(s["passthrough"]["on"] == false);
   CHECK(s["passthrough"]["why_off"] == "--no-passthrough");
   CHECK(s["passthrough"]["opens"] == 0);
