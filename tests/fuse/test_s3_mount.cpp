@@ -376,3 +376,31 @@ TEST_CASE("a bucket as a read-only layer (--lower s3://): its done entries are f
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.output, ContainsSubstring("is the only layer under BACKING"));
 }
+
+TEST_CASE("a graph one daemon compiled is served by another daemon to an entry of another name, without a compile",
+          "[s3][mount][index]") {
+  auto s3 = test::fresh_bucket("twinhosts");
+  // Two pending entries of one graph and flags under two names (two clients, two paths).
+  put_pending(*s3, 1);
+  const std::string twin = fmt::format("{}/MODULE_2999+4f2d9c1a", k_compiler_dir);
+  for (const char* name : {"compile_flags.json", "model.hlo_module.pb"})
+    REQUIRE(s3->put(fmt::format("{}/{}", twin, name), *s3->get(fmt::format("{}/{}", mount_rel_of(0), name)))
+                .has_value());
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  std::string first;
+  {
+    S3Mount host_a(url, log);
+    auto [err, bytes] = read_all(host_a.mnt() / mount_rel_of(0) / "model.neff");
+    REQUIRE(err == 0);
+    first = bytes;
+  }
+  REQUIRE(test::count_lines(log) == 1);
+  S3Mount host_b(url, log);
+  auto [err, bytes] = read_all(host_b.mnt() / twin / "model.neff");
+  CHECK(err == 0);
+  CHECK(bytes == first);
+  CHECK(test::count_lines(log) == 1);  // served from the bucket's index: no compile on host B
+  CHECK(s3->get(twin + "/model.neff").value() == first);
+}

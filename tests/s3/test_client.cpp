@@ -209,6 +209,28 @@ TEST_CASE("S3 conditional writes: create only if absent, replace only a known ve
   CHECK(*s3->get("lease") == "D");
 }
 
+TEST_CASE("S3 copies an object on the server, only while it is the version checked", "[s3]") {
+  auto s3 = test::fresh_bucket("copy");
+  auto first = s3->put("a/MODULE_1+x/model.neff", "NEFF one");
+  REQUIRE(first.has_value());
+  auto copied = s3->copy("a/MODULE_1+x/model.neff", "a/MODULE_2+y/model.neff", first->etag);
+  INFO((copied ? "" : copied.error().message));
+  REQUIRE(copied.has_value());
+  CHECK(*copied == first->etag);  // one part: the same bytes have the same MD5
+  CHECK(*s3->get("a/MODULE_2+y/model.neff") == "NEFF one");
+
+  // Replaced since it was checked: nothing is copied.
+  REQUIRE(s3->put("a/MODULE_1+x/model.neff", "NEFF two").has_value());
+  auto stale = s3->copy("a/MODULE_1+x/model.neff", "a/MODULE_3+z/model.neff", first->etag);
+  REQUIRE_FALSE(stale.has_value());
+  CHECK(stale.error().code == Errc::precondition_failed);
+  CHECK(s3->head("a/MODULE_3+z/model.neff").error().code == Errc::not_found);
+  // No source: not found.
+  auto none = s3->copy("a/none/model.neff", "a/MODULE_4+w/model.neff");
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().code == Errc::not_found);
+}
+
 TEST_CASE("S3 streams large files up in parts and down to disk", "[s3]") {
   test::TempDir dir;
   std::string bytes = pattern((23u << 20) + 12345);  // 5 parts, the last one short

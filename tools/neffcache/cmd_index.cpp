@@ -21,16 +21,17 @@ void setup_index(CLI::App& app, int& exit_code) {
 int run_index(const IndexOptions& opts) {
   auto cache = open_cache(opts.cache, Access::change);
   if (!cache) return report(cache.error());
-  const ContentIndex* index = (*cache)->content_index();
-  if (!index) return report(fmt::format("{}: this cache keeps no content index (a directory cache does)", (*cache)->name()));
   auto flags = compiler_flags({});
   if (!flags) return report(flags.error());
-  std::error_code ec;
-  if (!std::filesystem::is_directory(index->root(), ec)) return report(fmt::format("{}: no such cache folder", index->root()));
-  auto scan = opts.rebuild ? rebuild_index(*index, flags->compiler_flags)
-                           : index_unknown_entries(*index, SIZE_MAX, flags->compiler_flags);
-  fmt::print("{} done or failed entries, {} recorded now{}\n", scan.entries, scan.added,
-             scan.unreadable ? fmt::format(", {} without a readable HLO or flags (not indexed)", scan.unreadable) : "");
+  auto update = (*cache)->update_index(opts.rebuild, flags->compiler_flags);
+  if (!update) return report(update.error());
+  fmt::print("{} done or failed entries, {} recorded now{}{}\n", update->entries, update->added,
+             update->unreadable
+                 ? fmt::format(", {} without a readable HLO or flags (not indexed)", update->unreadable)
+                 : "",
+             update->forgotten ? fmt::format(", {} record{} of entries gone forgotten", update->forgotten,
+                                             update->forgotten == 1 ? "" : "s")
+                               : "");
   return k_exit_ok;
 }
 

@@ -116,7 +116,8 @@ struct IndexRecord {
   std::string entry;  // neuronxcc-<v>/MODULE_<…> or an LNL key, relative to the cache root
   bool failed = false;  // a recorded deterministic failure (model.log), not a NEFF
   uint64_t size = 0;    // the NEFF's bytes
-  std::string xxh3;     // its checksum, 16 hex digits
+  std::string xxh3;     // its checksum, 16 hex digits (a bucket's record: empty when unknown)
+  std::string etag;     // a bucket's record (s3/index.hpp): the NEFF object's ETag
   double compile_seconds = 0;  // what compiling it took (what a twin saves)
   // The NEFF's inode and mtime when the checksum was taken.
   uint64_t ino = 0;

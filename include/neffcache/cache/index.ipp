@@ -89,8 +89,10 @@ NEFFCACHE_DECL Result<ContentId> entry_content_id(const std::string& entry_dir,
 }
 
 NEFFCACHE_DECL nlohmann::ordered_json IndexRecord::to_json() const {
-  return {{"entry", entry}, {"result", failed ? "failure" : "neff"}, {"size", size}, {"xxh3", xxh3},
-          {"compile_seconds", compile_seconds}, {"ino", ino}, {"mtime_ns", mtime_ns}};
+  nlohmann::ordered_json j{{"entry", entry}, {"result", failed ? "failure" : "neff"}, {"size", size}, {"xxh3", xxh3},
+                           {"compile_seconds", compile_seconds}, {"ino", ino}, {"mtime_ns", mtime_ns}};
+  if (!etag.empty()) j["etag"] = etag;
+  return j;
 }
 
 NEFFCACHE_DECL std::optional<IndexRecord> IndexRecord::from_json(std::string_view text) {
@@ -109,8 +111,10 @@ NEFFCACHE_DECL std::optional<IndexRecord> IndexRecord::from_json(std::string_vie
   if (!str("entry", r.entry) || !str("result", result) || (result != "neff" && result != "failure"))
     return std::nullopt;
   r.failed = result == "failure";
-  if (!r.failed && (!uint("size", r.size) || !str("xxh3", r.xxh3) || r.xxh3.size() != 16 || !uint("ino", r.ino) ||
-                    !uint("mtime_ns", r.mtime_ns)))
+  (void)str("etag", r.etag);
+  // A folder's record has a checksum; a bucket's an ETag, and its checksum when known.
+  bool checksum = str("xxh3", r.xxh3) && (r.xxh3.size() == 16 || (r.xxh3.empty() && !r.etag.empty()));
+  if (!r.failed && (!uint("size", r.size) || !checksum || !uint("ino", r.ino) || !uint("mtime_ns", r.mtime_ns)))
     return std::nullopt;
   if (j.contains("compile_seconds") && j["compile_seconds"].is_number())
     r.compile_seconds = std::max(0.0, j["compile_seconds"].get<double>());

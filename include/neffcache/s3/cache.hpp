@@ -90,6 +90,12 @@ NEFFCACHE_DECL std::vector<std::string> input_names(const EntryFiles& files);
 NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& base, const EntryFiles& files,
                                              const std::string& neff);
 
+// The end of every publication of a result to the entry at `base` whose objects were
+// `files`, once its NEFF is there: the done marker, created only if absent (LNL's, from
+// the folder `beside`, says how large the NEFF is), then a failure recorded before dropped.
+NEFFCACHE_DECL Result<void> mark_s3_done(S3Client& s3, const std::string& base, const EntryFiles& files,
+                                         const std::string& beside);
+
 }  // namespace detail
 
 // An S3 entry's lease as a hold (compile/hold.hpp): renewed by beat(), lost when a
@@ -132,6 +138,17 @@ class S3Entry final : public Destination {
 };
 
 struct S3CompileOptions {
+  // The content index's part (s3/index.hpp, s3_index_reuse and s3_index_record), each
+  // given the entry's path, its inputs staged in a local entry folder and its files on S3:
+  // under the lease, before a compile, a twin's result served into the entry instead
+  // (nullopt: compile it); after a compile that published a result (success or a
+  // recorded failure), the result recorded. Empty: no index.
+  using Reuse = std::function<std::optional<CompileResult>(const std::string& rel, const std::string& staged_entry_dir,
+                                                           const EntryFiles& files, const CompileSettings& s)>;
+  using Record = std::function<void(const std::string& rel, const std::string& staged_entry_dir,
+                                    const CompileResult& r, const CompileSettings& s)>;
+  Reuse reuse = {};
+  Record record = {};
   std::chrono::seconds lease_ttl = k_default_lease_ttl;
   std::string host = {};  // names us in the lease (default: this machine's name)
   // Called with the staging entry once its NEFF and model.done are on S3, before the

@@ -100,9 +100,14 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
   const std::string log = fmt::format("{}/{}", beside, k_lnl_log_file);
   if (files.is_lnl() && ::access(log.c_str(), F_OK) == 0)
     if (auto l = up(k_lnl_log_file, log); !l) return l.error();
-  auto done = files.is_lnl()
-                  ? up(files.done_name(), fmt::format("{}/{}", beside, files.done_name()), {.if_absent = true})
-                  : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
+  return mark_s3_done(s3, base, files, beside);
+}
+
+NEFFCACHE_DECL Result<void> mark_s3_done(S3Client& s3, const std::string& base, const EntryFiles& files,
+                                         const std::string& beside) {
+  auto done = files.is_lnl() ? s3.upload(fmt::format("{}/{}", base, files.done_name()),
+                                         fmt::format("{}/{}", beside, files.done_name()), {.if_absent = true})
+                             : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
   if (!done && done.error().code != Errc::precondition_failed) return done.error();
   if (files.has(EntryFile::log))  // a retried failure
     (void)s3.remove(fmt::format("{}/{}", base, files.failure_name()));
@@ -137,10 +142,40 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
                                               const CompileSettings& s, const S3CompileOptions& o) {
   S3Entry entry(s3, prefix, rel, o.lease_ttl, o.host);
   auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
+  struct Staging {
+    std::string dir;
+    ~Staging() {
+      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
+    }
+  } staging;  // (outlives the run: its NEFF or log is published from there)
+  // The entry's inputs, downloaded once (under the lease) into a staging entry, which
+  // keeps the entry's own folder names: the compiler sees the same file names as in a
+  // directory cache. Returns the staging entry's folder.
+  std::string entry_dir;
+  auto stage = [&](const EntryFiles& files) -> Result<std::string> {
+    if (!entry_dir.empty()) return entry_dir;
+    const std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
+    std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
+    if (!sys::mkdtemp(tmpl.data())) return sys_error("create staging directory in", root);
+    staging.dir = tmpl;
+    const std::string dir = fmt::format("{}/{}", tmpl, rel);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Error{Errc::io, fmt::format("create {}: {}", dir, ec.message())};
+    for (const auto& name : detail::input_names(files)) {
+      auto got = s3.download(fmt::format("{}/{}", s3_key(prefix, rel), name), fmt::format("{}/{}", dir, name));
+      if (!got) return got.error();
+    }
+    return entry_dir = dir;
+  };
   HeldCompile how;
   how.look = [&](const EntryFiles& files, bool held) -> std::optional<CompileResult> {
     if (auto settled = settled_outcome(files, s.retry_failed)) return CompileResult::of(*settled);
     if (!files.has_hlo()) return transient(fmt::format("{}: no HLO to compile", entry.describe()));
+    if (held && o.reuse) {
+      // (Inputs that cannot be staged are the run step's to report.)
+      if (auto dir = stage(files)) return o.reuse(rel, *dir, files, s);
+    }
     if (held) return std::nullopt;
     CompileResult r;
     if (!s.compiles_off.empty()) return refused(r, entry.describe(), s);
@@ -151,33 +186,13 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
     }
     return std::nullopt;
   };
-  struct Staging {
-    std::string dir;
-    ~Staging() {
-      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
-    }
-  } staging;  // (outlives the run: its NEFF or log is published from there)
-
-  return compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
+  CompileResult r = compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
     Ran out;
     auto stop = [&](std::string why) {
       out.result = transient(std::move(why));
       return std::move(out);
     };
-    // The staging entry keeps the entry's own folder names: the compiler sees the same
-    // file names as in a directory cache.
-    const std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
-    std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
-    if (!sys::mkdtemp(tmpl.data())) return stop(sys_error("create staging directory in", root).message);
-    staging.dir = tmpl;
-    const std::string entry_dir = fmt::format("{}/{}", tmpl, rel);
-    std::error_code ec;
-    std::filesystem::create_directories(entry_dir, ec);
-    if (ec) return stop(fmt::format("create {}: {}", entry_dir, ec.message()));
-    for (const auto& name : detail::input_names(files)) {
-      auto got = s3.download(fmt::format("{}/{}", s3_key(prefix, rel), name), fmt::format("{}/{}", entry_dir, name));
-      if (!got) return stop(got.error().message);
-    }
+    if (auto staged = stage(files); !staged) return stop(staged.error().message);
     // The NKI kernels the graph calls, from the bucket when this host lacks them (an
     // unreadable HLO calls none we can name: its compile says what is wrong with it).
     if (auto called = kernels_called(fmt::format("{}/{}", entry_dir, *files.hlo_name())))
@@ -190,10 +205,18 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
     // a scheduler that retries it with more memory.)
     out.result = compile_entry(entry_dir, local);
     out.produced.neff = fmt::format("{}/{}", entry_dir, files.neff_name());
-    if (o.published) out.produced.on_published = [&o, entry_dir](const std::string&) { o.published(entry_dir); };
+    // Once the NEFF is on S3, under the lease: recorded in the index, then taken by the
+    // caller (which may move it out of the staging entry).
+    out.produced.on_published = [&o, &s, &rel, entry_dir, result = out.result](const std::string&) {
+      if (o.record) o.record(rel, entry_dir, result, s);
+      if (o.published) o.published(entry_dir);
+    };
     out.failure_log = fmt::format("{}/{}", entry_dir, files.failure_name());
     return out;
   });
+  // A failure the compile recorded on S3 (a NEFF was recorded as it was published).
+  if (o.record && r.attempts > 0 && r.outcome == CompileOutcome::failed) o.record(rel, entry_dir, r, s);
+  return r;
 }
 
 NEFFCACHE_DECL Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,

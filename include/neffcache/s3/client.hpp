@@ -137,6 +137,16 @@ class S3Client {
   // start, whatever its offset; the caller keeps it), for a file opened with care.
   Result<ObjectInfo> upload_fd(const std::string& key, int fd, std::uint64_t size, const PutCondition& cond = {});
 
+  // Copies the object `from` to `to` inside the bucket (CopyObject: no byte passes through
+  // this host), only while `from` has the ETag `if_match` when one is given, so that what
+  // is copied is the very object the caller checked. One request copies at most 5 GiB
+  // (S3's limit), which no NEFF reaches. Returns the copy's ETag; a failed condition is
+  // Errc::precondition_failed. A server that ignores the condition (radosgw 16 does, Ceph
+  // tracker 40808) is caught where the ETags tell: an object uploaded in one part keeps
+  // its MD5 as its ETag, so a copy with another ETag is of another version, and is
+  // removed again.
+  Result<std::string> copy(const std::string& from, const std::string& to, std::string_view if_match = {});
+
   // Deletes an object; an absent one is fine (S3 answers 204 either way).
   Result<void> remove(const std::string& key) {
     auto r = request({.method = "DELETE", .key = key});

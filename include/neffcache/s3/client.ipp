@@ -155,6 +155,32 @@ NEFFCACHE_DECL Result<ObjectInfo> S3Client::upload_fd(const std::string& key, in
   return ObjectInfo{key, size, detail::unquote(r->header("etag")), {}};
 }
 
+NEFFCACHE_DECL Result<std::string> S3Client::copy(const std::string& from, const std::string& to,
+                                                 std::string_view if_match) {
+  Call c{.method = "PUT", .key = to};
+  c.headers.emplace_back("x-amz-copy-source", fmt::format("/{}/{}", bucket_, detail::uri_encode(from, true)));
+  if (!if_match.empty()) c.headers.emplace_back("x-amz-copy-source-if-match", detail::unquote(if_match));
+  auto r = request(std::move(c));
+  if (!r) return r.error();
+  // As for a multipart upload, a 200 can carry an error in its body.
+  tinyxml2::XMLDocument doc;
+  if (doc.Parse(r->body.data(), r->body.size()) == tinyxml2::XML_SUCCESS)
+    if (auto* result = doc.FirstChildElement("CopyObjectResult"))
+      if (auto* etag = result->FirstChildElement("ETag"); etag && etag->GetText()) {
+        std::string got = detail::unquote(etag->GetText());
+        const std::string want = detail::unquote(if_match);
+        auto one_part = [](const std::string& e) { return e.find('-') == std::string::npos; };
+        if (want.empty() || got == want || !one_part(got) || !one_part(want)) return got;
+        (void)remove(to);
+        return Error{Errc::precondition_failed,
+                     fmt::format("copy {}: it is no longer the version {} (now {})", describe(from), want, got)};
+      }
+  auto [code, message] = detail::s3_error_fields(r->body);
+  return Error{Errc::io, fmt::format("copy {} to {}: {}", describe(from), describe(to),
+                                     code.empty() ? std::string("no CopyObjectResult in the answer")
+                                                  : fmt::format("{} {}", code, message))};
+}
+
 NEFFCACHE_DECL Result<Listing> S3Client::list(const std::string& prefix, std::string_view delimiter,
                                              std::size_t max_keys) {
   Listing out;

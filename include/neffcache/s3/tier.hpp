@@ -47,6 +47,7 @@
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/index.hpp>
 #include <neffcache/s3/lease.hpp>
 #include <neffcache/s3/tier_parts.hpp>
 

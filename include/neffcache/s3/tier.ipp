@@ -16,6 +16,10 @@ namespace neffcache {
 
 NEFFCACHE_DECL S3Tier::S3Tier(std::unique_ptr<S3Client> s3, Options o)
     : s3_(std::move(s3)), o_(std::move(o)), kept_(o_.cap_bytes, o_.keep_after_use), slots_(o_.compile_slots) {
+  // The bucket's content index, in the compiles under its leases (a read-only bucket
+  // compiles none there).
+  if (!o_.compile.reuse) o_.compile.reuse = s3_index_reuse(*s3_, o_.prefix);
+  if (!o_.compile.record) o_.compile.record = s3_index_record(*s3_, o_.prefix);
   std::error_code ec;
   std::filesystem::create_directories(staging(), ec);
   kept_.scan(o_.root);

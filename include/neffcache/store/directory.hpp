@@ -93,6 +93,7 @@ class DirectoryStore final : public Store {
   CompileFunction compile_function() const override { return {}; }
   // Kept in the backing folder, where a mount's clients never see it.
   const ContentIndex* content_index() const override { return &index_; }
+  Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
   ReuseFunction reuse_function() const override {
     return [lowers = lowers_](const std::string& entry, const std::string& key, const CompileSettings& s) {
       return folder_reuse(entry, key, s, lowers);

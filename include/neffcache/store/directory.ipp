@@ -119,6 +119,15 @@ NEFFCACHE_DECL Result<void> DirectoryStore::remove(const Entry& e) const {
   return r;
 }
 
+NEFFCACHE_DECL Result<IndexUpdate> DirectoryStore::update_index(bool rebuild,
+                                                                const std::vector<std::string>& default_flags) const {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(index_.root(), ec))
+    return Error{Errc::not_found, fmt::format("{}: no such cache folder", index_.root())};
+  auto scan = rebuild ? rebuild_index(index_, default_flags) : index_unknown_entries(index_, SIZE_MAX, default_flags);
+  return IndexUpdate{scan.entries, scan.added, scan.unreadable, 0};
+}
+
 NEFFCACHE_DECL Result<std::string> DirectoryStore::clear_stale_lock(const EntryInfo& e) const {
   if (auto lower = in_lower_layer(entry(e))) return *lower;
   auto info = neffcache::clear_stale_lock(paths(entry(e)));

@@ -11,6 +11,7 @@
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/index.hpp>
 #include <neffcache/store/store.hpp>
 #include <neffcache/cache/url.hpp>
 
@@ -23,8 +24,13 @@ class S3Store final : public Store {
 
   const CacheUrl& url() const { return url_; }
   S3Client& client() const { return *s3_; }
-  // Options of the compiles run here (the lease's time to live, our name in it).
-  void set_compile_options(S3CompileOptions o) { compile_options_ = std::move(o); }
+  // Options of the compiles run here (the lease's time to live, our name in it); the
+  // bucket's content index takes part in them unless `o` says otherwise.
+  void set_compile_options(S3CompileOptions o) {
+    if (!o.reuse) o.reuse = s3_index_reuse(*s3_, url_.prefix);
+    if (!o.record) o.record = s3_index_record(*s3_, url_.prefix);
+    compile_options_ = std::move(o);
+  }
 
   std::string name() const override { return url_.text; }
 
@@ -62,9 +68,20 @@ class S3Store final : public Store {
     return store_s3_graph(*s3_, url_.prefix, e.path(), hlo_bytes, flags);
   }
 
-  Result<bool> clear_failure(const Entry& e) const override { return clear_s3_failure(*s3_, url_.prefix, e.path()); }
-  Result<void> clear_results(const Entry& e) const override { return clear_s3_results(*s3_, url_.prefix, e.path()); }
-  Result<void> remove(const Entry& e) const override { return remove_s3_entry(*s3_, url_.prefix, e.path()); }
+  // The bucket's content index forgets what an entry no longer holds (s3/index.hpp); a
+  // failure cleared is cleared for its twins too, as in a directory cache.
+  Result<bool> clear_failure(const Entry& e) const override;
+  Result<void> clear_results(const Entry& e) const override {
+    auto r = clear_s3_results(*s3_, url_.prefix, e.path());
+    if (r) index_.forget(e.path());
+    return r;
+  }
+  Result<void> remove(const Entry& e) const override {
+    auto r = remove_s3_entry(*s3_, url_.prefix, e.path());
+    if (r) index_.forget(e.path());
+    return r;
+  }
+  Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
 
   Result<std::string> clear_stale_lock(const EntryInfo& e) const override;
 
@@ -82,7 +99,10 @@ class S3Store final : public Store {
   bool copies_equal_graphs() const override { return false; }
 
  private:
-  S3Store(CacheUrl url, std::unique_ptr<S3Client> s3) : url_(std::move(url)), s3_(std::move(s3)) {}
+  S3Store(CacheUrl url, std::unique_ptr<S3Client> s3)
+      : url_(std::move(url)), s3_(std::move(s3)), index_(*s3_, url_.prefix) {
+    set_compile_options({});
+  }
 
   // s3://bucket/prefix/, which an entry's path follows in its URL.
   std::string url_root() const;
@@ -91,6 +111,7 @@ class S3Store final : public Store {
   CacheUrl url_;
   std::unique_ptr<S3Client> s3_;
   S3CompileOptions compile_options_;
+  S3Index index_;  // (records are forgotten through it; flags do not matter there)
 };
 
 }  // namespace neffcache::store

@@ -67,6 +67,27 @@ NEFFCACHE_DECL NeffVerdict S3Store::verify(const EntryInfo& e) const {
   return {NeffCheck::unrecorded, ""};
 }
 
+NEFFCACHE_DECL Result<bool> S3Store::clear_failure(const Entry& e) const {
+  auto cleared = clear_s3_failure(*s3_, url_.prefix, e.path());
+  if (!cleared) return cleared;
+  if (auto id = index_.id_of(e.path())) {
+    for (const auto& r : index_.records(*id)) {
+      if (!r.failed) continue;
+      if (r.entry != e.path() && !clear_s3_failure(*s3_, url_.prefix, r.entry)) continue;  // busy: its record stays
+      index_.forget(*id, r.entry);
+    }
+  }
+  return cleared;
+}
+
+NEFFCACHE_DECL Result<IndexUpdate> S3Store::update_index(bool rebuild,
+                                                         const std::vector<std::string>& default_flags) const {
+  auto listing = list();
+  if (!listing) return listing.error();
+  auto scan = scan_s3_index(S3Index(*s3_, url_.prefix, default_flags), *listing, rebuild);
+  return IndexUpdate{scan.entries, scan.added, scan.unreadable, scan.forgotten};
+}
+
 NEFFCACHE_DECL CompileFunction S3Store::compile_function() const {
   return [this](const std::string& job, const CompileSettings& s) {
     auto e = named(job);

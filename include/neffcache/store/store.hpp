@@ -106,6 +106,14 @@ using ReuseFunction = std::function<std::optional<CompileResult>(const std::stri
 using RecordFunction =
     std::function<void(const std::string& job, const std::string& key, const CompileResult&, const CompileSettings&)>;
 
+// What Store::update_index did.
+struct IndexUpdate {
+  std::size_t entries = 0;     // done and failed entries seen
+  std::size_t added = 0;       // recorded now
+  std::size_t unreadable = 0;  // without a readable HLO or flags: no identity
+  std::size_t forgotten = 0;   // records of entries that hold no result any more
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -173,6 +181,11 @@ class Store {
   virtual SettledFunction settled_function() const { return folder_settled; }
   // The content index (cache/index.hpp) where this store keeps one; nullptr: none.
   virtual const ContentIndex* content_index() const { return nullptr; }
+  // Records in the content index the done and failed entries it does not know yet
+  // (written by clients, other tools or hosts), `default_flags` those of an entry
+  // without compile_flags.json; with `rebuild`, forgets the whole index first. An error
+  // for a store that keeps no index.
+  virtual Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const;
   // The scheduler's functions that reuse and record results through it.
   virtual ReuseFunction reuse_function() const { return {}; }
   virtual RecordFunction record_function() const { return {}; }

@@ -25,6 +25,10 @@ NEFFCACHE_DECL Result<std::unique_ptr<Destination>> Store::destination(const Ent
                                                    e.path(), name())};
 }
 
+NEFFCACHE_DECL Result<IndexUpdate> Store::update_index(bool, const std::vector<std::string>&) const {
+  return Error{Errc::invalid_argument, fmt::format("{}: this cache keeps no content index", name())};
+}
+
 NEFFCACHE_DECL Result<void> Store::copy_file(const Entry& e, std::string_view name, const std::string& to) const {
   auto local = local_file(e, name);
   if (!local) return local.error();

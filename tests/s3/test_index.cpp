@@ -1,0 +1,168 @@
+// The content index of a bucket (s3/index.hpp): a graph compiled under one entry is served
+// to an entry of the same graph under any other name without a compile, by a server-side
+// copy; a record that names another graph, or a NEFF that is not the one recorded, is
+// never served and is dropped; `neffcache index` records what others published and
+// forgets what is gone.
+#include <filesystem>
+#include <string>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/index.hpp>
+
+#include "s3_support.hpp"
+#include "support.hpp"
+
+using namespace neffcache;
+using Catch::Matchers::ContainsSubstring;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string entry_of(int i) { return fmt::format("{}/MODULE_{}+4f2d9c1a", test::k_fake_dir, 4000 + i); }
+
+// Stores the pending entry `rel` with the corpus graph `graph`.
+void put_graph(S3Client& s3, const std::string& rel, int graph) {
+  auto corpus = test::corpus_files();
+  REQUIRE(s3.put(rel + "/compile_flags.json", R"(["--target=trn1"])").has_value());
+  REQUIRE(s3.put(rel + "/model.hlo_module.pb", test::slurp(corpus[static_cast<std::size_t>(graph)])).has_value());
+}
+
+struct Compiles {
+  test::TempDir dir;
+  fs::path log = dir / "fake.log";
+  // `neffcache compile` on the bucket, the fake compiler counting its runs.
+  test::ToolRun run(S3Client& s3, const std::vector<std::string>& more = {}) {
+    std::vector<std::string> args{"compile", "--cache", fmt::format("s3://{}", s3.bucket()), "--compiler",
+                                  test::k_fake_template};
+    args.insert(args.end(), more.begin(), more.end());
+    return test::run(test::s3_tool_argv(args, {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
+  }
+  int count() const { return test::count_lines(log); }
+};
+
+std::string neff_of(S3Client& s3, const std::string& rel) {
+  auto got = s3.get(rel + "/model.neff");
+  REQUIRE(got.has_value());
+  return *got;
+}
+
+}  // namespace
+
+TEST_CASE("a graph compiled under one S3 entry is served to its twin under another name, without a compile",
+          "[s3][index]") {
+  auto s3 = test::fresh_bucket("twin");
+  Compiles compiles;
+  put_graph(*s3, entry_of(0), 0);
+  auto first = compiles.run(*s3);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(compiles.count() == 1);
+  const S3Index index(*s3, "");
+  auto id = index.id_of(entry_of(0));
+  REQUIRE(id.has_value());
+  auto records = index.records(*id);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].size == neff_of(*s3, entry_of(0)).size());
+  CHECK(records[0].xxh3.size() == 16);
+  CHECK_FALSE(records[0].etag.empty());
+
+  // The same graph and flags under another name (another path, another client).
+  put_graph(*s3, entry_of(1), 0);
+  auto second = compiles.run(*s3, {"--json"});
+  INFO(second.output);
+  CHECK(second.exit_code == 0);
+  CHECK(compiles.count() == 1);  // no compile
+  CHECK(neff_of(*s3, entry_of(1)) == neff_of(*s3, entry_of(0)));
+  CHECK(s3->head(entry_of(1) + "/model.done").has_value());
+  CHECK(index.id_of(entry_of(1)) == id);
+  CHECK(index.records(*id).size() == 2);
+  // The listing of entries is not troubled by the index's objects.
+  auto listing = list_s3_entries(*s3, "");
+  REQUIRE(listing.has_value());
+  CHECK(listing->size() == 2);
+}
+
+TEST_CASE("an S3 index record that names another graph, or a NEFF replaced since, is dropped and never served",
+          "[s3][index]") {
+  auto s3 = test::fresh_bucket("tamper");
+  Compiles compiles;
+  put_graph(*s3, entry_of(0), 0);
+  put_graph(*s3, entry_of(1), 1);
+  REQUIRE(compiles.run(*s3).exit_code == 0);
+  REQUIRE(compiles.count() == 2);
+  const S3Index index(*s3, "");
+  auto id0 = index.id_of(entry_of(0)), id1 = index.id_of(entry_of(1));
+  REQUIRE(id0.has_value());
+  REQUIRE(id1.has_value());
+  REQUIRE(*id0 != *id1);
+
+  SECTION("a record pointing graph 0's identity at graph 1's entry") {
+    // Whoever can write to the bucket writes a record: graph 0 "is" entry 1, with entry
+    // 1's true size and ETag. The only honest record of graph 0 goes.
+    auto honest = index.records(*id1);
+    REQUIRE(honest.size() == 1);
+    REQUIRE(s3->put(index.record_key(*id0, entry_of(1)), honest[0].to_json().dump()).has_value());
+    index.forget(*id0, entry_of(0));
+    REQUIRE(remove_s3_entry(*s3, "", entry_of(0)).has_value());
+
+    put_graph(*s3, entry_of(2), 0);
+    auto r = compiles.run(*s3);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(compiles.count() == 3);  // compiled, not served from entry 1
+    CHECK(neff_of(*s3, entry_of(2)) != neff_of(*s3, entry_of(1)));
+    for (const auto& rec : index.records(*id0)) CHECK(rec.entry != entry_of(1));  // dropped
+    CHECK(index.records(*id1).size() == 1);  // entry 1's own record stays
+  }
+  SECTION("a record whose NEFF was replaced after it was recorded") {
+    REQUIRE(s3->put(entry_of(0) + "/model.neff", "not the NEFF that was recorded").has_value());
+    put_graph(*s3, entry_of(2), 0);
+    auto r = compiles.run(*s3);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(compiles.count() == 3);
+    CHECK(neff_of(*s3, entry_of(2)) != "not the NEFF that was recorded");
+    for (const auto& rec : index.records(*id0)) CHECK(rec.entry != entry_of(0));
+  }
+}
+
+TEST_CASE("neffcache index on a bucket records what others published and forgets what is gone",
+          "[s3][index]") {
+  auto s3 = test::fresh_bucket("scan");
+  Compiles compiles;
+  // Published as another tool or an older version would: results without records.
+  for (int i = 0; i < 3; ++i) {
+    put_graph(*s3, entry_of(i), i);
+    REQUIRE(s3->put(entry_of(i) + "/model.neff", fmt::format("NEFF of graph {}", i)).has_value());
+    REQUIRE(s3->put(entry_of(i) + "/model.done", "").has_value());
+  }
+  const S3Index index(*s3, "");
+  CHECK_FALSE(index.id_of(entry_of(0)).has_value());
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  auto scan = test::run(test::s3_tool_argv({"index", "--cache", url}));
+  INFO(scan.output);
+  CHECK(scan.exit_code == 0);
+  CHECK_THAT(scan.output, ContainsSubstring("3 done or failed entries, 3 recorded now"));
+  auto id = index.id_of(entry_of(0));
+  REQUIRE(id.has_value());
+  auto records = index.records(*id);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].xxh3.empty());  // not downloaded to be hashed: the ETag stands for it
+  // A twin of such a record is served.
+  put_graph(*s3, entry_of(3), 0);
+  REQUIRE(compiles.run(*s3).exit_code == 0);
+  CHECK(compiles.count() == 0);
+  CHECK(neff_of(*s3, entry_of(3)) == "NEFF of graph 0");
+
+  // An entry removed (as gc removes it) loses its records at the next index.
+  REQUIRE(remove_s3_entry(*s3, "", entry_of(1)).has_value());
+  auto again = test::run(test::s3_tool_argv({"index", "--cache", url}));
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.output, ContainsSubstring("1 record of entries gone forgotten"));
+  CHECK_FALSE(index.id_of(entry_of(1)).has_value());
+  CHECK(index.id_of(entry_of(0)).has_value());
+}
