@@ -157,6 +157,20 @@ TEST_CASE("neffcache index on a bucket records what others published and forgets
   CHECK(compiles.count() == 0);
   CHECK(neff_of(*s3, entry_of(3)) == "NEFF of graph 0");
 
+  // explain reads the bucket's index: a twin, then a miss (nearest graphs are not looked for).
+  put_graph(*s3, entry_of(4), 1);
+  auto twin = test::run(test::s3_tool_argv({"explain", "--cache", url, entry_of(4)}));
+  INFO(twin.output);
+  CHECK(twin.exit_code == 0);
+  CHECK_THAT(twin.output, ContainsSubstring("twin: s3://" + s3->bucket() + "/" + entry_of(4) + " is not compiled, but "
+                                            "s3://" + s3->bucket() + "/" + entry_of(1) + " holds the same graph"));
+  put_graph(*s3, entry_of(5), 5);
+  auto miss = test::run(test::s3_tool_argv({"explain", "--cache", url, entry_of(5)}));
+  INFO(miss.output);
+  CHECK(miss.exit_code == 0);
+  CHECK_THAT(miss.output, ContainsSubstring("miss: "));
+  CHECK_THAT(miss.output, ContainsSubstring("not looked for in a bucket"));
+
   // An entry removed (as gc removes it) loses its records at the next index.
   REQUIRE(remove_s3_entry(*s3, "", entry_of(1)).has_value());
   auto again = test::run(test::s3_tool_argv({"index", "--cache", url}));

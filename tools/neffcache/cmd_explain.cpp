@@ -195,14 +195,13 @@ void setup_explain(CLI::App& app, int& exit_code) {
 }
 
 int run_explain(const ExplainOptions& opts) {
-  // Decided before the store is opened, so that an S3 cache is refused without a request.
   auto url = opts.cache.empty() ? resolve_cache_url() : parse_cache_url(opts.cache);
   if (!url) return report(url.error());
-  if (url->is_s3()) return report(fmt::format("{}: explain works on a directory cache", url->text));
   auto cache = store::open_store(*url);
   if (!cache) return report(cache.error());
+  // (The nearest graphs are looked for in a directory cache's index only: a bucket's
+  // would cost a download of every graph compared.)
   const ContentIndex* index = (*cache)->content_index();
-  if (!index) return report(fmt::format("{}: explain works on a directory cache", (*cache)->name()));
   auto asked = read_asked(opts, **cache);
   if (!asked) return report(asked.error());
   const store::Store& c = **cache;
@@ -212,7 +211,7 @@ int run_explain(const ExplainOptions& opts) {
   // The verdict, in the order a client meets them: its entry, a twin, a recorded failure.
   std::string verdict = "miss";
   std::optional<IndexRecord> twin;
-  auto files = read_entry_files(index->entry_dir(asked->target));
+  auto files = c.files(*c.at(asked->target));
   if (files && files->done()) {
     verdict = "hit";
   } else if (files && files->failed()) {
@@ -220,15 +219,16 @@ int run_explain(const ExplainOptions& opts) {
     twin.emplace();
     twin->entry = asked->target;
     twin->failed = true;
-  } else if (auto t = index->find(id, asked->target, /*with_failures=*/false)) {
+  } else if (auto t = c.find_twin(id, asked->target, /*with_failures=*/false, asked->default_flags)) {
     verdict = "twin";
-    twin = t->record;
-  } else if (auto f = index->find(id, asked->target, /*with_failures=*/true)) {
+    twin = std::move(t);
+  } else if (auto f = c.find_twin(id, asked->target, /*with_failures=*/true, asked->default_flags)) {
     verdict = "failure";
-    twin = f->record;
+    twin = std::move(f);
   }
   std::vector<Nearest> nearest;
-  if (verdict == "miss") nearest = nearest_entries(*index, asked->graph, asked->target, asked->default_flags);
+  if (verdict == "miss" && index)
+    nearest = nearest_entries(*index, asked->graph, asked->target, asked->default_flags);
 
   const std::string twin_view = twin ? c.view(*c.at(twin->entry)) : std::string();
   if (opts.json) {
@@ -258,7 +258,8 @@ int run_explain(const ExplainOptions& opts) {
   }
   fmt::print("identity: {}\n", id.str());
   if (verdict != "miss") return k_exit_ok;
-  if (nearest.empty()) fmt::print("no cached graph to compare with\n");
+  if (!index) fmt::print("nearest cached graphs: not looked for in a bucket\n");
+  else if (nearest.empty()) fmt::print("no cached graph to compare with\n");
   else fmt::print("nearest cached graphs:\n");
   for (const auto& n : nearest) print_nearest(n, *asked, c);
   return k_exit_ok;

@@ -94,6 +94,12 @@ class DirectoryStore final : public Store {
   // Kept in the backing folder, where a mount's clients never see it.
   const ContentIndex* content_index() const override { return &index_; }
   Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
+  std::optional<IndexRecord> find_twin(const ContentId& id, std::string_view except, bool with_failures,
+                                       const std::vector<std::string>&) const override {
+    auto twin = index_.find(id, except, with_failures);
+    if (!twin) return std::nullopt;
+    return std::move(twin->record);
+  }
   ReuseFunction reuse_function() const override {
     return [lowers = lowers_](const std::string& entry, const std::string& key, const CompileSettings& s) {
       return folder_reuse(entry, key, s, lowers);

@@ -82,6 +82,10 @@ class S3Store final : public Store {
     return r;
   }
   Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
+  std::optional<IndexRecord> find_twin(const ContentId& id, std::string_view except, bool with_failures,
+                                       const std::vector<std::string>& default_flags) const override {
+    return S3Index(*s3_, url_.prefix, default_flags).find(id, except, with_failures);
+  }
 
   Result<std::string> clear_stale_lock(const EntryInfo& e) const override;
 

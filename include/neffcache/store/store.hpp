@@ -186,6 +186,15 @@ class Store {
   // without compile_flags.json; with `rebuild`, forgets the whole index first. An error
   // for a store that keeps no index.
   virtual Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const;
+  // A twin of `id` in the content index (cache/index.hpp, s3/index.hpp) other than the
+  // entry `except`, checked as before it is served (failures only when
+  // `with_failures`); `default_flags` those of an entry without compile_flags.json.
+  // nullopt where the store keeps no index.
+  virtual std::optional<IndexRecord> find_twin(const ContentId& id, std::string_view except, bool with_failures,
+                                               const std::vector<std::string>& default_flags) const {
+    (void)id, (void)except, (void)with_failures, (void)default_flags;
+    return std::nullopt;
+  }
   // The scheduler's functions that reuse and record results through it.
   virtual ReuseFunction reuse_function() const { return {}; }
   virtual RecordFunction record_function() const { return {}; }
