@@ -223,6 +223,7 @@ void CompileOnOpen::answer(const std::shared_ptr<Waiter>& w, const CompileResult
   // The kernel holds a zero-size placeholder: read through direct I/O, and drop its
   // cached attributes and name so that later lookups find the real file.
   set_open_caching(fi, NodeKind::placeholder, true);
+  stats_.opened_entry(w->entry);
   w->later->opened(fi);
   notify_produced(session_, w->ino, w->parent, w->name);
 }

@@ -61,8 +61,11 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     }
     if (reading && i.finished_neff) {
       ++stats_.hits;
-      if (!i.index_offered.exchange(true))
-        indexer_.seen(std::filesystem::path(path_of_fd(pfd->get())).parent_path().string());
+      if (!i.index_offered.exchange(true)) {
+        const std::string entry_dir = std::filesystem::path(path_of_fd(pfd->get())).parent_path().string();
+        stats_.opened_entry(entry_dir);
+        indexer_.seen(entry_dir);
+      }
       opts_.store->remote().neff_opened(pfd->get());
     }
     return opened;

@@ -13,6 +13,11 @@ void Stats::eio(EioSite site, const std::string& what) {
   fmt::print(stderr, "neffcachefs: EIO ({:02}) {}\n", static_cast<int>(site), what);
 }
 
+void Stats::opened_entry(const std::string& entry_dir) {
+  std::lock_guard lk(opened_mu_);
+  if (opened_.size() < k_max_opened) opened_.insert(entry_dir);
+}
+
 std::string Stats::json(const Context& ctx) const {
   const auto& p = ctx.progress;
   nlohmann::ordered_json eio;
@@ -47,6 +52,18 @@ std::string Stats::json(const Context& ctx) const {
       {"read_only", ctx.read_only},
   };
   if (ctx.s3) j["s3"] = *ctx.s3;
+  // (Last: the list may be long.) Each entry by its path in the cache, whichever layer
+  // holds it.
+  auto& opened = j["opened"] = nlohmann::ordered_json::array();
+  {
+    std::lock_guard lk(opened_mu_);
+    for (const auto& dir : opened_)
+      for (const auto& root : ctx.layer_roots())
+        if (auto rel = neffcache::entry_path_in(root, dir)) {
+          opened.push_back(*rel);
+          break;
+        }
+  }
   return j.dump(2) + "\n";
 }
 

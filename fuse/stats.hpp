@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/layout.hpp>
 #include <neffcache/compile/scheduler.hpp>
 
 namespace neffcachefs {
@@ -43,6 +45,13 @@ class Stats {
   std::atomic<uint64_t> read_bytes{0};   // bytes asked for by reads, and the sizes of passthrough opens
   std::atomic<uint64_t> reads{0};        // READ requests answered (none for a passthrough open)
 
+  // A reader got the NEFF of the entry folder `entry_dir` (a hit, or an open answered
+  // once its compile or fetch was done): stats.json lists those entries under "opened",
+  // by their path in the cache, which `neffcache manifest` turns into what a warm start
+  // of another host fetches. At most k_max_opened are kept.
+  static constexpr std::size_t k_max_opened = 100000;
+  void opened_entry(const std::string& entry_dir);
+
   // Counts an EIO at `site` and logs it as "EIO (NN) what".
   void eio(EioSite site, const std::string& what);
   uint64_t eio_count(EioSite site) const { return eio_counts_[static_cast<int>(site)].load(); }
@@ -58,6 +67,12 @@ class Stats {
     nlohmann::ordered_json index;              // the content index's upkeep (Indexer::stats)
     nlohmann::ordered_json memory;             // admission by memory (Filesystem::stats_json)
     nlohmann::ordered_json passthrough;        // FUSE passthrough (passthrough.hpp)
+    // `backing`, then `layers`: where an entry folder may be.
+    std::vector<std::string> layer_roots() const {
+      std::vector<std::string> out{backing};
+      out.insert(out.end(), layers.begin(), layers.end());
+      return out;
+    }
   };
   // The counters as JSON, as stats.json shows them.
   std::string json(const Context& ctx) const;
@@ -78,6 +93,9 @@ class Stats {
   std::mutex snapshots_mu_;
   std::map<uint64_t, std::string> snapshots_;
   uint64_t next_snapshot_ = 0;
+  // Rank 70 as well, never held with snapshots_mu_: guards opened_. A leaf.
+  mutable std::mutex opened_mu_;
+  std::set<std::string> opened_;  // entry folders (opened_entry)
 };
 
 }  // namespace neffcachefs

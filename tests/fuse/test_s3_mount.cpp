@@ -403,4 +403,59 @@ TEST_CASE("a graph one daemon compiled is served by another daemon to an entry o
   CHECK(bytes == first);
   CHECK(test::count_lines(log) == 1);  // served from the bucket's index: no compile on host B
   CHECK(s3->get(twin + "/model.neff").value() == first);
+  CHECK(host_b.stats()["twins"]["served"] == 1);
+}
+
+TEST_CASE("a host warmed from another host's manifest serves the entries it lists from disk, with no fetch at open",
+          "[s3][mount][warm]") {
+  auto s3 = test::fresh_bucket("warm");
+  const int n = 4;
+  put_pending(*s3, n);
+  for (int i = 0; i < n; ++i) {  // done, as another host published them
+    REQUIRE(s3->put(mount_rel_of(i) + "/model.neff", random_bytes(1000u * static_cast<unsigned>(i + 1), i)).has_value());
+    REQUIRE(s3->put(mount_rel_of(i) + "/model.done", "").has_value());
+  }
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log", manifest = dir / "manifest.json";
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  {
+    S3Mount host_a(url, log);
+    for (int i = 0; i < 3; ++i) REQUIRE(read_all(host_a.mnt() / mount_rel_of(i) / "model.neff").first == 0);
+    auto made = test::run({test::k_tool, "manifest", "--cache", host_a.mnt().string(), "-o", manifest.string()});
+    INFO(made.output);
+    REQUIRE(made.exit_code == 0);
+  }
+  auto m = nlohmann::json::parse(test::slurp(manifest));
+  CHECK(m["bucket"] == url);
+  REQUIRE(m["entries"].size() == 3);
+  CHECK(m["entries"][0]["entry"] == mount_rel_of(2));  // largest first
+  CHECK(m["entries"][0]["neff_bytes"] == 3000);
+
+  std::string warmed;
+  S3Mount host_b(url, log, {}, {}, test::BucketAs::cache, [&](const fs::path& local) {
+    auto r = test::run(test::s3_tool_argv({"warm", manifest.string(), "--local-cache", local.string()}));
+    warmed = r.output;
+    CHECK(r.exit_code == 0);
+  });
+  INFO(warmed);
+  CHECK_THAT(warmed, ContainsSubstring("warm: 3 entries fetched"));
+  for (int i = 0; i < 3; ++i) {
+    auto [err, bytes] = read_all(host_b.mnt() / mount_rel_of(i) / "model.neff");
+    CHECK(err == 0);
+    CHECK(bytes == random_bytes(1000u * static_cast<unsigned>(i + 1), i));
+  }
+  CHECK(host_b.stats()["s3"]["fetches"] == 0);  // all from disk
+  // An entry the manifest did not list is still fetched at its open.
+  CHECK(read_all(host_b.mnt() / mount_rel_of(3) / "model.neff").first == 0);
+  CHECK(host_b.stats()["s3"]["fetches"] == 1);
+
+  SECTION("a damaged manifest is refused with one line and fetches nothing") {
+    test::spit(dir / "bad.json", R"({"manifest": 1, "entries": [{"entry": "../../etc"}]})");
+    test::TempDir other;
+    auto r = test::run(test::s3_tool_argv({"warm", (dir / "bad.json").string(), "--cache", url, "--local-cache",
+                                           other.path().string()}));
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, ContainsSubstring("not an entry path"));
+    CHECK(fs::is_empty(other.path()));
+  }
 }

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +26,12 @@ class S3Mount {
  public:
   // `extra`: more daemon options; `env`: more environment for the daemon (and its compiles,
   // whose fake compiler logs each compile to `compile_log`).
+  // `before_mount`: what the host does to local() before its daemon starts (a warm start).
   S3Mount(const std::string& url, const std::filesystem::path& compile_log, std::vector<std::string> extra = {},
-          std::vector<std::string> env = {}, BucketAs as = BucketAs::cache) {
+          std::vector<std::string> env = {}, BucketAs as = BucketAs::cache,
+          const std::function<void(const std::filesystem::path& local)>& before_mount = {}) {
     std::filesystem::create_directories(dir_ / "work");
+    if (before_mount) before_mount(local());
     env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
                            "NEFFCACHE_FAKE_RATE=0"});
     DaemonSpec spec;

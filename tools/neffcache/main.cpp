@@ -13,12 +13,14 @@
 #include "neffcache/cmd_index.hpp"
 #include "neffcache/cmd_key.hpp"
 #include "neffcache/cmd_ls.hpp"
+#include "neffcache/cmd_manifest.hpp"
 #include "neffcache/cmd_put.hpp"
 #include "neffcache/cmd_retry.hpp"
 #include "neffcache/cmd_scan.hpp"
 #include "neffcache/cmd_stats.hpp"
 #include "neffcache/cmd_sync.hpp"
 #include "neffcache/cmd_verify.hpp"
+#include "neffcache/cmd_warm.hpp"
 #include "neffcache/common.hpp"
 
 int main(int argc, char** argv) {
@@ -44,6 +46,8 @@ int main(int argc, char** argv) {
   setup_explain(app, exit_code);
   setup_sync(app, exit_code);
   setup_index(app, exit_code);
+  setup_manifest(app, exit_code);
+  setup_warm(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

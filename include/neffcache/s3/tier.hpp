@@ -116,6 +116,13 @@ class S3Tier {
   // A read-only bucket takes nothing: the rename stays a local one.
   Result<void> promote(const std::string& folder, const std::string& key);
 
+  // A warm start (`neffcache warm`, before a daemon mounts this folder): brings the entry
+  // `rel`, done on S3, here before anyone asks for it, as a lookup and an open would (its
+  // inputs, then its NEFF and marker), kept under the cap as a fetch is. Returns the NEFF
+  // bytes fetched, 0 when it was here already. Errors: Errc::not_found when S3 has it
+  // not done (nothing to fetch), others when S3 or this folder fail.
+  Result<uint64_t> warm(const std::string& rel);
+
   // A reader opened the local entry's NEFF: it stays longest.
   void opened(const std::string& entry_dir) { kept_.opened(entry_dir); }
 

@@ -216,6 +216,24 @@ NEFFCACHE_DECL nlohmann::ordered_json S3Tier::stats() const {
           {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only}};
 }
 
+NEFFCACHE_DECL Result<uint64_t> S3Tier::warm(const std::string& rel) {
+  if (!is_entry_path(rel)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", rel)};
+  const std::string dir = fmt::format("{}/{}", o_.root, rel);
+  if (local_done(dir)) return uint64_t{0};
+  const std::string base = s3_key(o_.prefix, rel);
+  auto names = detail::s3_entry_names(*s3_, base);
+  if (!names) return names.error();
+  const EntryFiles remote = detail::files_named(rel, *names);
+  if (!remote.done()) return Error{Errc::not_found, fmt::format("{}: not done in the bucket", s3_->describe(base))};
+  if (!fill_entry(rel))
+    return Error{Errc::io, fmt::format("{}: its inputs could not be fetched into {}", s3_->describe(base), dir)};
+  CompileResult r = fetch(dir, base, remote);
+  if (!is_success(r.outcome)) return Error{Errc::io, r.message};
+  struct stat st {};
+  if (::stat(fmt::format("{}/{}", dir, remote.neff_name()).c_str(), &st) != 0) return sys_error("stat", dir);
+  return static_cast<uint64_t>(st.st_size);
+}
+
 NEFFCACHE_DECL std::optional<std::string> S3Tier::relative(const std::string& path) const {
   if (path == o_.root) return std::string();
   if (!path.starts_with(o_.root) || path.size() <= o_.root.size() + 1 || path[o_.root.size()] != '/')
