@@ -1,6 +1,7 @@
 // The S3 entry lease against a real radosgw: one holder at a time, expiry and takeover
 // by the server's clock, renewal that keeps it, and races decided by the server.
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -9,11 +10,13 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <neffcache/s3/lease.hpp>
+#include <neffcache/s3/tier.hpp>
 
 #include "s3_support.hpp"
 
 using namespace neffcache;
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
@@ -172,4 +175,43 @@ TEST_CASE("a lease record with a number out of range is not a lease", "[s3][leas
   CHECK_FALSE(detail::parse_lease(record("12", "-5", "3")).has_value());
   CHECK_FALSE(detail::parse_lease(record("12", "86401", "3")).has_value());
   CHECK(detail::parse_lease(record("12", "86400", "3")).has_value());
+}
+
+TEST_CASE("the lease a tier holds for a client that compiles an entry itself is renewed without any look at it",
+          "[s3][lease]") {
+  auto s3 = test::fresh_bucket("standin");
+  test::TempDir local;
+  const std::string rel = test::fake_entry(0, 3100);
+  const std::string entry_dir = (local / rel).string();
+  fs::create_directories(entry_dir);
+  test::spit(fs::path(entry_dir) / "compile_flags.json", R"(["--target=trn1"])");
+  test::spit(fs::path(entry_dir) / "model.hlo_module.pb", test::slurp(test::corpus_files()[0]));
+  // The client's lock, as torch-xla takes it to compile the entry itself.
+  auto files = read_entry_files(entry_dir);
+  REQUIRE(files.has_value());
+  auto client = EntryLock::try_acquire_entry(entry_dir, *files);
+  REQUIRE(client.has_value());
+
+  auto url = parse_cache_url(fmt::format("s3://{}", s3->bucket()));
+  auto tier_client = S3Client::open(*url, test::S3Env{}.lookup());
+  REQUIRE(tier_client.has_value());
+  S3Tier::Options o;
+  o.root = local.path().string();
+  o.compile.lease_ttl = 2s;
+  S3Tier tier(std::move(*tier_client), o);
+  CompileSettings s;
+  s.compiler = *CompilerTemplate::parse(test::k_fake_template);
+  // One look: busy, and the tier now holds the entry's lease for the client.
+  CHECK(tier.settle(entry_dir, s).outcome == CompileOutcome::busy);
+  const std::string key = rel + "/model.hlo_module.pb.lock";
+  REQUIRE(read_lease(*s3, key).has_value());
+  // No look again for 2.5 ttls (every scheduler worker busy with long compiles): another
+  // host still finds the lease live and waits.
+  std::this_thread::sleep_for(5s);
+  auto lease = read_lease(*s3, key);
+  REQUIRE(lease.has_value());
+  CHECK_FALSE(lease->expired);
+  auto other = S3Lease::acquire(*s3, key, 2s, "host-b");
+  REQUIRE_FALSE(other.has_value());
+  CHECK(other.error().code == Errc::busy);
 }

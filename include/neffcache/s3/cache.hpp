@@ -106,6 +106,9 @@ class LeaseHold final : public EntryHold {
   std::string describe() const override { return lease_.key(); }
   std::chrono::milliseconds beat_every() const override { return lease_.renew_interval(); }
   void finish(bool settled) override { lease_.finish(settled ? S3Lease::Entry::settled : S3Lease::Entry::open); }
+  // The lease itself, for a holder that gives it back its own way (no KeepAlive may be
+  // beating this hold any more; it holds nothing after).
+  S3Lease take() { return std::move(lease_); }
 
  private:
   Result<void> refresh() override { return lease_.renew(); }

@@ -150,9 +150,10 @@ class S3Tier {
   CompileResult publish_here(const std::string& entry_dir, const std::string& rel, std::optional<S3Lease> lease);
 
   // A client of this host compiles the local entry `entry_dir` itself (`why`: its lock
-  // here is held). We hold the entry's S3 lease for it, renewed as the scheduler looks
-  // again, so that other hosts wait for its NEFF instead of compiling the graph too, and
-  // put its inputs up once the lease is ours (a host that sees them then waits). Busy:
+  // here is held). We hold the entry's S3 lease for it, renewed on a thread of its own
+  // (StandIns) whatever the scheduler's workers are doing, so that other hosts wait for
+  // its NEFF instead of compiling the graph too, and put its inputs up once the lease is
+  // ours (a host that sees them then waits). Busy:
   // the scheduler looks again until the client lets go of its lock. A lease held
   // elsewhere, or an S3 we cannot reach, leaves the client alone: it compiles anyway.
   CompileResult stand_in(const std::string& entry_dir, const std::string& rel, const EntryFiles& remote,
@@ -169,7 +170,7 @@ class S3Tier {
   std::optional<S3Lease> end_stand_in(const std::string& entry_dir) {
     auto held = stand_ins_.take(entry_dir);
     if (!held) return std::nullopt;
-    return std::move(held->lease);
+    return held->end();
   }
 
   static bool local_done(const std::string& entry_dir) {

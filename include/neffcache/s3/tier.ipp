@@ -282,16 +282,12 @@ NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, cons
                                               const EntryFiles& remote, const EntryFiles& here, std::string why) {
   CompileResult busy = CompileResult::of(CompileOutcome::busy, std::move(why));
   std::optional<detail::StandIns::Held> mine = stand_ins_.take(entry_dir);
-  const auto now = std::chrono::steady_clock::now();
-  if (mine && now - mine->renewed >= mine->lease.renew_interval()) {
-    if (auto renewed = mine->lease.renew(); renewed) mine->renewed = now;
-    else if (renewed.error().code == Errc::precondition_failed) return busy;  // lost: another host has it now
-  }
+  if (mine && mine->hold->lost()) return busy;  // another host has it now: ours goes
   if (!mine) {
     auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), lease_name(remote, here)),
                                   o_.compile.lease_ttl, o_.compile.host);
     if (!lease) return busy;
-    mine.emplace(detail::StandIns::Held{std::move(*lease), now});
+    mine.emplace(std::move(*lease));
   }
   (void)upload_missing_inputs(entry_dir, rel, remote);  // (a failure is tried again at the next look)
   stand_ins_.put(entry_dir, std::move(*mine));

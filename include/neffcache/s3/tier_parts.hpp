@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,6 +19,8 @@
 
 #include <neffcache/core/decl.hpp>
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/compile/hold.hpp>
+#include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/lease.hpp>
 
 namespace neffcache::detail {
@@ -78,18 +81,31 @@ class KeptNeffs {
 };
 
 // The S3 leases held for clients of this host that compile an entry themselves, by
-// entry folder, with when each was last renewed. Those still held at the end are given
-// back: other hosts need not wait out their ttl.
+// entry folder, each renewed on a thread of its own from the moment it is taken (a
+// KeepAlive: the scheduler's looks at a busy entry may wait behind long compiles for a
+// worker, longer than a lease lives). Those still held at the end are given back: other
+// hosts need not wait out their ttl.
 class StandIns {
  public:
   struct Held {
-    S3Lease lease;
-    std::chrono::steady_clock::time_point renewed;
+    std::unique_ptr<LeaseHold> hold;
+    std::unique_ptr<KeepAlive> alive;  // (declared last: stops beating before the hold goes)
+
+    // A lease just taken, renewed from now on.
+    explicit Held(S3Lease lease)
+        : hold(std::make_unique<LeaseHold>(std::move(lease))), alive(std::make_unique<KeepAlive>(*hold)) {}
+    // The lease, no longer renewed here (nullopt when a renewal found it taken over).
+    std::optional<S3Lease> end() {
+      alive.reset();
+      if (hold->lost()) return std::nullopt;
+      return hold->take();
+    }
   };
 
   StandIns() = default;
   ~StandIns() {
-    for (auto& [entry, held] : held_) (void)held.lease.release();
+    for (auto& [entry, held] : held_)
+      if (auto lease = held.end()) (void)lease->release();
   }
   StandIns(const StandIns&) = delete;
   StandIns& operator=(const StandIns&) = delete;
