@@ -21,6 +21,11 @@
 //           opens against reads of the local tier's file
 //   s3pair  the 34-graph workload read through two daemons on one bucket against one
 //           daemon: makespan, and compiles (each graph once)
+//   s3warm  a fresh host on a bucket --s3-delay-ms away (every request delayed by
+//           tests/s3/faulty_proxy.py): every NEFF of a model opened in order through a
+//           mount, lazily against `neffcache warm` of its manifest first, the warm step
+//           included; a model of --warm-small-count 1 MiB NEFFs and one of
+//           --warm-large-count NEFFs of --warm-large-mib MiB
 //
 // `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches). The S3
 // benchmarks need `--s3-env FILE`, the s3.env of a server (tests/s3/radosgw.sh start DIR).
@@ -54,10 +59,12 @@
 #include <nlohmann/json.hpp>
 
 #include <neffcache/core/detail/proc.hpp>
+#include <neffcache/core/detail/process.hpp>
 #include <neffcache/s3/client.hpp>
 
 #include "bench_twins.hpp"
 #include "mount_bench.hpp"
+#include "process.hpp"
 #include "paths.hpp"
 #include "synth.hpp"
 
@@ -77,6 +84,9 @@ struct Options {
   std::string only, dir;
   std::string s3_env;  // the server's s3.env (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY)
   uint64_t s3_neff_mib = 1024;
+  int s3_delay_ms = 20;
+  int warm_small_count = 200, warm_large_count = 20;
+  uint64_t warm_large_mib = 64;
   int pair_jobs = 4;
   double pair_scale = 0.05, pair_rate = 1000;
   TwinOptions twins;
@@ -723,6 +733,81 @@ std::vector<Row> bench_s3pair(const Options& o, const fs::path& work) {
   return {ratio, one, extra};
 }
 
+// 10. A fresh host starting a model on a bucket a region away: every NEFF of the model
+// opened in order through a mount (as a client loads its graphs), lazily, each fetched
+// at its open, against warm-then-open: `neffcache warm` of the model's manifest into the
+// local tier, then the same opens. Both timed from before the daemon starts; the order
+// of the two alternates between repetitions.
+std::vector<Row> bench_s3warm(const Options& o, const fs::path& work) {
+  auto env = s3_environment(o);
+  auto& endpoint = *std::find_if(env.begin(), env.end(), [](const auto& e) { return e.starts_with("AWS_ENDPOINT_URL="); });
+  test::Child proxy({"python3", std::string(test::path::s3_scripts) + "/faulty_proxy.py",
+                     endpoint.substr(endpoint.rfind(':') + 1), "delay", std::to_string(o.s3_delay_ms)},
+                    /*quiet_stderr=*/true);
+  const std::string port = proxy.line();
+  auto slow = env;
+  for (auto& e : slow)
+    if (e.starts_with("AWS_ENDPOINT_URL=")) e = "AWS_ENDPOINT_URL=http://127.0.0.1:" + port;
+  std::vector<Row> rows;
+  struct Model {
+    std::string what;
+    int count;
+    uint64_t mib;
+  };
+  for (const Model& m : {Model{"small", o.warm_small_count, 1}, Model{"large", o.warm_large_count, o.warm_large_mib}}) {
+    auto s3 = s3_bucket(env, fmt::format("bench-warm-{}-{}", m.what, ::getpid()));
+    note(fmt::format("s3warm: uploading {} NEFFs of {} MiB", m.count, m.mib));
+    write_blob(work / "blob", m.mib << 20);
+    nlohmann::ordered_json manifest{{"manifest", 1}, {"bucket", fmt::format("s3://{}", s3->bucket())},
+                                    {"entries", nlohmann::ordered_json::array()}};
+    std::vector<std::string> rels;
+    for (int i = 0; i < m.count; ++i) {
+      rels.push_back(fmt::format("neuronxcc-2.21.0/MODULE_{}+warm", i));
+      need(s3->upload(rels.back() + "/model.neff", (work / "blob").string()));
+      need(s3->put(rels.back() + "/model.hlo_module.pb", neffcache::bench::synthesize_module(1 << 10, 512)));
+      need(s3->put(rels.back() + "/model.done", ""));
+      manifest["entries"].push_back({{"entry", rels.back()}, {"neff_bytes", m.mib << 20}});
+    }
+    fs::remove(work / "blob");
+    const fs::path manifest_file = work / fmt::format("manifest-{}.json", m.what);
+    std::ofstream(manifest_file) << manifest.dump(2);
+    Row ratio(fmt::format("s3 {} ms away: {} NEFFs of {} MiB opened in order on a fresh host, warm-then-open / lazy, "
+                          "time", o.s3_delay_ms, m.count, m.mib),
+              "ratio", "<= 0.3", [](double v) { return v <= 0.3; });
+    Row lazy_row(fmt::format("s3 {} ms away: {} NEFFs of {} MiB opened lazily", o.s3_delay_ms, m.count, m.mib), "s");
+    Row warm_row(fmt::format("s3 {} ms away: the same, warm first (the warm step alone)", o.s3_delay_ms), "s");
+    for (int r = 0; r < o.reps; ++r) {
+      double lazy = 0, warm = 0;
+      for (bool warmed : r % 2 == 0 ? std::vector{false, true} : std::vector{true, false}) {
+        const fs::path tier = work / fmt::format("warm-{}-{}-{}", m.what, r, warmed);
+        auto t0 = Clock::now();
+        if (warmed) {
+          std::vector<std::string> argv{"env"};
+          argv.insert(argv.end(), slow.begin(), slow.end());
+          argv.insert(argv.end(), {test::path::tool, "warm", manifest_file.string(), "--local-cache", tier.string()});
+          auto got = neffcache::detail::run_capture(argv, std::chrono::minutes(10));
+          if (!got || got->exit_code != 0)
+            throw std::runtime_error(fmt::format("neffcache warm failed: {}", got ? got->output : got.error().message));
+          warm_row.samples.push_back(since(t0));
+        }
+        {
+          Mount mount(fmt::format("s3://{}", s3->bucket()), work / "warm-mnt", slow,
+                      {"-j", "2", "--local-cache", tier.string()});
+          for (const auto& rel : rels)
+            if (read_whole(work / "warm-mnt" / rel / "model.neff") != m.mib << 20)
+              throw std::runtime_error("s3warm: short read");
+        }
+        (warmed ? warm : lazy) = since(t0);
+        fs::remove_all(tier);
+      }
+      ratio.samples.push_back(warm / lazy);
+      lazy_row.samples.push_back(lazy);
+    }
+    rows.insert(rows.end(), {ratio, lazy_row, warm_row});
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -730,7 +815,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
   app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting",
-                                                                           "twins", "s3fetch", "s3pair"}));
+                                                                           "twins", "s3fetch", "s3pair", "s3warm"}));
   app.add_option("--passthrough-hp", o.passthrough_hp,
                  "libfuse's passthrough_hp example (scripts/libfuse.sh example DIR): small hits through it too");
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
@@ -749,6 +834,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--s3-env", o.s3_env, "the S3 server's s3.env, for s3fetch and s3pair (skipped without it)");
   app.add_option("--s3-neff-mib", o.s3_neff_mib, "size of the NEFF of s3fetch")->capture_default_str();
+  app.add_option("--s3-delay-ms", o.s3_delay_ms, "milliseconds added to every S3 request in s3warm")
+      ->capture_default_str();
+  app.add_option("--warm-small-count", o.warm_small_count, "1 MiB NEFFs of s3warm's small model")->capture_default_str();
+  app.add_option("--warm-large-count", o.warm_large_count, "NEFFs of s3warm's large model")->capture_default_str();
+  app.add_option("--warm-large-mib", o.warm_large_mib, "their size")->capture_default_str();
   app.add_option("--pair-jobs", o.pair_jobs, "compiles at once per daemon in s3pair")->capture_default_str();
   app.add_option("--pair-scale", o.pair_scale, "fraction of the real compile times in s3pair")->capture_default_str();
   app.add_option("--pair-rate", o.pair_rate, "fake-neuronx-cc instructions per second in s3pair")->capture_default_str();
@@ -774,7 +864,7 @@ int main(int argc, char** argv) {
            {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup},
            {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting},
            {"twins", [](const Options& o, const fs::path& work) { return bench_twins(o.twins, work); }},
-           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}}) {
+           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}, {"s3warm", bench_s3warm}}) {
     if (!o.only.empty() && o.only != name) continue;
     if (name.starts_with("s3") && o.s3_env.empty() && o.only.empty()) {
       note(fmt::format("{}: skipped (no --s3-env)", name));

@@ -14,12 +14,15 @@ COUNT requests fail by MODE, the later ones pass:
               is closed
   stop      the first COUNT requests pass, every later one is cut like cut-upload
             (a server gone for good after COUNT requests)
+  delay     every request passes, COUNT milliseconds after it arrived (a server a
+            region away)
 Every request is logged to stderr as "<n> <method> <path> <fate>".
 """
 import socket
 import socketserver
 import sys
 import threading
+import time
 
 upstream_port = int(sys.argv[1])
 mode = sys.argv[2]
@@ -51,7 +54,9 @@ class Handler(socketserver.StreamRequestHandler):
         with lock:
             seen += 1
             n = seen
-        failing = n > count if mode == "stop" else n <= count
+        failing = n > count if mode == "stop" else n <= count and mode != "delay"
+        if mode == "delay":
+            time.sleep(count / 1000)
         method, path = head[0].split()[:2]
         length = 0
         for h in head[1:]:
@@ -75,25 +80,35 @@ class Handler(socketserver.StreamRequestHandler):
         up = socket.create_connection(("127.0.0.1", upstream_port))
         kept = [h for h in head[1:] if not h.lower().startswith(b"connection:")]
         up.sendall(b"".join([head[0]] + kept) + b"Connection: close\r\n\r\n" + body)
-        answer = b""
+        if not (failing and mode == "cut-download"):
+            # Streamed as it comes: a large object costs no memory and no copies here.
+            while True:
+                chunk = up.recv(1 << 20)
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+            up.close()
+            return
+        parts = []
         while True:
             chunk = up.recv(1 << 20)
             if not chunk:
                 break
-            answer += chunk
+            parts.append(chunk)
         up.close()
-        if failing and mode == "cut-download":
-            split = answer.find(b"\r\n\r\n") + 4
-            self.wfile.write(answer[: split + (len(answer) - split) // 2])
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        self.wfile.write(answer)
+        answer = b"".join(parts)
+        split = answer.find(b"\r\n\r\n") + 4
+        self.wfile.write(answer[: split + (len(answer) - split) // 2])
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
 
 
 class Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst of connections (a
+    # client's parallel requests), which the kernel sends again only a second later.
+    request_queue_size = 128
 
 
 server = Server(("127.0.0.1", 0), Handler)
