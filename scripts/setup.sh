@@ -18,6 +18,7 @@ packages=(
   ccache mold                       # the test command's compiler cache and linker (scripts/build_env.sh)
   meson dpkg-dev                    # build libfuse 3.17 from Debian's trixie source package (below)
   python3-filelock python3-psutil   # the libraries LNL itself uses: the independent LNL client of the tests
+  libarchive-dev                    # neffcache bundle: tar + zstd (libarchive links libzstd)
 )
 backports=(libcatch2-dev)
 

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "neffcache/cmd_analyze.hpp"
+#include "neffcache/cmd_bundle.hpp"
 #include "neffcache/cmd_clean.hpp"
 #include "neffcache/cmd_clear_locks.hpp"
 #include "neffcache/cmd_clear_neffs.hpp"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   setup_index(app, exit_code);
   setup_manifest(app, exit_code);
   setup_warm(app, exit_code);
+  setup_bundle(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
