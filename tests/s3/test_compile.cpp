@@ -265,3 +265,47 @@ TEST_CASE("an S3 entry's lease is renewed from the moment it is taken, through a
   CHECK(have.contains(rel_of(0) + "/model.done"));
   CHECK_FALSE(have.contains(rel_of(0) + "/model.hlo_module.pb.lock"));  // done: deleted
 }
+
+TEST_CASE("a compile farm of two --watch processes compiles each graph a trial run writes into the bucket once, "
+          "and stops on SIGTERM",
+          "[s3][compile][farm]") {
+  auto s3 = test::fresh_bucket("farm");
+  test::TempDir dir;
+  auto log = dir / "fake.log";
+  fs::create_directories(dir / "exclusive");
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  const std::vector<std::string> env{"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_SECONDS=0.3", "NEFFCACHE_FAKE_IDLE=1",
+                                     "NEFFCACHE_FAKE_LOG=" + log.string(),
+                                     "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + (dir / "exclusive").string()};
+  auto argv = test::s3_tool_argv(
+      {"compile", "--watch", "--watch-interval", "1", "--cache", url, "--compiler", k_fake_template, "-j", "2"}, env);
+  test::Child farm_a(argv, /*quiet_stderr=*/true), farm_b(argv, /*quiet_stderr=*/true);
+  // The trial run: 20 graphs, one after another, while the farm runs.
+  const int n = 20;
+  auto corpus = test::corpus_files();
+  for (int i = 0; i < n; ++i) {
+    const std::string rel = test::fake_entry(i, 1100);
+    REQUIRE(s3->put(rel + "/compile_flags.json", R"(["--target=trn1"])").has_value());
+    REQUIRE(s3->put(rel + "/model.hlo_module.pb", test::slurp(corpus[static_cast<std::size_t>(i)])).has_value());
+    std::this_thread::sleep_for(50ms);
+  }
+  auto all_done = [&] {
+    auto l = s3->list("");
+    if (!l) return false;
+    int done = 0;
+    for (const auto& o : l->objects) done += o.key.ends_with("/model.done");
+    return done == n;
+  };
+  bool done = false;
+  for (int i = 0; i < 600 && !(done = all_done()); ++i) std::this_thread::sleep_for(100ms);
+  CHECK(done);
+  farm_a.kill(SIGTERM);
+  farm_b.kill(SIGTERM);
+  const std::string out = farm_a.rest() + farm_b.rest();
+  INFO(out);
+  CHECK(farm_a.wait() == 0);
+  CHECK(farm_b.wait() == 0);
+  test::check_compiled_once(log, dir / "exclusive", n);
+  // Each result said once, by the farm process that compiled it.
+  CHECK(std::count(out.begin(), out.end(), '\n') >= n);
+}

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -199,7 +200,85 @@ void setup_compile(CLI::App& app, int& exit_code) {
                   fmt::format("seconds before a compile is stopped (default: {})", k_default_compile_timeout.count()));
   add_memory_options(sub, opts->mem_budget, opts->mem_ledger);
   sub->add_flag("--json", opts->json, "print only the JSON report");
+  sub->add_flag("--watch", opts->watch,
+                "a compile farm: list the cache every --watch-interval seconds and compile every entry that needs it "
+                "as it appears, largest first, until SIGTERM or SIGINT (which stop the running compiles and give "
+                "their entries back); one line per result");
+  sub->add_option("--watch-interval", opts->watch_interval, "seconds between listings with --watch")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
 }
+
+namespace {
+
+// neffcache compile --watch: a compile farm. Lists the cache every `interval`; every entry
+// that needs a compile and was not taken yet goes to one scheduler for the process's life,
+// the largest graphs first (EntryInfo::bytes), each compiled under its lock or lease, so
+// that several farm processes (and any other compiler) share the work exactly once. An
+// entry another process compiles is not taken (its holder publishes it; a lease that
+// lapses makes it stale, and it is taken then). Prints a line per result; SIGTERM or
+// SIGINT stop it: running compiles are stopped and their entries given back.
+int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Options so,
+              const std::vector<std::string>& default_flags, bool retry_failed) {
+  if (!so.settings.compiler_version) so.settings.compiler_version = compiler_version(so.settings);
+  store::compile_through(cache, so);
+  Batch batch(std::move(so), default_flags);
+  std::set<std::string> taken;
+  std::set<std::string> said;
+  const auto every = std::chrono::milliseconds(static_cast<int64_t>(opts.watch_interval * 1000));
+  auto next_list = std::chrono::steady_clock::now();
+  std::size_t listings = 0, failed_listings = 0;
+  fmt::print(stderr, "neffcache: watching {} every {:g} s\n", cache.name(), opts.watch_interval);
+  while (!g_stop) {
+    if (std::chrono::steady_clock::now() >= next_list) {
+      next_list = std::chrono::steady_clock::now() + every;
+      ++listings;
+      auto entries = cache.list(store::IfMissing::empty);
+      if (!entries) {
+        // (Tried again at the next listing: a farm outlives a moment without S3.)
+        ++failed_listings;
+        fmt::print(stderr, "neffcache: warning: {}\n", entries.error().message);
+      } else {
+        std::vector<const EntryInfo*> wanted;
+        for (const auto& e : *entries) {
+          const auto st = e.state;
+          if ((st == EntryState::pending || st == EntryState::partial || st == EntryState::stale_lock ||
+               (st == EntryState::failed && retry_failed)) &&
+              !taken.contains(e.path))
+            wanted.push_back(&e);
+        }
+        std::stable_sort(wanted.begin(), wanted.end(), [](const auto* a, const auto* b) { return a->bytes > b->bytes; });
+        for (const auto* e : wanted) {
+          taken.insert(e->path);
+          const std::string view = cache.entry(*e).view();
+          said.erase(view);  // (taken again after a transient end: its next result is said too)
+          batch.add(view);
+        }
+      }
+    }
+    batch.wait_until(std::min(next_list, std::chrono::steady_clock::now() + k_tick));
+    for (const auto& item : batch.items()) {
+      if (!item.result || said.contains(item.entry_dir)) continue;
+      said.insert(item.entry_dir);
+      const CompileResult& r = *item.result;
+      if (!r.twin.empty()) fmt::print("{}: {}, the result of {}\n", item.entry_dir, to_string(r.outcome), r.twin);
+      else if (r.outcome == CompileOutcome::success)
+        fmt::print("{}: compiled in {:.1f} s\n", item.entry_dir, r.compile_seconds);
+      else fmt::print("{}: {}{}{}\n", item.entry_dir, to_string(r.outcome), r.message.empty() ? "" : ": ", r.message);
+      // A transient end (a lease lost, S3 away) is taken again at a later listing.
+      if (r.outcome == CompileOutcome::transient)
+        if (auto e = cache.named(item.entry_dir)) taken.erase(e->path());
+    }
+    std::fflush(stdout);
+  }
+  batch.shutdown();  // running compiles stop as transient failures; their holds are given back
+  const auto c = batch.counts();
+  fmt::print(stderr, "neffcache: stopped: {} entries taken, {} done, {} failed; {} listings ({} failed)\n", c.total,
+             c.done, c.failed, listings, failed_listings);
+  return k_exit_ok;
+}
+
+}  // namespace
 
 // The end of a run: the Neuron tool's report, and its exit status.
 static int finish_run(const CompileOptions& opts, const std::vector<Batch::Item>& items,
@@ -223,6 +302,14 @@ int run_compile(const CompileOptions& opts) {
   auto so = scheduler_options(opts, *env, /*need_compiler=*/!on_mount);
   if (!so) return report(so.error());
 
+  if (opts.watch) {
+    if (on_mount || !opts.entries.empty())
+      return report("--watch takes every entry of a cache that compiles here (a folder or a bucket, not a mount), "
+                    "none named");
+    std::signal(SIGINT, [](int) { g_stop = 1; });
+    std::signal(SIGTERM, [](int) { g_stop = 1; });
+    return run_watch(opts, **cache, std::move(*so), env->compiler_flags, retry_failed);
+  }
   std::vector<Target> targets;
   if (!opts.entries.empty()) {
     for (const auto& arg : opts.entries) {

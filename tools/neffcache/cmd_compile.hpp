@@ -32,6 +32,8 @@ struct CompileOptions {
   std::string mem_budget;            // empty: NEFFCACHE_MEM_BUDGET, else the default share
   std::string mem_ledger;            // empty: NEFFCACHE_MEM_LEDGER, else k_default_ledger_dir
   bool json = false;
+  bool watch = false;           // a compile farm: keep taking entries as they appear (run_watch)
+  double watch_interval = 30;   // seconds between listings of the cache while watching
   SharePlan share;              // empty: every entry that needs a compile, alike
   double seconds_before = 0;    // time the run spent before (a trial run): in the dumped total
 };

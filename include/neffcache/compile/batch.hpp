@@ -43,7 +43,8 @@ class Batch {
   Batch& operator=(const Batch&) = delete;
 
   // Adds an entry folder and submits its compile at `priority` (deferred: after the
-  // other work, see Priority); adding one twice does nothing. Reads the entry's HLO (for
+  // other work, see Priority); adding one twice does nothing, unless its result so far is
+  // transient (a lease lost, S3 away): then it is submitted again. Reads the entry's HLO (for
   // the job's size and dedup key), so it may take a moment. An entry whose folder names
   // another compiler (compiler_serves) is skipped: not added, with one line in the
   // settings' log for the first of each compiler folder.

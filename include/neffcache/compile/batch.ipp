@@ -26,8 +26,16 @@ NEFFCACHE_DECL void Batch::add(const std::string& entry_dir, Priority priority) 
   }
   {
     std::lock_guard lk(mu_);
-    if (!items_.try_emplace(entry_dir, Item{entry_dir, hlo_path_of(entry_dir), {}}).second) return;
-    order_.push_back(entry_dir);
+    auto [it, added] = items_.try_emplace(entry_dir, Item{entry_dir, hlo_path_of(entry_dir), {}});
+    if (added) {
+      order_.push_back(entry_dir);
+    } else {
+      // Once more only after a transient end (its result is then taken back).
+      if (!it->second.result || it->second.result->outcome != CompileOutcome::transient) return;
+      it->second.result.reset();
+      --finished_;
+      --failed_;
+    }
   }
   scheduler_.submit(prepare_job(entry_dir, default_flags_, version.value_or("")), priority,
                     [this, entry_dir](const CompileResult& r) {
