@@ -21,6 +21,10 @@
 //           opens against reads of the local tier's file
 //   s3pair  the 34-graph workload read through two daemons on one bucket against one
 //           daemon: makespan, and compiles (each graph once)
+//   s3twin  the first open, through a fresh mount, of an entry whose graph another entry
+//           of the bucket holds done (--s3-twin-mib MiB NEFF, served from the bucket's
+//           content index: records checked, the NEFF copied on the server, then fetched)
+//           against the first open of that done entry itself
 //   s3warm  a fresh host on a bucket --s3-delay-ms away (every request delayed by
 //           tests/s3/faulty_proxy.py): every NEFF of a model opened in order through a
 //           mount, lazily against `neffcache warm` of its manifest first, the warm step
@@ -85,6 +89,7 @@ struct Options {
   std::string s3_env;  // the server's s3.env (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY)
   uint64_t s3_neff_mib = 1024;
   int s3_delay_ms = 20;
+  uint64_t s3_twin_mib = 256;
   int warm_small_count = 200, warm_large_count = 20;
   uint64_t warm_large_mib = 64;
   int pair_jobs = 4;
@@ -733,7 +738,62 @@ std::vector<Row> bench_s3pair(const Options& o, const fs::path& work) {
   return {ratio, one, extra};
 }
 
-// 10. A fresh host starting a model on a bucket a region away: every NEFF of the model
+// 10. A twin on S3: the first open of an entry whose graph a done entry of the bucket
+// holds (another name), through a fresh mount, against the first open of that done entry
+// through a fresh mount: what the index's check and the server-side copy add to a fetch.
+std::vector<Row> bench_s3twin(const Options& o, const fs::path& work) {
+  auto env = s3_environment(o);
+  auto s3 = s3_bucket(env, fmt::format("bench-twin-{}", ::getpid()));
+  const std::string done = "neuronxcc-2.21.0/MODULE_done+twin";
+  const std::string graph = neffcache::bench::synthesize_module(4 << 20, 512);
+  note(fmt::format("s3twin: uploading a {} MiB NEFF", o.s3_twin_mib));
+  write_blob(work / "blob", o.s3_twin_mib << 20);
+  need(s3->put(done + "/compile_flags.json", R"(["--target=trn1"])"));
+  need(s3->put(done + "/model.hlo_module.pb", graph));
+  need(s3->upload(done + "/model.neff", (work / "blob").string()));
+  need(s3->put(done + "/model.done", ""));
+  fs::remove(work / "blob");
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  {  // The done entry in the bucket's index, as a publisher or `neffcache index` leaves it.
+    std::vector<std::string> argv{"env"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.insert(argv.end(), {test::path::tool, "index", "--cache", url});
+    auto got = neffcache::detail::run_capture(argv, std::chrono::minutes(5));
+    if (!got || got->exit_code != 0) throw std::runtime_error("s3twin: neffcache index failed");
+  }
+  const fs::path log = work / "twin-compiles.log";
+  auto daemon_env = env;
+  daemon_env.push_back("NEFFCACHE_FAKE_LOG=" + log.string());
+  Row ratio(fmt::format("s3: first open of a twin of a done {} MiB NEFF (served from the bucket's index) / first open "
+                        "of the done entry, time", o.s3_twin_mib),
+            "ratio");
+  Row twin_s("s3: first open of the twin, until open returns", "s");
+  Row compiles("s3: compiles for the twins", "count", "0", [](double v) { return v == 0; });
+  for (int r = 0; r < o.reps; ++r) {
+    const std::string twin = fmt::format("neuronxcc-2.21.0/MODULE_twin{}+twin", r);
+    need(s3->put(twin + "/compile_flags.json", R"(["--target=trn1"])"));
+    need(s3->put(twin + "/model.hlo_module.pb", graph));
+    double plain = 0, served = 0;
+    for (bool of_twin : r % 2 == 0 ? std::vector{false, true} : std::vector{true, false}) {
+      const fs::path tier = work / fmt::format("twin-tier-{}-{}", r, of_twin);
+      Mount m(url, work / "twin-mnt", daemon_env, {"-j", "2", "--local-cache", tier.string()});
+      auto t0 = Clock::now();
+      const fs::path neff = work / "twin-mnt" / (of_twin ? twin : done) / "model.neff";
+      int fd = ::open(neff.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw std::runtime_error(fmt::format("open {}: {}", neff.string(), std::strerror(errno)));
+      (of_twin ? served : plain) = since(t0);
+      ::close(fd);
+      fs::remove_all(tier);
+    }
+    ratio.samples.push_back(served / plain);
+    twin_s.samples.push_back(served);
+    auto lines = neffcache::detail::read_file(log.string());  // (one line per compile; none yet: no file)
+    compiles.samples.push_back(lines ? static_cast<double>(std::count(lines->begin(), lines->end(), '\n')) : 0.0);
+  }
+  return {ratio, twin_s, compiles};
+}
+
+// 11. A fresh host starting a model on a bucket a region away: every NEFF of the model
 // opened in order through a mount (as a client loads its graphs), lazily, each fetched
 // at its open, against warm-then-open: `neffcache warm` of the model's manifest into the
 // local tier, then the same opens. Both timed from before the daemon starts; the order
@@ -815,7 +875,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
   app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting",
-                                                                           "twins", "s3fetch", "s3pair", "s3warm"}));
+                                                                           "twins", "s3fetch", "s3pair", "s3twin", "s3warm"}));
   app.add_option("--passthrough-hp", o.passthrough_hp,
                  "libfuse's passthrough_hp example (scripts/libfuse.sh example DIR): small hits through it too");
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
@@ -834,6 +894,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--s3-env", o.s3_env, "the S3 server's s3.env, for s3fetch and s3pair (skipped without it)");
   app.add_option("--s3-neff-mib", o.s3_neff_mib, "size of the NEFF of s3fetch")->capture_default_str();
+  app.add_option("--s3-twin-mib", o.s3_twin_mib, "size of the NEFF of s3twin")->capture_default_str();
   app.add_option("--s3-delay-ms", o.s3_delay_ms, "milliseconds added to every S3 request in s3warm")
       ->capture_default_str();
   app.add_option("--warm-small-count", o.warm_small_count, "1 MiB NEFFs of s3warm's small model")->capture_default_str();
@@ -864,7 +925,7 @@ int main(int argc, char** argv) {
            {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup},
            {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting},
            {"twins", [](const Options& o, const fs::path& work) { return bench_twins(o.twins, work); }},
-           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}, {"s3warm", bench_s3warm}}) {
+           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}, {"s3twin", bench_s3twin}, {"s3warm", bench_s3warm}}) {
     if (!o.only.empty() && o.only != name) continue;
     if (name.starts_with("s3") && o.s3_env.empty() && o.only.empty()) {
       note(fmt::format("{}: skipped (no --s3-env)", name));

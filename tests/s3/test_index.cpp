@@ -180,3 +180,33 @@ TEST_CASE("neffcache index on a bucket records what others published and forgets
   CHECK_FALSE(index.id_of(entry_of(1)).has_value());
   CHECK(index.id_of(entry_of(0)).has_value());
 }
+
+TEST_CASE("sync push records what it uploads in the bucket's index: a twin of a pushed graph compiles nowhere",
+          "[s3][index]") {
+  auto s3 = test::fresh_bucket("pushindex");
+  test::TempDir dir;
+  const fs::path folder = dir / "cache";
+  fs::create_directories(folder / entry_of(0));
+  auto corpus = test::corpus_files();
+  test::spit(folder / entry_of(0) / "compile_flags.json", R"(["--target=trn1"])");
+  test::spit(folder / entry_of(0) / "model.hlo_module.pb", test::slurp(corpus[0]));
+  Compiles compiles;
+  auto made = test::run_tool({"compile", "--cache", folder.string(), "--compiler", test::k_fake_template},
+                             {"NEFFCACHE_FAKE_LOG=" + compiles.log.string()});
+  REQUIRE(made.exit_code == 0);
+  REQUIRE(compiles.count() == 1);
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  auto pushed = test::run(test::s3_tool_argv({"sync", "push", folder.string(), url}));
+  INFO(pushed.output);
+  REQUIRE(pushed.exit_code == 0);
+  const S3Index index(*s3, "");
+  auto id = index.id_of(entry_of(0));
+  REQUIRE(id.has_value());
+  auto records = index.records(*id);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].compile_seconds > 0);  // from the entry's publication record: what a twin saves
+  put_graph(*s3, entry_of(1), 0);
+  REQUIRE(compiles.run(*s3).exit_code == 0);
+  CHECK(compiles.count() == 1);
+  CHECK(neff_of(*s3, entry_of(1)) == test::slurp(folder / entry_of(0) / "model.neff"));
+}

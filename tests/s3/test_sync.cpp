@@ -65,10 +65,15 @@ TEST_CASE("neffcache sync pushes a directory cache to S3 and pulls it back whole
   INFO(push.output);
   REQUIRE(push.exit_code == 0);
   CHECK_THAT(push.output, ContainsSubstring("pushed 3 entries: 8 files copied"));
-  std::set<std::string> keys;
+  std::set<std::string> keys, indexed;
   auto listing = s3->list("");
   REQUIRE(listing.has_value());
-  for (const auto& o : listing->objects) keys.insert(o.key);
+  for (const auto& o : listing->objects) {
+    // The bucket's content index records the done and the failed entry (s3/index.hpp).
+    if (o.key.starts_with("team/cache/.neffcache/index/by-entry/")) indexed.insert(o.key.substr(o.key.rfind('/') + 1));
+    else if (!o.key.starts_with("team/cache/.neffcache/index/")) keys.insert(o.key);
+  }
+  CHECK(indexed == std::set<std::string>{k_done.substr(k_done.rfind('/') + 1), k_failed.substr(k_failed.rfind('/') + 1)});
   CHECK(keys == std::set<std::string>{
                     "team/cache/" + k_done + "/model.hlo_module.pb", "team/cache/" + k_done + "/compile_flags.json",
                     "team/cache/" + k_done + "/model.neff", "team/cache/" + k_done + "/model.done",

@@ -29,6 +29,7 @@
 #include <neffcache/core/result.hpp>
 #include <neffcache/s3/client.hpp>
 #include <neffcache/s3/cache.hpp>
+#include <neffcache/s3/index.hpp>
 #include <neffcache/s3/nki.hpp>
 
 namespace neffcache {

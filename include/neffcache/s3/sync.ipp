@@ -12,6 +12,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace neffcache {
 
@@ -131,6 +132,18 @@ NEFFCACHE_DECL Result<SyncStats> sync_push(const std::string& root, S3Client& s3
                          return {};
                        },
                        stats, mu);
+    // Recorded in the bucket's content index as a compile there would be (best effort: a
+    // record that fails its check later is dropped, and `neffcache index` adds what is missing).
+    const bool neff = files.contains(std::string(k_neff_file));
+    if (S3Index::indexes(rel) && (files.contains(std::string(k_done_file)) ||
+                                  (!neff && files.contains(std::string(k_log_file))))) {
+      const std::string dir = fmt::format("{}/{}", root, rel);
+      const auto meta = detail::read_entry_meta(dir);
+      const double seconds = meta.contains("compile_seconds") && meta["compile_seconds"].is_number()
+                                 ? meta["compile_seconds"].get<double>()
+                                 : 0.0;
+      if (auto id = entry_content_id(dir)) (void)S3Index(s3, prefix).add(*id, rel, !neff, {}, seconds);
+    }
   });
   return stats;
 }
