@@ -83,7 +83,8 @@ int run_daemon(int argc, char** argv) {
   int jobs = 0, retries = -1;
   double compile_timeout = static_cast<double>(neffcache::k_default_compile_timeout.count());
   double wait_timeout = 0;
-  bool retry_failed = false, foreground = false, eager = true, content_index = true, no_compile = false;
+  bool retry_failed = false, foreground = false, eager = true, content_index = true, no_compile = false,
+       wait_for_farm = false;
   bool passthrough = true;
   std::size_t index_scan = 10000;
   app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
@@ -119,6 +120,10 @@ int run_daemon(int argc, char** argv) {
   app.add_flag("--no-compile", no_compile,
                "never compile: opening a NEFF that is not done fails at once with EIO (EIO 07 in the log); done "
                "entries, equal graphs the content index knows and, over S3, the bucket's entries are still served");
+  app.add_flag("--wait-for-farm", wait_for_farm,
+               "with an s3:// cache: never compile here; an open of an entry the bucket lacks done waits (up to "
+               "--wait-timeout) until a compile farm (neffcache compile --watch) publishes it, whose inputs go up "
+               "for the farm to take; the compiler need not be installed");
   app.add_flag("--content-index,!--no-content-index", content_index,
                "reuse the result of an equal graph compiled before under another name (default on)");
   app.add_option("--index-scan", index_scan, "HLOs the start-up scan may read to index done entries the content "
@@ -167,6 +172,7 @@ int run_daemon(int argc, char** argv) {
     if (lowers.size() > 1 || !upper.empty() || backing.starts_with("s3://") || !local_cache.empty())
       return fail("--lower s3://... is the only layer under BACKING, which is its local folder: no --upper, no "
                   "other --lower, no --local-cache");
+    if (wait_for_farm) return fail("--wait-for-farm is for a bucket mounted as the cache, not as a read-only layer");
     bucket_lower = true;
     local_cache = backing;
     std::filesystem::create_directories(local_cache, ec);
@@ -188,6 +194,8 @@ int run_daemon(int argc, char** argv) {
     // Without links: the tier knows its entries by the paths the daemon reads back from
     // its descriptors.
     backing = std::filesystem::weakly_canonical(local_cache, ec).string();
+  } else if (wait_for_farm) {
+    return fail("--wait-for-farm is for an s3:// cache (a bucket a compile farm compiles into)");
   } else if (!local_cache.empty()) {
     return fail("--local-cache is for an s3:// cache; a directory cache is mounted as it is");
   } else if (!nki_kernels.empty()) {
@@ -269,7 +277,8 @@ int run_daemon(int argc, char** argv) {
 
   // A fleet that never compiles need not have the compiler.
   auto tmpl = neffcache::compiler_option(
-      compiler, no_compile || opts.scratch ? neffcache::Installed::not_required : neffcache::Installed::required);
+      compiler, no_compile || wait_for_farm || opts.scratch ? neffcache::Installed::not_required
+                                                            : neffcache::Installed::required);
   if (!tmpl) return fail(tmpl.error().message);
   opts.scheduler.settings.compiler = *tmpl;
   // The mount's entries are folders (the backing's, or the local tier's over S3): their
@@ -298,7 +307,7 @@ int run_daemon(int argc, char** argv) {
   // Which compiler folder the compiler serves (compiler_serves): asked once here, for what
   // the mount shows; each compile asks again, so a compiler replaced meanwhile compiles
   // nothing of another folder.
-  if (!no_compile) {
+  if (!no_compile && !wait_for_farm) {
     const auto& settings = opts.scheduler.settings;
     if (auto version = neffcache::compiler_version(settings)) {
       opts.compiler_dir = neffcache::compiler_dir_name(*version);
@@ -335,6 +344,7 @@ int run_daemon(int argc, char** argv) {
     t.cap_bytes = *cap;
     t.compile_slots = opts.scheduler.jobs;
     t.read_only = bucket_lower;
+    t.wait_for_farm = wait_for_farm;
     t.compile.lease_ttl = std::chrono::seconds(static_cast<int64_t>(lease_ttl));
     if (!nki_kernels.empty()) t.compile.nki_kernels = nki_kernels;
     if (!t.compile.nki_kernels.starts_with('/'))

@@ -459,3 +459,37 @@ TEST_CASE("a host warmed from another host's manifest serves the entries it list
     CHECK(fs::is_empty(other.path()));
   }
 }
+
+TEST_CASE("a bucket mount that waits for a compile farm compiles nothing: its open returns the farm's NEFF",
+          "[s3][mount][farm]") {
+  auto s3 = test::fresh_bucket("waitfarm");
+  put_pending(*s3, 1);
+  test::TempDir dir;
+  const fs::path mount_log = dir / "mount-compiles.log", farm_log = dir / "farm-compiles.log";
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  S3Mount host(url, mount_log, {"--wait-for-farm"});
+  std::pair<int, std::string> got{-1, ""};
+  std::thread reader([&] { got = read_all(host.mnt() / mount_rel_of(0) / "model.neff"); });
+  // A graph written through the mount goes up for the farm, and is not compiled here either.
+  const std::string written = fmt::format("{}/MODULE_2900+4f2d9c1a", k_compiler_dir);
+  fs::create_directories(host.mnt() / written);
+  test::spit(host.mnt() / written / "compile_flags.json", R"(["--target=trn1"])");
+  test::spit(host.mnt() / written / "model.hlo_module.pb", test::slurp(test::corpus_files()[1]));
+  bool up = false;
+  for (int i = 0; i < 200 && !(up = has_object(*s3, written + "/model.hlo_module.pb")); ++i)
+    std::this_thread::sleep_for(50ms);
+  CHECK(up);
+  std::this_thread::sleep_for(1s);
+  CHECK(test::count_lines(mount_log) == 0);
+  CHECK(host.stats()["waiters"] == 1);  // the reader still waits
+  // The farm (one pass of neffcache compile here) compiles both; the reader gets its NEFF.
+  auto farm = test::run(test::s3_tool_argv({"compile", "--cache", url, "--compiler", k_fake_template},
+                                           {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + farm_log.string()}));
+  INFO(farm.output);
+  CHECK(farm.exit_code == 0);
+  reader.join();
+  CHECK(got.first == 0);
+  CHECK(got.second == s3->get(mount_rel_of(0) + "/model.neff").value());
+  CHECK(test::count_lines(farm_log) == 2);
+  CHECK(test::count_lines(mount_log) == 0);
+}

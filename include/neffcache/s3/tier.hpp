@@ -34,7 +34,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +64,10 @@ class S3Tier {
     int compile_slots = 1;
     // The bucket is a read-only layer (see the top): nothing is written to it.
     bool read_only = false;
+    // Compiles happen elsewhere (a compile farm, `neffcache compile --watch`): an entry the
+    // bucket lacks done is never compiled here; settle() puts its inputs up and is busy
+    // until the bucket has it done (looking at most every k_farm_recheck), then fetches it.
+    bool wait_for_farm = false;
     // An entry used this recently stays, whatever the cap: a reader may be about to
     // open the NEFF it was just fetched for.
     std::chrono::seconds keep_after_use{60};
@@ -70,6 +76,9 @@ class S3Tier {
 
   // Names asked for again within this time are answered from the last look at S3.
   static constexpr std::chrono::seconds k_recheck = detail::RecentLooks::k_recheck;
+  // How often an entry waited for from a compile farm is looked at on S3 (the scheduler
+  // asks every second): one listing per entry every 5 s.
+  static constexpr std::chrono::seconds k_farm_recheck{5};
 
   S3Tier(std::unique_ptr<S3Client> s3, Options o);
   S3Tier(const S3Tier&) = delete;
@@ -214,6 +223,10 @@ class S3Tier {
   // Removes a done entry's results here once S3 is known to have them.
   void evict(const std::string& entry_dir);
 
+  // With Options::wait_for_farm: true when `entry_dir` was looked at on S3 within
+  // k_farm_recheck (then no request is made now); else notes a look now.
+  bool farm_looked_recently(const std::string& entry_dir);
+
   // (The parts are destroyed before the client: the leases held for clients are given
   // back through it.)
   std::unique_ptr<S3Client> s3_;
@@ -222,6 +235,8 @@ class S3Tier {
   detail::KeptNeffs kept_;
   detail::StandIns stand_ins_;  // leases held for clients that compile an entry (stand_in)
   detail::CompileSlots slots_;
+  std::mutex farm_mu_;  // guards farm_looks_; a leaf, held for no request
+  std::map<std::string, std::chrono::steady_clock::time_point> farm_looks_;
   struct {
     std::atomic<uint64_t> fetches{0}, fetched_bytes{0}, uploads{0}, lookups{0}, evictions{0}, published{0};
   } counters_;

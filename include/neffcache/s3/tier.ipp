@@ -87,6 +87,11 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   auto rel = entry_path_in(o_.root, entry_dir);
   if (!rel) return transient(fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root));
   const std::string base = s3_key(o_.prefix, *rel);
+  auto farm_busy = [&] {
+    return CompileResult::of(CompileOutcome::busy,
+                             fmt::format("{}: waiting for a compile farm to publish it", s3_->describe(base)));
+  };
+  if (o_.wait_for_farm && !local_done(entry_dir) && farm_looked_recently(entry_dir)) return farm_busy();
   // While we stand in for a client (stand_in), a look that fails keeps the job: its
   // looks are what renew the lease, so it must not end before the client lets go.
   auto failed_look = [&](std::string why) {
@@ -133,6 +138,7 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   if (remote.failed() && !s.retry_failed)
     return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                     s3_->describe(base), remote.failure_name()));
+  if (o_.wait_for_farm) return farm_busy();  // (its inputs are up: a farm's next listing takes it)
   auto slot = slots_.take(s.cancelled);
   if (!slot) return transient("cancelled");
   if (o_.read_only) {  // compiled here, as a directory cache's entry, and kept here
@@ -420,6 +426,15 @@ NEFFCACHE_DECL Result<std::vector<std::string>> S3Tier::publishable_files(const 
   if (hlo) rest.emplace_back(k_lnl_hlo_file);
   if (marker) rest.emplace_back(k_lnl_marker_file);
   return rest;
+}
+
+NEFFCACHE_DECL bool S3Tier::farm_looked_recently(const std::string& entry_dir) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lk(farm_mu_);
+  auto [it, added] = farm_looks_.try_emplace(entry_dir, now);
+  if (!added && now - it->second < k_farm_recheck) return true;
+  it->second = now;
+  return false;
 }
 
 NEFFCACHE_DECL void S3Tier::keep(const std::string& entry_dir, uint64_t bytes) {
