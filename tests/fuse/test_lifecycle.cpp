@@ -255,6 +255,7 @@ TEST_CASE("kill -9 of the daemon at random moments, 100 cycles: no partial NEFF,
   const std::vector<std::string> graphs{"rocm08_normal_9.hlo_proto.pb", "gopjrt_tuple.hlo.pb", "gopjrt_x_squared.hlo.pb"};
   std::vector<std::string> entries;
   int whole = 0, cut_off = 0;
+  std::map<int, int> exits;  // the reader's exit codes, counted
   // The kill moments must reach past the answer, and how long an answer takes depends on
   // the build: under ASan a compile of 110 ms is answered after about 300 ms. Cycle 0
   // measures it, with the slowest compile, and is killed only after its answer.
@@ -284,10 +285,12 @@ TEST_CASE("kill -9 of the daemon at random moments, 100 cycles: no partial NEFF,
     // (passthrough on or off), none in 14 with 3.14, with no EIO line from the daemon, so the
     // kernel's. An EIO the daemon answers is logged; the last daemon below must still serve
     // every entry whole.
-    CHECK((rc == 0 || rc == 3 || rc == 5));
+    CHECK((rc == 0 || rc == 3 || rc == 5 || rc == 6));
     (rc == 0 ? whole : cut_off) += 1;
+    ++exits[rc];
   }  // each mount is lazily unmounted
   INFO(fmt::format("answered {} ms after the open; {} whole, {} cut off", answer_after.count(), whole, cut_off));
+  for (const auto& [rc, n] : exits) fmt::print(stderr, "kill -9 cycles: reader exit {}: {}\n", rc, n);
   CHECK(whole > 1);  // more than cycle 0
   CHECK(cut_off > 0);
   // A last daemon serves every entry whole, with its own graph.

@@ -1,6 +1,6 @@
 // Opens and reads a file the way a training process reads model.neff; the exit status
 // tells the test how it went: 0 a whole fake NEFF, 2 a partial one, 3 another error,
-// 4 EINTR, 5 EIO. Prints when it called open and when open returned (CLOCK_REALTIME, in
+// 4 EINTR, 5 EIO from the open, 6 EIO from a read. Prints when it called open and when open returned (CLOCK_REALTIME, in
 // ns), so that a test can tell how long after the publish a waiter was answered.
 #include <fcntl.h>
 #include <unistd.h>
@@ -33,6 +33,6 @@ int main(int argc, char** argv) {
   char buf[65536];
   ssize_t n;
   while ((n = ::read(fd, buf, sizeof buf)) > 0) bytes.append(buf, static_cast<std::size_t>(n));
-  if (n < 0) return errno == EIO ? 5 : 3;
+  if (n < 0) return errno == EIO ? 6 : 3;
   return neffcache::fake::parse_fake_neff(bytes) ? 0 : 2;
 }
