@@ -117,13 +117,14 @@ int run_daemon(int argc, char** argv) {
   app.add_flag("--passthrough,!--no-passthrough", passthrough,
                "let the kernel read done files without the daemon (FUSE passthrough: root, Linux 6.9, libfuse "
                "3.16; default on where all three are)");
-  app.add_flag("--no-compile", no_compile,
+  auto* off = app.add_flag("--no-compile", no_compile,
                "never compile: opening a NEFF that is not done fails at once with EIO (EIO 07 in the log); done "
                "entries, equal graphs the content index knows and, over S3, the bucket's entries are still served");
-  app.add_flag("--wait-for-farm", wait_for_farm,
+  auto* farm = app.add_flag("--wait-for-farm", wait_for_farm,
                "with an s3:// cache: never compile here; an open of an entry the bucket lacks done waits (up to "
                "--wait-timeout) until a compile farm (neffcache compile --watch) publishes it, whose inputs go up "
                "for the farm to take; the compiler need not be installed");
+  farm->excludes(off);  // (one waits for another host's compile, the other fails at once)
   app.add_flag("--content-index,!--no-content-index", content_index,
                "reuse the result of an equal graph compiled before under another name (default on)");
   app.add_option("--index-scan", index_scan, "HLOs the start-up scan may read to index done entries the content "

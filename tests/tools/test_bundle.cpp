@@ -77,6 +77,28 @@ TEST_CASE("a bundle carries a manifest's done entries into a folder and a bucket
     CHECK(again.exit_code == 0);
     CHECK_THAT(again.output, ContainsSubstring("0 entries imported into " + to.string() + ", 3 there already"));
   }
+  SECTION("an entry that holds another graph is left alone") {
+    const fs::path to = dir / "other";
+    fs::create_directories(to / entry_of(0));
+    test::spit(to / entry_of(0) / "model.hlo_module.pb", test::slurp(test::corpus_files()[7]));
+    auto r = test::run_tool({"bundle", "import", bundle.string(), "--cache", to.string()});
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, ContainsSubstring("holds another graph than the bundle's"));
+    CHECK_THAT(r.output, ContainsSubstring("2 entries imported"));
+    CHECK_FALSE(fs::exists(to / entry_of(0) / "model.neff"));
+    CHECK(fs::exists(to / entry_of(1) / "model.done"));
+  }
+  SECTION("a list that is not one, or none: damaged") {
+    test::TempDir fake;
+    test::spit(fake / "neffcache-bundle.json", R"({"bundle": "1", "files": []})");
+    auto made_bad = test::run({"tar", "--zstd", "-cf", (dir / "list.bundle").string(), "-C", fake.path().string(),
+                               "neffcache-bundle.json"});
+    if (made_bad.exit_code == 0) {  // (tar with zstd: needs the zstd program)
+      auto r = test::run_tool({"bundle", "import", (dir / "list.bundle").string(), "--cache", from.string()});
+      test::check_one_line_error(r, "not a neffcache bundle list");
+    }
+  }
   SECTION("into a bucket: done there, NEFF first and marker last") {
     auto s3 = test::fresh_bucket("bundle");
     const std::string url = fmt::format("s3://{}", s3->bucket());

@@ -68,16 +68,28 @@ Result<void> add_header(archive* a, const std::string& path, uint64_t size, cons
   return {};
 }
 
-// Adds a member `path` with the bytes of the open file `fd` (`size` of them).
-Result<void> add_member(archive* a, const std::string& path, int fd, uint64_t size, const std::string& bundle) {
+// Adds a member `path` with the bytes of the file `file`, which must still have `size`
+// bytes and the checksum `xxh3` (as listed): a file that changed since fails the bundle.
+Result<void> add_member(archive* a, const std::string& path, const std::string& file, uint64_t size,
+                        const std::string& xxh3, const std::string& bundle) {
+  struct stat st {};
+  auto fd = detail::open_regular(file, &st);
+  if (!fd) return fd.error();
+  if (static_cast<uint64_t>(st.st_size) != size)
+    return Error{Errc::io, fmt::format("{}: {} changed while the bundle was written", bundle, path)};
   if (auto h = add_header(a, path, size, bundle); !h) return h;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+  XXH3_64bits_reset(state.get());
   std::vector<char> buf(1 << 20);
   for (uint64_t done = 0; done < size;) {
-    ssize_t n = sys::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), size - done), static_cast<off_t>(done));
+    ssize_t n = sys::pread(fd->get(), buf.data(), std::min<uint64_t>(buf.size(), size - done), static_cast<off_t>(done));
     if (n <= 0) return Error{Errc::io, fmt::format("{}: {} ended early", bundle, path)};
+    XXH3_64bits_update(state.get(), buf.data(), static_cast<std::size_t>(n));
     if (archive_write_data(a, buf.data(), static_cast<std::size_t>(n)) != n) return archive_error(a, bundle);
     done += static_cast<uint64_t>(n);
   }
+  if (detail::xxh3_hex(XXH3_64bits_digest(state.get())) != xxh3)
+    return Error{Errc::io, fmt::format("{}: {} changed while the bundle was written", bundle, path)};
   return {};
 }
 
@@ -111,10 +123,11 @@ int run_bundle_create(const BundleOptions& opts) {
   const store::Store& c = **cache;
 
   // Every file first (a bucket's downloaded), with its checksum: the list leads the bundle.
+  // No descriptor is kept meanwhile (a manifest may list thousands of files); each file is
+  // opened again when it is written, and must still have its size and checksum.
   struct Member {
     std::string path;
     store::LocalFile file;
-    detail::UniqueFd fd;
     uint64_t size;
     std::string xxh3;
   };
@@ -139,8 +152,9 @@ int run_bundle_create(const BundleOptions& opts) {
       if (!fd) return report(fd.error());
       auto h = detail::fd_xxh3(fd->get(), local->path());
       if (!h) return report(h.error());
-      members.push_back({fmt::format("{}/{}", item.entry, name), std::move(*local), std::move(*fd),
-                         static_cast<uint64_t>(st.st_size), detail::xxh3_hex(*h)});
+      fd->reset();
+      members.push_back({fmt::format("{}/{}", item.entry, name), std::move(*local), static_cast<uint64_t>(st.st_size),
+                         detail::xxh3_hex(*h)});
     }
   }
   nlohmann::ordered_json index{{"bundle", 1}, {"files", nlohmann::ordered_json::array()}};
@@ -166,7 +180,7 @@ int run_bundle_create(const BundleOptions& opts) {
   if (archive_write_data(a.get(), index_text.data(), index_text.size()) != static_cast<la_ssize_t>(index_text.size()))
     return fail(archive_error(a.get(), opts.bundle));
   for (const auto& mb : members)
-    if (auto r = add_member(a.get(), mb.path, mb.fd.get(), mb.size, opts.bundle); !r) return fail(r.error());
+    if (auto r = add_member(a.get(), mb.path, mb.file.path(), mb.size, mb.xxh3, opts.bundle); !r) return fail(r.error());
   if (archive_write_close(a.get()) != ARCHIVE_OK) return fail(archive_error(a.get(), opts.bundle));
   a.reset();
   if (auto fd = detail::UniqueFd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC)); !fd || ::fsync(fd.get()) != 0)
@@ -206,6 +220,7 @@ int run_bundle_import(const BundleOptions& opts) {
   std::map<std::string, Listed> listed;
   std::vector<std::string> order;  // entries, in the bundle's order
   archive_entry* e = nullptr;
+  bool saw_list = false;
   for (bool first = true;; first = false) {
     int r = archive_read_next_header(a.get(), &e);
     if (r == ARCHIVE_EOF) break;
@@ -237,6 +252,7 @@ int run_bundle_import(const BundleOptions& opts) {
     for (la_ssize_t n; (n = archive_read_data(a.get(), buf.data(), buf.size())) != 0;) {
       if (n < 0) return damaged(archive_error_string(a.get()) ? archive_error_string(a.get()) : "unreadable");
       total += static_cast<uint64_t>(n);
+      if (!first && total > listed[path].size) return damaged(fmt::format("{} is larger than listed", path));
       if (first) {
         if (bytes.size() > (64u << 20)) return damaged("its list is too large");
         bytes.append(buf.data(), static_cast<std::size_t>(n));
@@ -246,8 +262,10 @@ int run_bundle_import(const BundleOptions& opts) {
       }
     }
     if (first) {
+      saw_list = true;
       auto j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object() || j.value("bundle", 0) != 1 || !j.contains("files") || !j["files"].is_array())
+      if (!j.is_object() || !j.contains("bundle") || !j["bundle"].is_number_integer() || j["bundle"] != 1 ||
+          !j.contains("files") || !j["files"].is_array())
         return damaged("its list is not a neffcache bundle list (version 1)");
       for (const auto& f : j["files"]) {
         if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
@@ -262,6 +280,7 @@ int run_bundle_import(const BundleOptions& opts) {
       return damaged(fmt::format("{} is not the file listed ({} bytes, checksum differs or size {})", path, total,
                                  want.size));
   }
+  if (!saw_list) return damaged(fmt::format("no {} in it", k_index_member));
   for (const auto& [path, l] : listed)
     if (!l.seen) return damaged(fmt::format("{} is listed but missing", path));
   a.reset();
@@ -287,6 +306,17 @@ int run_bundle_import(const BundleOptions& opts) {
       fmt::print(stderr, "neffcache: warning: {}: {}\n", path,
                  !hlo ? hlo.error().message : !flags ? flags.error().message : dest.error().message);
       continue;
+    }
+    // A NEFF goes only beside its own graph: an entry that has a graph already must have
+    // this very one (and these flags), else it is left alone.
+    if (auto there = c.files(*entry); there && there->hlo_name()) {
+      auto theirs = c.local_file(*entry, *there->hlo_name());
+      auto their_bytes = theirs ? detail::read_file(theirs->path()) : Result<std::string>(theirs.error());
+      if (!their_bytes || *their_bytes != *hlo) {
+        ++failed;
+        fmt::print(stderr, "neffcache: warning: {}: holds another graph than the bundle's; left alone\n", c.view(*entry));
+        continue;
+      }
     }
     (void)(*dest)->make();
     HeldCompile how;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <thread>
@@ -199,14 +200,16 @@ void setup_compile(CLI::App& app, int& exit_code) {
   sub->add_option("--compile-timeout", opts->compile_timeout,
                   fmt::format("seconds before a compile is stopped (default: {})", k_default_compile_timeout.count()));
   add_memory_options(sub, opts->mem_budget, opts->mem_ledger);
-  sub->add_flag("--json", opts->json, "print only the JSON report");
-  sub->add_flag("--watch", opts->watch,
+  auto* json = sub->add_flag("--json", opts->json, "print only the JSON report");
+  auto* watch = sub->add_flag("--watch", opts->watch,
                 "a compile farm: list the cache every --watch-interval seconds and compile every entry that needs it "
                 "as it appears, largest first, until SIGTERM or SIGINT (which stop the running compiles and give "
                 "their entries back); one line per result");
+  watch->excludes(json);  // (a farm has no end-of-run report: one line per result)
   sub->add_option("--watch-interval", opts->watch_interval, "seconds between listings with --watch")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(CLI::Range(1.0, 86400.0))
+      ->needs(watch);
 }
 
 namespace {
@@ -223,8 +226,9 @@ int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Option
   if (!so.settings.compiler_version) so.settings.compiler_version = compiler_version(so.settings);
   store::compile_through(cache, so);
   Batch batch(std::move(so), default_flags);
-  std::set<std::string> taken;
-  std::set<std::string> said;
+  std::map<std::string, std::string> working;  // entry view -> its path: submitted, no result yet
+  std::set<std::string> failed_here;            // paths: not retried with --retry-failed until they change
+  std::map<std::string, std::string> last_said;  // view -> the last line printed for it
   const auto every = std::chrono::milliseconds(static_cast<int64_t>(opts.watch_interval * 1000));
   auto next_list = std::chrono::steady_clock::now();
   std::size_t listings = 0, failed_listings = 0;
@@ -242,32 +246,35 @@ int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Option
         std::vector<const EntryInfo*> wanted;
         for (const auto& e : *entries) {
           const auto st = e.state;
-          if ((st == EntryState::pending || st == EntryState::partial || st == EntryState::stale_lock ||
-               (st == EntryState::failed && retry_failed)) &&
-              !taken.contains(e.path))
+          if (st != EntryState::failed) failed_here.erase(e.path);  // (it changed: a retry may fail anew)
+          if (st == EntryState::pending || st == EntryState::partial || st == EntryState::stale_lock ||
+              (st == EntryState::failed && retry_failed && !failed_here.contains(e.path)))
             wanted.push_back(&e);
         }
         std::stable_sort(wanted.begin(), wanted.end(), [](const auto* a, const auto* b) { return a->bytes > b->bytes; });
         for (const auto* e : wanted) {
-          taken.insert(e->path);
           const std::string view = cache.entry(*e).view();
-          said.erase(view);  // (taken again after a transient end: its next result is said too)
-          batch.add(view);
+          if (working.contains(view)) continue;
+          working.emplace(view, e->path);
+          batch.add_again(view);  // (again: an entry that needs a compile again since its last result)
         }
       }
     }
     batch.wait_until(std::min(next_list, std::chrono::steady_clock::now() + k_tick));
     for (const auto& item : batch.items()) {
-      if (!item.result || said.contains(item.entry_dir)) continue;
-      said.insert(item.entry_dir);
+      auto w = working.find(item.entry_dir);
+      if (!item.result || w == working.end()) continue;
       const CompileResult& r = *item.result;
-      if (!r.twin.empty()) fmt::print("{}: {}, the result of {}\n", item.entry_dir, to_string(r.outcome), r.twin);
-      else if (r.outcome == CompileOutcome::success)
-        fmt::print("{}: compiled in {:.1f} s\n", item.entry_dir, r.compile_seconds);
-      else fmt::print("{}: {}{}{}\n", item.entry_dir, to_string(r.outcome), r.message.empty() ? "" : ": ", r.message);
-      // A transient end (a lease lost, S3 away) is taken again at a later listing.
-      if (r.outcome == CompileOutcome::transient)
-        if (auto e = cache.named(item.entry_dir)) taken.erase(e->path());
+      if (r.outcome == CompileOutcome::failed || r.outcome == CompileOutcome::failed_cached) failed_here.insert(w->second);
+      working.erase(w);
+      std::string line;
+      if (!r.twin.empty()) line = fmt::format("{}, the result of {}", to_string(r.outcome), r.twin);
+      else if (r.outcome == CompileOutcome::success) line = fmt::format("compiled in {:.1f} s", r.compile_seconds);
+      else line = fmt::format("{}{}{}", to_string(r.outcome), r.message.empty() ? "" : ": ", r.message);
+      // (An entry that ends alike at every listing, such as one without its graph, is said once.)
+      auto& said = last_said[item.entry_dir];
+      if (said != line || r.outcome == CompileOutcome::success) fmt::print("{}: {}\n", item.entry_dir, line);
+      said = line;
     }
     std::fflush(stdout);
   }

@@ -43,12 +43,18 @@ class Batch {
   Batch& operator=(const Batch&) = delete;
 
   // Adds an entry folder and submits its compile at `priority` (deferred: after the
-  // other work, see Priority); adding one twice does nothing, unless its result so far is
-  // transient (a lease lost, S3 away): then it is submitted again. Reads the entry's HLO (for
+  // other work, see Priority); adding one twice does nothing. Reads the entry's HLO (for
   // the job's size and dedup key), so it may take a moment. An entry whose folder names
   // another compiler (compiler_serves) is skipped: not added, with one line in the
   // settings' log for the first of each compiler folder.
-  void add(const std::string& entry_dir, Priority priority = Priority::background);
+  void add(const std::string& entry_dir, Priority priority = Priority::background) { submit(entry_dir, priority, false); }
+
+  // The same, and an entry whose result was delivered already is submitted again, that
+  // result taken back (a compile farm that finds it needs a compile again: its failure
+  // cleared, its NEFF removed, a transient end). An entry still in the works is left alone.
+  void add_again(const std::string& entry_dir, Priority priority = Priority::background) {
+    submit(entry_dir, priority, true);
+  }
 
   // Blocks until every entry added so far has a result, or `until` passes; true when all have.
   bool wait_until(std::chrono::steady_clock::time_point until) {
@@ -70,6 +76,7 @@ class Batch {
 
  private:
   static std::string hlo_path_of(const std::string& entry_dir);
+  void submit(const std::string& entry_dir, Priority priority, bool again);
 
   std::vector<std::string> default_flags_;
   const CompileSettings settings_;  // the scheduler's: which entries its compiler may compile

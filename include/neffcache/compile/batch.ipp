@@ -11,7 +11,7 @@
 
 namespace neffcache {
 
-NEFFCACHE_DECL void Batch::add(const std::string& entry_dir, Priority priority) {
+NEFFCACHE_DECL void Batch::submit(const std::string& entry_dir, Priority priority, bool again) {
   const auto version = compiler_version(settings_);
   if (auto serves = compiler_serves(entry_dir, version, settings_.compiler.program()); !serves) {
     std::string folder = compiler_dir_of(entry_dir);
@@ -30,11 +30,10 @@ NEFFCACHE_DECL void Batch::add(const std::string& entry_dir, Priority priority) 
     if (added) {
       order_.push_back(entry_dir);
     } else {
-      // Once more only after a transient end (its result is then taken back).
-      if (!it->second.result || it->second.result->outcome != CompileOutcome::transient) return;
-      it->second.result.reset();
+      if (!again || !it->second.result) return;
       --finished_;
-      --failed_;
+      --(is_success(it->second.result->outcome) ? done_ : failed_);
+      it->second.result.reset();
     }
   }
   scheduler_.submit(prepare_job(entry_dir, default_flags_, version.value_or("")), priority,

@@ -82,6 +82,15 @@ inline EntryFiles files_named(std::string_view rel, const std::vector<std::strin
 // LNL's metadata), then its HLO. Only those `files` has.
 NEFFCACHE_DECL std::vector<std::string> input_names(const EntryFiles& files);
 
+// Downloads the inputs (input_names) of the S3 entry `rel` of the cache at `prefix`, whose
+// files are `files`, into a new folder under `root`, as <folder>/<rel>: the entry keeps its
+// path, so its compiler folder and file names are those of a directory cache. Returns the
+// new folder (the caller removes it, also after an error: it is set as soon as it exists)
+// through `made`, and the staged entry's folder.
+NEFFCACHE_DECL Result<std::string> stage_s3_inputs(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                                   const EntryFiles& files, const std::string& root,
+                                                   std::string& made);
+
 // Uploads a compile's result to the entry at `base` whose objects are `files`, under the
 // entry's lease only: the NEFF at `neff` (LNL: with the compiler's log, which LNL keeps
 // beside it, when there is one), then the done marker, created only if absent (LNL's

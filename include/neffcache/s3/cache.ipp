@@ -82,6 +82,22 @@ NEFFCACHE_DECL std::vector<std::string> input_names(const EntryFiles& files) {
   return out;
 }
 
+NEFFCACHE_DECL Result<std::string> stage_s3_inputs(S3Client& s3, const std::string& prefix, const std::string& rel,
+                                                   const EntryFiles& files, const std::string& root,
+                                                   std::string& made) {
+  std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
+  if (!sys::mkdtemp(tmpl.data())) return sys_error("create staging directory in", root);
+  made = tmpl;
+  const std::string dir = fmt::format("{}/{}", tmpl, rel);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error{Errc::io, fmt::format("create {}: {}", dir, ec.message())};
+  for (const auto& name : input_names(files))
+    if (auto got = s3.download(fmt::format("{}/{}", s3_key(prefix, rel), name), fmt::format("{}/{}", dir, name)); !got)
+      return got.error();
+  return dir;
+}
+
 NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& base, const EntryFiles& files,
                                              const std::string& neff) {
   const std::string beside = std::filesystem::path(neff).parent_path().string();
@@ -148,25 +164,16 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
       if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
     }
   } staging;  // (outlives the run: its NEFF or log is published from there)
-  // The entry's inputs, downloaded once (under the lease) into a staging entry, which
-  // keeps the entry's own folder names: the compiler sees the same file names as in a
-  // directory cache. Returns the staging entry's folder.
+  // The entry's inputs, downloaded once (under the lease) into a staging entry: the
+  // compiler sees the same file names as in a directory cache. Returns its folder.
   std::string entry_dir;
   auto stage = [&](const EntryFiles& files) -> Result<std::string> {
     if (!entry_dir.empty()) return entry_dir;
+    if (!staging.dir.empty()) detail::remove_tree_at(AT_FDCWD, std::exchange(staging.dir, {}));  // (a try that failed)
     const std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
-    std::string tmpl = fmt::format("{}/neffcache-s3-XXXXXX", root);
-    if (!sys::mkdtemp(tmpl.data())) return sys_error("create staging directory in", root);
-    staging.dir = tmpl;
-    const std::string dir = fmt::format("{}/{}", tmpl, rel);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return Error{Errc::io, fmt::format("create {}: {}", dir, ec.message())};
-    for (const auto& name : detail::input_names(files)) {
-      auto got = s3.download(fmt::format("{}/{}", s3_key(prefix, rel), name), fmt::format("{}/{}", dir, name));
-      if (!got) return got.error();
-    }
-    return entry_dir = dir;
+    auto dir = detail::stage_s3_inputs(s3, prefix, rel, files, root, staging.dir);
+    if (!dir) return dir.error();
+    return entry_dir = *dir;
   };
   HeldCompile how;
   how.look = [&](const EntryFiles& files, bool held) -> std::optional<CompileResult> {

@@ -63,18 +63,16 @@ class S3Index {
   // The records of `id`, as written (unchecked; unreadable ones left out).
   std::vector<IndexRecord> records(const ContentId& id) const;
 
-  // Checks a record of `id` (see the top). Errors say why it fails; Errc::io,
-  // Errc::timed_out and Errc::denied are S3's and say nothing of the record.
+  // Checks a record of `id` (see the top). Errors say why it fails: Errc::invalid_argument
+  // when the record says what is not so; Errc::precondition_failed when this host cannot
+  // tell (an entry keyed with default flags other than `default_flags`); others are S3's.
   Result<IndexRecord> check(const ContentId& id, const IndexRecord& r) const;
 
   // A twin of `id` other than the entry `except`: the first record that passes check
-  // (failures only when `with_failures`). Records that fail it for what they say are
-  // dropped, each reported once through `log`.
+  // (failures only when `with_failures`). With `drop`, records that say what is not so
+  // are removed, each reported once through `log`.
   std::optional<IndexRecord> find(const ContentId& id, std::string_view except, bool with_failures,
-                                  const std::function<void(std::string_view)>& log = {}) const;
-
-  // Every identity with records of the graph `graph_sha256` (any compiler, any flags).
-  std::vector<ContentId> ids_of_graph(std::string_view graph_sha256) const;
+                                  const std::function<void(std::string_view)>& log = {}, bool drop = true) const;
 
   // The identity recorded for `entry`, if any.
   std::optional<ContentId> id_of(const std::string& entry) const;

@@ -43,22 +43,15 @@ NEFFCACHE_DECL Result<ContentId> S3Index::entry_id(const std::string& entry, con
                  fmt::format("{}: not indexed (an LNL entry in a bucket records no compiler version)", entry)};
   if (!files.has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO", s3_.describe(s3_key(prefix_, entry)))};
   const std::string root = scratch_.empty() ? detail::getenv_or("TMPDIR", "/tmp") : scratch_;
-  std::string tmpl = fmt::format("{}/neffcache-index-XXXXXX", root);
-  if (!sys::mkdtemp(tmpl.data())) return sys_error("create a scratch folder in", root);
   struct Scratch {
     std::string dir;
-    ~Scratch() { detail::remove_tree_at(AT_FDCWD, dir); }
-  } scratch{tmpl};
-  // The entry keeps its path below the scratch folder: its compiler folder is part of
-  // its identity.
-  const std::string dir = fmt::format("{}/{}", tmpl, entry);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Error{Errc::io, fmt::format("create {}: {}", dir, ec.message())};
-  for (const auto& name : detail::input_names(files))
-    if (auto got = s3_.download(fmt::format("{}/{}", s3_key(prefix_, entry), name), fmt::format("{}/{}", dir, name));
-        !got)
-      return got.error();
+    ~Scratch() {
+      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
+    }
+  } scratch;
+  auto staged = detail::stage_s3_inputs(s3_, prefix_, entry, files, root, scratch.dir);
+  if (!staged) return staged.error();
+  const std::string& dir = *staged;
   return entry_content_id(dir, default_flags_);
 }
 
@@ -123,39 +116,30 @@ NEFFCACHE_DECL Result<IndexRecord> S3Index::check(const ContentId& id, const Ind
   }
   auto own = entry_id(r.entry, files);
   if (!own) return detail::s3_trouble(own.error()) ? own.error() : bad(own.error().message);
+  // An entry without compile_flags.json is keyed with the flags NEURON_CC_FLAGS gives, which
+  // may differ between hosts: a record made elsewhere is then no lie, only not ours to use.
+  if (*own != id && !files.has(EntryFile::flags) && own->compiler_dir == id.compiler_dir &&
+      own->graph_sha256 == id.graph_sha256)
+    return Error{Errc::precondition_failed,
+                 fmt::format("{}: keyed with other default flags than this host's", s3_.describe(base))};
   if (*own != id) return bad(fmt::format("its own graph and flags are {}, not {}", own->str(), id.str()));
   return r;
 }
 
 NEFFCACHE_DECL std::optional<IndexRecord> S3Index::find(const ContentId& id, std::string_view except,
                                                         bool with_failures,
-                                                        const std::function<void(std::string_view)>& log) const {
+                                                        const std::function<void(std::string_view)>& log,
+                                                        bool drop) const {
   for (const auto& r : records(id)) {
     if (r.entry == except || (r.failed && !with_failures)) continue;
     auto checked = check(id, r);
     if (checked) return std::move(*checked);
-    if (detail::s3_trouble(checked.error())) continue;  // S3's trouble: the record may well be right
+    // Only a record that says what is not so goes (not one S3 could not check just now).
+    if (checked.error().code != Errc::invalid_argument || !drop) continue;
     forget(id, r.entry);
     if (log) log(fmt::format("content index: dropped a record: {}", checked.error().message));
   }
   return std::nullopt;
-}
-
-NEFFCACHE_DECL std::vector<ContentId> S3Index::ids_of_graph(std::string_view graph_sha256) const {
-  std::vector<ContentId> out;
-  const std::string by_id = s3_key(prefix_, fmt::format("{}/by-id/", k_index_dir));
-  auto compilers = s3_.list(by_id, "/");
-  if (!compilers) return out;
-  for (const auto& dir : compilers->prefixes) {
-    auto ids = s3_.list(fmt::format("{}{}+", dir, graph_sha256), "/");
-    if (!ids) continue;
-    for (std::string p : ids->prefixes) {
-      p.erase(0, by_id.size());
-      if (!p.empty() && p.back() == '/') p.pop_back();
-      if (auto id = ContentId::parse(p)) out.push_back(std::move(*id));
-    }
-  }
-  return out;
 }
 
 NEFFCACHE_DECL std::optional<ContentId> S3Index::id_of(const std::string& entry) const {

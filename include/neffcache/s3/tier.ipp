@@ -133,8 +133,13 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
     if (!uploaded) return transient(uploaded.error().message);
     if (*uploaded) remote.add(EntryFile::hlo_module);
   }
-  if (remote.done())
+  if (remote.done()) {
+    if (o_.wait_for_farm) {
+      std::lock_guard lk(farm_mu_);
+      farm_looks_.erase(entry_dir);  // (waited for no more)
+    }
     return local_done(entry_dir) ? CompileResult::of(CompileOutcome::already_done, "") : fetch(entry_dir, base, remote);
+  }
   if (remote.failed() && !s.retry_failed)
     return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                     s3_->describe(base), remote.failure_name()));

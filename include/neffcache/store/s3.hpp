@@ -84,7 +84,8 @@ class S3Store final : public Store {
   Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
   std::optional<IndexRecord> find_twin(const ContentId& id, std::string_view except, bool with_failures,
                                        const std::vector<std::string>& default_flags) const override {
-    return S3Index(*s3_, url_.prefix, default_flags).find(id, except, with_failures);
+    // (Read-only: a command that only looks, such as explain, removes nothing.)
+    return S3Index(*s3_, url_.prefix, default_flags).find(id, except, with_failures, {}, /*drop=*/false);
   }
 
   Result<std::string> clear_stale_lock(const EntryInfo& e) const override;

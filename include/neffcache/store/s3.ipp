@@ -73,7 +73,9 @@ NEFFCACHE_DECL Result<bool> S3Store::clear_failure(const Entry& e) const {
   if (auto id = index_.id_of(e.path())) {
     for (const auto& r : index_.records(*id)) {
       if (!r.failed) continue;
-      if (r.entry != e.path() && !clear_s3_failure(*s3_, url_.prefix, r.entry)) continue;  // busy: its record stays
+      // (Only an entry that says it is of this identity: records are not trusted.)
+      if (r.entry != e.path() && (index_.id_of(r.entry) != id || !clear_s3_failure(*s3_, url_.prefix, r.entry)))
+        continue;  // busy, or not a twin: its record stays
       index_.forget(*id, r.entry);
     }
   }
