@@ -34,11 +34,12 @@ struct Compiles {
   test::TempDir dir;
   fs::path log = dir / "fake.log";
   // `neffcache compile` on the bucket, the fake compiler counting its runs.
-  test::ToolRun run(S3Client& s3, const std::vector<std::string>& more = {}) {
+  test::ToolRun run(S3Client& s3, const std::vector<std::string>& more = {}, std::vector<std::string> env = {}) {
     std::vector<std::string> args{"compile", "--cache", fmt::format("s3://{}", s3.bucket()), "--compiler",
                                   test::k_fake_template};
     args.insert(args.end(), more.begin(), more.end());
-    return test::run(test::s3_tool_argv(args, {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
+    env.insert(env.end(), {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()});
+    return test::run(test::s3_tool_argv(args, env));
   }
   int count() const { return test::count_lines(log); }
 };
@@ -209,4 +210,28 @@ TEST_CASE("sync push records what it uploads in the bucket's index: a twin of a 
   REQUIRE(compiles.run(*s3).exit_code == 0);
   CHECK(compiles.count() == 1);
   CHECK(neff_of(*s3, entry_of(1)) == test::slurp(folder / entry_of(0) / "model.neff"));
+}
+
+TEST_CASE("a graph that failed to compile in one S3 entry fails its twin under another name without a compile",
+          "[s3][index]") {
+  auto s3 = test::fresh_bucket("failtwin");
+  Compiles compiles;
+  put_graph(*s3, entry_of(0), 2);
+  auto first = compiles.run(*s3, {}, {"NEFFCACHE_FAKE_FAIL=1"});
+  INFO(first.output);
+  CHECK(first.exit_code == 1);
+  REQUIRE(compiles.count() == 1);
+  const S3Index index(*s3, "");
+  auto id = index.id_of(entry_of(0));
+  REQUIRE(id.has_value());
+  auto records = index.records(*id);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].failed);
+  put_graph(*s3, entry_of(1), 2);
+  auto second = compiles.run(*s3);
+  INFO(second.output);
+  CHECK(second.exit_code == 1);  // it fails too: same graph, same flags, same compiler
+  CHECK(compiles.count() == 1);
+  CHECK(s3->head(entry_of(1) + "/model.log").has_value());
+  CHECK_FALSE(s3->head(entry_of(1) + "/model.neff").has_value());
 }

@@ -45,11 +45,13 @@ struct Produced {
 };
 
 // What a run hands back: its result, and for a success what to publish (`produced`), for
-// a failure the log to record as the entry's (`failure_log`; empty: nothing recorded).
+// a failure the log to record as the entry's (`failure_log`; empty: nothing recorded) and
+// what to do under the hold once it is recorded (`on_failure_recorded`).
 struct Ran {
   CompileResult result;
   Produced produced;
   std::string failure_log;
+  std::function<void()> on_failure_recorded = {};
 };
 
 // Where an entry is and its result goes: a folder (FolderEntry), an S3 entry (s3/cache.hpp).

@@ -99,6 +99,8 @@ NEFFCACHE_DECL CompileResult compile_held(Destination& d, const HeldCompile& how
     r.message.clear();
   } else if (auto recorded = d.record_failure(*files, ran.failure_log); !recorded) {
     return stop(recorded.error().message);
+  } else if (ran.on_failure_recorded) {
+    ran.on_failure_recorded();
   }
   return give_back(std::move(r));
 }

@@ -153,8 +153,8 @@ struct S3CompileOptions {
   // The content index's part (s3/index.hpp, s3_index_reuse and s3_index_record), each
   // given the entry's path, its inputs staged in a local entry folder and its files on S3:
   // under the lease, before a compile, a twin's result served into the entry instead
-  // (nullopt: compile it); after a compile that published a result (success or a
-  // recorded failure), the result recorded. Empty: no index.
+  // (nullopt: compile it); once a compile's result is on S3 (its NEFF, or its recorded
+  // failure), still under the lease, the result recorded. Empty: no index.
   using Reuse = std::function<std::optional<CompileResult>(const std::string& rel, const std::string& staged_entry_dir,
                                                            const EntryFiles& files, const CompileSettings& s)>;
   using Record = std::function<void(const std::string& rel, const std::string& staged_entry_dir,

@@ -193,7 +193,7 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
     }
     return std::nullopt;
   };
-  CompileResult r = compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
+  return compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
     Ran out;
     auto stop = [&](std::string why) {
       out.result = transient(std::move(why));
@@ -219,11 +219,12 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
       if (o.published) o.published(entry_dir);
     };
     out.failure_log = fmt::format("{}/{}", entry_dir, files.failure_name());
+    // A failure on S3, recorded in the index too, still under the lease.
+    out.on_failure_recorded = [&o, &s, &rel, entry_dir, result = out.result] {
+      if (o.record && result.attempts > 0) o.record(rel, entry_dir, result, s);
+    };
     return out;
   });
-  // A failure the compile recorded on S3 (a NEFF was recorded as it was published).
-  if (o.record && r.attempts > 0 && r.outcome == CompileOutcome::failed) o.record(rel, entry_dir, r, s);
-  return r;
 }
 
 NEFFCACHE_DECL Result<bool> publish_s3_entry(S3Client& s3, const std::string& prefix, const std::string& rel,
