@@ -235,3 +235,30 @@ TEST_CASE("a graph that failed to compile in one S3 entry fails its twin under a
   CHECK(s3->head(entry_of(1) + "/model.log").has_value());
   CHECK_FALSE(s3->head(entry_of(1) + "/model.neff").has_value());
 }
+
+TEST_CASE("a bucket's record of an entry keyed with another host's default flags is left alone, not dropped",
+          "[s3][index]") {
+  auto s3 = test::fresh_bucket("flagsdoubt");
+  Compiles compiles;
+  // Entry 0 has no compile_flags.json: its flags are the compiling host's NEURON_CC_FLAGS.
+  auto corpus = test::corpus_files();
+  REQUIRE(s3->put(entry_of(0) + "/model.hlo_module.pb", test::slurp(corpus[3])).has_value());
+  REQUIRE(compiles.run(*s3, {}, {"NEURON_CC_FLAGS=--target=trn1 -O1"}).exit_code == 0);
+  REQUIRE(compiles.count() == 1);
+  const S3Index index(*s3, "");
+  auto id = index.id_of(entry_of(0));
+  REQUIRE(id.has_value());
+  // Entry 1 names those flags in its own compile_flags.json: the same identity. A host whose
+  // NEURON_CC_FLAGS differ cannot tell what entry 0 was keyed with: it compiles, and leaves
+  // the record for hosts that can.
+  REQUIRE(s3->put(entry_of(1) + "/compile_flags.json", R"(["--target=trn1", "-O1"])").has_value());
+  REQUIRE(s3->put(entry_of(1) + "/model.hlo_module.pb", test::slurp(corpus[3])).has_value());
+  auto other = compiles.run(*s3, {}, {"NEURON_CC_FLAGS=--target=trn1 -O2"});
+  INFO(other.output);
+  CHECK(other.exit_code == 0);
+  CHECK(index.id_of(entry_of(1)) == id);
+  CHECK(compiles.count() == 2);
+  bool kept = false;
+  for (const auto& r : index.records(*id)) kept = kept || r.entry == entry_of(0);
+  CHECK(kept);
+}
