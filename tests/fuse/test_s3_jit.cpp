@@ -208,7 +208,8 @@ TEST_CASE("neffcache-cc with an s3:// cache: a graph compiled on one host is a h
   auto listed = s3->list("team/");
   REQUIRE(listed);
   std::vector<std::string> names;
-  for (const auto& o : listed->objects) names.push_back(test::fs::path(o.key).filename().string());
+  for (const auto& o : listed->objects)  // (the bucket's content index aside)
+    if (!o.key.starts_with("team/.neffcache/")) names.push_back(test::fs::path(o.key).filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"});
 
@@ -241,7 +242,8 @@ TEST_CASE("neffcache-cc publishing to an s3:// cache drops the failure its entry
   auto objects = [&] {
     std::vector<std::string> names;
     if (auto listed = s3->list("team/"))
-      for (const auto& o : listed->objects) names.push_back(o.key);
+      for (const auto& o : listed->objects)  // (the bucket's content index aside)
+        if (!o.key.starts_with("team/.neffcache/")) names.push_back(o.key);
     std::sort(names.begin(), names.end());
     return names;
   };
@@ -353,4 +355,54 @@ TEST_CASE("neffcache-cc whose lease passed to another host while it waited for m
   CHECK(status == 0);
   CHECK(test::count_lines(w.log) == 0);
   CHECK(test::slurp(w.dir / "a.neff") == "NEFF of host-b");
+}
+
+TEST_CASE("neffcache-cc and the bucket's content index: its results are twins for other entries, and it is served "
+          "a graph compiled under another entry's name",
+          "[s3][shim][index]") {
+  auto s3 = test::fresh_bucket("shimindex");
+  test::TempDir dir;
+  const test::fs::path real = test::real_compiler_dir(dir), log = dir / "compiles.log";
+  const auto [a, b, a2, b2, c] = test::jit_graphs(dir);
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  auto farm = [&] {  // a compile pass on the bucket (neffcache compile, as a farm runs it)
+    return test::run(test::s3_tool_argv({"compile", "--cache", url, "--compiler", test::k_fake_template},
+                                        {"NEFFCACHE_FAKE_RATE=0", "NEFFCACHE_FAKE_LOG=" + log.string()}));
+  };
+  REQUIRE(test::run(shim_compile(dir, real, log, "host-a", a, dir / "a.neff", url)).exit_code == 0);
+  REQUIRE(test::count_lines(log) == 1);
+  // The shim's entry, as every host names it, and its flags.
+  auto listed = s3->list("");
+  REQUIRE(listed.has_value());
+  std::string shim_entry;
+  for (const auto& o : listed->objects)
+    if (o.key.ends_with("/model.neff") && !o.key.starts_with(".neffcache")) shim_entry = o.key.substr(0, o.key.rfind('/'));
+  REQUIRE(!shim_entry.empty());
+  const std::string flags = s3->get(shim_entry + "/compile_flags.json").value();
+  const std::string folder = shim_entry.substr(0, shim_entry.find('/'));
+
+  // Another client's entry of the same graph and flags, under its own name: served from the
+  // shim's result by a compile pass, no compile.
+  const std::string theirs = folder + "/MODULE_77+other";
+  REQUIRE(s3->put(theirs + "/compile_flags.json", flags).has_value());
+  REQUIRE(s3->put(theirs + "/model.hlo_module.pb", test::slurp(a)).has_value());
+  auto pass = farm();
+  INFO(pass.output);
+  CHECK(pass.exit_code == 0);
+  CHECK(test::count_lines(log) == 1);
+  CHECK(s3->get(theirs + "/model.neff").value() == test::slurp(dir / "a.neff"));
+
+  // The other way: a graph compiled under another client's name first; the shim, asked for
+  // it, is served that NEFF and compiles nothing.
+  const std::string first = folder + "/MODULE_88+other";
+  REQUIRE(s3->put(first + "/compile_flags.json", flags).has_value());
+  REQUIRE(s3->put(first + "/model.hlo_module.pb", test::slurp(b)).has_value());
+  REQUIRE(farm().exit_code == 0);
+  REQUIRE(test::count_lines(log) == 2);
+  auto served = test::run(shim_compile(dir, real, log, "host-b", b, dir / "b.neff", url));
+  INFO(served.output);
+  CHECK(served.exit_code == 0);
+  CHECK(served.output.find("Compiler status PASS\n") != std::string::npos);
+  CHECK(test::count_lines(log) == 2);
+  CHECK(test::slurp(dir / "b.neff") == s3->get(first + "/model.neff").value());
 }

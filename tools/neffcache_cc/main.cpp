@@ -292,10 +292,19 @@ int compile_in(const Shim& c, const store::Store& cache, bool caller_holds_ours)
         return false;
       }
       from = twin->record.entry;
-    } else if (!files.done()) {
+    } else if (files.done()) {
+      if (auto got = cache.copy_file(*e, files.neff_name(), c.call.output); !got) return got.error();
+    } else if (auto twin = waited ? std::nullopt : cache.find_twin(c.job.id, c.job.entry, false, {})) {
+      // (A bucket's index: looked at once, not at each look while we wait, each a download.)
+      auto at = cache.at(twin->entry);
+      if (!at) return false;
+      if (auto got = cache.copy_file(*at, EntryFiles::of_entry_path(twin->entry).neff_name(), c.call.output); !got) {
+        if (!std::exchange(warned, true)) fmt::print(stderr, "{}: warning: {}\n", k_me, got.error().message);
+        return false;
+      }
+      from = cache.view(*at);
+    } else {
       return false;
-    } else if (auto got = cache.copy_file(*e, files.neff_name(), c.call.output); !got) {
-      return got.error();
     }
     say_pass(c.call, from);
     count(c.state, {waited ? "waited" : "hits"});
@@ -312,8 +321,7 @@ int compile_in(const Shim& c, const store::Store& cache, bool caller_holds_ours)
   const int status = compile_into(
       c, **dest, served, [&] { return cache.put_graph(*e, c.hlo_bytes, c.flags); },
       [&](double seconds) {
-        if (!index) return;
-        if (auto r = index->add(c.job.id, c.job.entry, seconds); !r)
+        if (auto r = cache.record_result(*e, c.job.id, seconds); !r)
           fmt::print(stderr, "{}: warning: the content index did not record {}: {}\n", k_me, c.job.entry,
                      r.error().message);
       });

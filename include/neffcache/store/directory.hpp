@@ -94,6 +94,10 @@ class DirectoryStore final : public Store {
   // Kept in the backing folder, where a mount's clients never see it.
   const ContentIndex* content_index() const override { return &index_; }
   Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
+  Result<void> record_result(const Entry& e, const ContentId& id, double compile_seconds) const override {
+    if (auto r = index_.add(id, e.path(), compile_seconds); !r) return r.error();
+    return {};
+  }
   std::optional<IndexRecord> find_twin(const ContentId& id, std::string_view except, bool with_failures,
                                        const std::vector<std::string>&) const override {
     auto twin = index_.find(id, except, with_failures);

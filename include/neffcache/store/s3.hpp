@@ -82,6 +82,10 @@ class S3Store final : public Store {
     return r;
   }
   Result<IndexUpdate> update_index(bool rebuild, const std::vector<std::string>& default_flags) const override;
+  Result<void> record_result(const Entry& e, const ContentId& id, double compile_seconds) const override {
+    if (auto r = index_.add(id, e.path(), false, {}, compile_seconds); !r) return r.error();
+    return {};
+  }
   std::optional<IndexRecord> find_twin(const ContentId& id, std::string_view except, bool with_failures,
                                        const std::vector<std::string>& default_flags) const override {
     // (Read-only: a command that only looks, such as explain, removes nothing.)

@@ -195,6 +195,10 @@ class Store {
     (void)id, (void)except, (void)with_failures, (void)default_flags;
     return std::nullopt;
   }
+  // Records in the content index that `e` holds a result of `id` now (a NEFF that took
+  // `compile_seconds`), for a compile published outside the scheduler (the compiler shim).
+  // An error for a store that keeps no index.
+  virtual Result<void> record_result(const Entry& e, const ContentId& id, double compile_seconds) const;
   // The scheduler's functions that reuse and record results through it.
   virtual ReuseFunction reuse_function() const { return {}; }
   virtual RecordFunction record_function() const { return {}; }

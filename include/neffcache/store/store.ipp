@@ -29,6 +29,10 @@ NEFFCACHE_DECL Result<IndexUpdate> Store::update_index(bool, const std::vector<s
   return Error{Errc::invalid_argument, fmt::format("{}: this cache keeps no content index", name())};
 }
 
+NEFFCACHE_DECL Result<void> Store::record_result(const Entry&, const ContentId&, double) const {
+  return Error{Errc::invalid_argument, fmt::format("{}: this cache keeps no content index", name())};
+}
+
 NEFFCACHE_DECL Result<void> Store::copy_file(const Entry& e, std::string_view name, const std::string& to) const {
   auto local = local_file(e, name);
   if (!local) return local.error();
