@@ -229,6 +229,13 @@ int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Option
   std::map<std::string, std::string> working;  // entry view -> its path: submitted, no result yet
   std::set<std::string> failed_here;            // paths: not retried with --retry-failed until they change
   std::map<std::string, std::string> last_said;  // view -> the last line printed for it
+  // Paths that ended transient: taken again from the listing `at` on, the wait doubling with
+  // each such end in a row (1, 2, 4 ... 32 listings), so that an entry that cannot be compiled
+  // here for a lasting reason (compiles off, S3 refusing) is not taken at every listing.
+  struct Backoff {
+    std::size_t at = 0, wait = 0;
+  };
+  std::map<std::string, Backoff> backoff;
   const auto every = std::chrono::milliseconds(static_cast<int64_t>(opts.watch_interval * 1000));
   auto next_list = std::chrono::steady_clock::now();
   std::size_t listings = 0, failed_listings = 0;
@@ -255,6 +262,7 @@ int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Option
         for (const auto* e : wanted) {
           const std::string view = cache.entry(*e).view();
           if (working.contains(view)) continue;
+          if (auto b = backoff.find(e->path); b != backoff.end() && listings < b->second.at) continue;
           working.emplace(view, e->path);
           batch.add_again(view);  // (again: an entry that needs a compile again since its last result)
         }
@@ -266,6 +274,13 @@ int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Option
       if (!item.result || w == working.end()) continue;
       const CompileResult& r = *item.result;
       if (r.outcome == CompileOutcome::failed || r.outcome == CompileOutcome::failed_cached) failed_here.insert(w->second);
+      if (r.outcome == CompileOutcome::transient) {
+        auto& b = backoff[w->second];
+        b.wait = std::min<std::size_t>(b.wait == 0 ? 1 : b.wait * 2, 32);
+        b.at = listings + b.wait;
+      } else {
+        backoff.erase(w->second);
+      }
       working.erase(w);
       std::string line;
       if (!r.twin.empty()) line = fmt::format("{}, the result of {}", to_string(r.outcome), r.twin);

@@ -74,13 +74,14 @@ void run_parallel(std::size_t n, int jobs, F&& work) {
 using EntryListing = std::map<std::string, uint64_t, std::less<>>;
 
 // Copies one entry's files in sync_order; `have` is what the target has already. The
-// done marker goes only when the NEFF is there (copied now or before).
+// done marker goes only when the NEFF is there (copied now or before). True when every
+// file that had to go went.
 template <class Copy>
-void sync_entry(const std::string& rel, const EntryListing& source, const EntryListing& have, Copy&& copy,
+bool sync_entry(const std::string& rel, const EntryListing& source, const EntryListing& have, Copy&& copy,
                 SyncStats& stats, std::mutex& mu) {
   const EntryFiles files = EntryFiles::of_entry_path(rel);
   const std::string neff = files.neff_name();
-  bool neff_ok = true;
+  bool neff_ok = true, all_ok = true;
   for (const std::string& name : sync_order(files)) {
     auto it = source.find(name);
     if (it == source.end()) continue;
@@ -96,11 +97,13 @@ void sync_entry(const std::string& rel, const EntryListing& source, const EntryL
     if (!r) {
       stats.failures.push_back(r.error().message);
       if (name == neff) neff_ok = false;
+      all_ok = false;
       continue;
     }
     ++stats.copied;
     stats.bytes += it->second;
   }
+  return all_ok;
 }
 
 // Whether sync_entry would copy anything of `source` that `have` lacks.

@@ -125,17 +125,17 @@ NEFFCACHE_DECL Result<SyncStats> sync_push(const std::string& root, S3Client& s3
       stats.failures.push_back(k.error().message);
       return;
     }
-    detail::sync_entry(rel, files, there,
-                       [&](const std::string& file) -> Result<void> {
-                         auto r = s3.upload(s3_key(prefix, file), fmt::format("{}/{}", root, file));
-                         if (!r) return r.error();
-                         return {};
-                       },
-                       stats, mu);
-    // Recorded in the bucket's content index as a compile there would be (best effort: a
-    // record that fails its check later is dropped, and `neffcache index` adds what is missing).
+    const bool whole = detail::sync_entry(rel, files, there,
+                                          [&](const std::string& file) -> Result<void> {
+                                            auto r = s3.upload(s3_key(prefix, file), fmt::format("{}/{}", root, file));
+                                            if (!r) return r.error();
+                                            return {};
+                                          },
+                                          stats, mu);
+    // Once every file went up: recorded in the bucket's content index as a compile there
+    // would be (best effort: `neffcache index` adds what is missing).
     const bool neff = files.contains(std::string(k_neff_file));
-    if (S3Index::indexes(rel) && (files.contains(std::string(k_done_file)) ||
+    if (whole && S3Index::indexes(rel) && (files.contains(std::string(k_done_file)) ||
                                   (!neff && files.contains(std::string(k_log_file))))) {
       const std::string dir = fmt::format("{}/{}", root, rel);
       const auto meta = detail::read_entry_meta(dir);
