@@ -55,10 +55,11 @@ std::string Stats::json(const Context& ctx) const {
   // (Last: the list may be long.) Each entry by its path in the cache, whichever layer
   // holds it.
   auto& opened = j["opened"] = nlohmann::ordered_json::array();
+  const auto roots = ctx.layer_roots();
   {
     std::lock_guard lk(opened_mu_);
     for (const auto& dir : opened_)
-      for (const auto& root : ctx.layer_roots())
+      for (const auto& root : roots)
         if (auto rel = neffcache::entry_path_in(root, dir)) {
           opened.push_back(*rel);
           break;

@@ -199,10 +199,7 @@ int run_bundle_import(const BundleOptions& opts) {
   // 1. Unpack everything into a private folder, checking each file against the list.
   std::string staging = fmt::format("{}/neffcache-bundle-XXXXXX", detail::getenv_or("TMPDIR", "/tmp"));
   if (!sys::mkdtemp(staging.data())) return report(sys_error("create a folder in", detail::getenv_or("TMPDIR", "/tmp")));
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { detail::remove_tree_at(AT_FDCWD, dir); }
-  } cleanup{staging};
+  const detail::RemovedTree cleanup(staging);
   auto damaged = [&](std::string_view why) {
     return report(fmt::format("{}: a damaged bundle, nothing imported: {}", opts.bundle, why));
   };

@@ -114,6 +114,13 @@ std::vector<Batch::Item> ask_daemon(const std::vector<Target>& targets) {
   return st->items;
 }
 
+// Whether a run compiles an entry in state `s`: pending, partial, stale-locked; failed
+// with `retry_failed`.
+bool needs_compile(EntryState s, bool retry_failed) {
+  return s == EntryState::pending || s == EntryState::partial || s == EntryState::stale_lock ||
+         (s == EntryState::failed && retry_failed);
+}
+
 // The entries of a listing a run takes, by their path in the cache, sorted: those that
 // need a compile (pending, partial, stale-locked; failed ones with `retry_failed`) and those
 // compiling elsewhere (waited for, so the report covers them), within `share` when given
@@ -132,8 +139,7 @@ std::vector<Target> pick(const store::Store& cache, const std::vector<EntryInfo>
   std::vector<Target> picked;
   for (std::size_t i = 0; i < graphs.size(); ++i) {
     const auto s = graphs[i]->state;
-    bool wanted = s == EntryState::pending || s == EntryState::partial || s == EntryState::stale_lock ||
-                  s == EntryState::compiling || (s == EntryState::failed && retry_failed);
+    const bool wanted = needs_compile(s, retry_failed) || s == EntryState::compiling;
     if (wanted && shares[i]) picked.push_back({cache.entry(*graphs[i]).view(), *shares[i]});
   }
   return picked;
@@ -254,8 +260,7 @@ int run_watch(const CompileOptions& opts, store::Store& cache, Scheduler::Option
         for (const auto& e : *entries) {
           const auto st = e.state;
           if (st != EntryState::failed) failed_here.erase(e.path);  // (it changed: a retry may fail anew)
-          if (st == EntryState::pending || st == EntryState::partial || st == EntryState::stale_lock ||
-              (st == EntryState::failed && retry_failed && !failed_here.contains(e.path)))
+          if (needs_compile(st, retry_failed) && !(st == EntryState::failed && failed_here.contains(e.path)))
             wanted.push_back(&e);
         }
         std::stable_sort(wanted.begin(), wanted.end(), [](const auto* a, const auto* b) { return a->bytes > b->bytes; });

@@ -72,13 +72,7 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
   FolderEntry entry(entry_dir, s.lock);
   const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
   detail::UniqueFd log;  // (outlives the run: the publish is logged too)
-  struct Workdir {
-    std::string dir;
-    ~Workdir() {
-      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
-    }
-  };
-  std::optional<Workdir> workdir;  // the last attempt's, whose NEFF is published
+  std::optional<detail::RemovedTree> workdir;  // the last attempt's, whose NEFF is published
 
   return compile_held(entry, how, [&](const EntryFiles& files, EntryHold& hold) -> Ran {
     Ran out;

@@ -5,12 +5,14 @@
 // of what a dead publisher left.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -56,6 +58,20 @@ NEFFCACHE_DECL Result<uint64_t> copy_file_hashed(const std::string& from, const 
 // swaps in meanwhile (a compiler run as another user owns its work folder) is removed,
 // never followed. Folders deeper than `depth` stay.
 NEFFCACHE_DECL void remove_tree_at(int parent, const std::string& name, int depth = 64);
+
+// A folder of ours (a work, staging or scratch folder) removed with remove_tree_at when
+// this goes, or at reset(); none while `dir` is empty. Not copied.
+struct RemovedTree {
+  std::string dir;
+  RemovedTree() = default;
+  explicit RemovedTree(std::string d) : dir(std::move(d)) {}
+  RemovedTree(const RemovedTree&) = delete;
+  RemovedTree& operator=(const RemovedTree&) = delete;
+  ~RemovedTree() { reset(); }
+  void reset() {
+    if (!dir.empty()) remove_tree_at(AT_FDCWD, std::exchange(dir, {}));
+  }
+};
 
 // The owner that files written into an entry get: when we run as root, the owner of
 // the entry's HLO, so that a root daemon leaves each user's entries to that user.

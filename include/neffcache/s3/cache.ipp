@@ -158,18 +158,13 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
                                               const CompileSettings& s, const S3CompileOptions& o) {
   S3Entry entry(s3, prefix, rel, o.lease_ttl, o.host);
   auto transient = [](std::string why) { return CompileResult::of(CompileOutcome::transient, std::move(why)); };
-  struct Staging {
-    std::string dir;
-    ~Staging() {
-      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
-    }
-  } staging;  // (outlives the run: its NEFF or log is published from there)
+  detail::RemovedTree staging;  // (outlives the run: its NEFF or log is published from there)
   // The entry's inputs, downloaded once (under the lease) into a staging entry: the
   // compiler sees the same file names as in a directory cache. Returns its folder.
   std::string entry_dir;
   auto stage = [&](const EntryFiles& files) -> Result<std::string> {
     if (!entry_dir.empty()) return entry_dir;
-    if (!staging.dir.empty()) detail::remove_tree_at(AT_FDCWD, std::exchange(staging.dir, {}));  // (a try that failed)
+    staging.reset();  // (a try that failed)
     const std::string root = s.workdir_root.empty() ? detail::getenv_or("TMPDIR", "/tmp") : s.workdir_root;
     auto dir = detail::stage_s3_inputs(s3, prefix, rel, files, root, staging.dir);
     if (!dir) return dir.error();

@@ -43,12 +43,7 @@ NEFFCACHE_DECL Result<ContentId> S3Index::entry_id(const std::string& entry, con
                  fmt::format("{}: not indexed (an LNL entry in a bucket records no compiler version)", entry)};
   if (!files.has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO", s3_.describe(s3_key(prefix_, entry)))};
   const std::string root = scratch_.empty() ? detail::getenv_or("TMPDIR", "/tmp") : scratch_;
-  struct Scratch {
-    std::string dir;
-    ~Scratch() {
-      if (!dir.empty()) detail::remove_tree_at(AT_FDCWD, dir);
-    }
-  } scratch;
+  detail::RemovedTree scratch;
   auto staged = detail::stage_s3_inputs(s3_, prefix_, entry, files, root, scratch.dir);
   if (!staged) return staged.error();
   const std::string& dir = *staged;
