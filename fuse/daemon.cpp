@@ -29,10 +29,18 @@
 #include <neffcache/core/size.hpp>
 #include <neffcache/cache/location.hpp>
 #include <neffcache/store/directory.hpp>
+#include <neffcache/store/metrics.hpp>
 #include <neffcache/store/tier.hpp>
+#ifdef NEFFCACHE_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "common/version.hpp"
 
 #include "daemon.hpp"
 #include "fs.hpp"
+#include "metrics_file.hpp"
+#include "passthrough.hpp"
 
 namespace {
 
@@ -69,6 +77,14 @@ void sweep_scratch_dirs(const std::string& tmp) {
   }
 }
 
+// Tells systemd how the daemon is (a unit of Type=notify: READY=1 once mounted, STOPPING=1
+// when it stops): nothing when it was not started by systemd, or built without libsystemd.
+void notify_systemd([[maybe_unused]] const std::string& state) {
+#ifdef NEFFCACHE_HAVE_SYSTEMD
+  ::sd_notify(0, state.c_str());
+#endif
+}
+
 }  // namespace
 
 namespace neffcachefs {
@@ -87,6 +103,8 @@ int run_daemon(int argc, char** argv) {
        wait_for_farm = false;
   bool passthrough = true;
   std::size_t index_scan = 10000;
+  std::string metrics_path;
+  double metrics_interval = 15;
   app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
   app.add_option("--compiler", compiler, "compiler command template ({hlo} {neff} {flags} {workdir} {key})")
@@ -150,6 +168,17 @@ int run_daemon(int argc, char** argv) {
                                     "wins); or one s3:// bucket, read-only, with BACKING as its local folder")
       ->allow_extra_args(false);
   app.add_option("-o", fuse_opts, "FUSE mount options, e.g. -o allow_other (default_permissions is always on)");
+  app.add_option("--metrics-file", metrics_path,
+                 "write the daemon's metrics in Prometheus' text format to this file (e.g. for node_exporter's "
+                 "textfile collector: DIR/neffcache.prom), replaced whole every --metrics-interval seconds and when "
+                 "the daemon stops");
+  app.add_option("--metrics-interval", metrics_interval, "seconds between two writes of --metrics-file")
+      ->capture_default_str();
+  app.set_version_flag("-V,--version",
+                       fmt::format("neffcachefs (neffcache) {}\nlibfuse {}{}", neffcache::program_version(),
+                                   fuse_pkgversion(),
+                                   neffcachefs::k_libfuse_has_passthrough ? " (with FUSE passthrough)" : ""),
+                       "print the version (and libfuse's) and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -270,6 +299,7 @@ int run_daemon(int argc, char** argv) {
   if (::stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return fail(fmt::format("mount point {} is missing or not a directory", mountpoint));
   if (is_mounted(mountpoint)) return fail(fmt::format("mount point {} is busy: something is mounted there", mountpoint));
+  opts.mountpoint = mountpoint;
   if (std::filesystem::equivalent(opts.backing, mountpoint, ec))
     return fail("the backing directory and the mount point must differ");
   for (const auto& lower : opts.lowers)
@@ -359,6 +389,11 @@ int run_daemon(int argc, char** argv) {
                                      : neffcache::store::DirectoryStore::open_layers(opts.backing, opts.lowers);
   }
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
+  if (!metrics_path.empty()) {
+    if (metrics_interval <= 0) return fail("--metrics-interval must be positive");
+    metrics_path = absolute(metrics_path);  // (the daemon moves to / before its loop)
+    if (auto why = MetricsFile::check(metrics_path); !why.empty()) return fail(fmt::format("--metrics-file: {}", why));
+  }
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
   if (wait_timeout < 0) return fail("--wait-timeout must not be negative");
   opts.wait_timeout = std::chrono::milliseconds(static_cast<int64_t>(wait_timeout * 1000));
@@ -438,15 +473,27 @@ int run_daemon(int argc, char** argv) {
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop_signals, sig);
   pthread_sigmask(SIG_BLOCK, &stop_signals, &before);
   fs.start();
+  std::optional<MetricsFile> metrics;
+  if (!metrics_path.empty()) {
+    const neffcache::store::MetricLabels labels{{"mount", mountpoint}};
+    metrics.emplace(metrics_path, std::chrono::milliseconds(static_cast<int64_t>(metrics_interval * 1000)), [&fs, labels] {
+      return neffcache::store::prometheus_build_info(neffcache::program_version(), labels) +
+             neffcache::store::prometheus_text(neffcache::store::daemon_metrics(), fs.stats_document(), labels);
+    });
+    metrics->start();
+  }
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  notify_systemd(fmt::format("READY=1\nSTATUS={} mounted on {}", served, mountpoint));
 
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, 64);
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  notify_systemd("STOPPING=1");
   // Answer every waiter (compiles stop as transient failures) while replies can still
   // reach the kernel, then unmount.
   fs.shutdown();
+  if (metrics) metrics->stop();  // (the last counts)
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

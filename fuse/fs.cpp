@@ -56,9 +56,9 @@ void Filesystem::shutdown() {
   client_locks_.stop();
 }
 
-std::string Filesystem::stats_json() const {
-  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.backing, opts_.lowers, opts_.scratch,
-                     std::nullopt, indexer_.stats(), {}, passthrough_.stats()};
+nlohmann::ordered_json Filesystem::stats_document() const {
+  Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.mountpoint, opts_.backing, opts_.lowers,
+                     opts_.scratch, std::nullopt, indexer_.stats(), {}, passthrough_.stats()};
   const auto& p = ctx.progress;
   // Budget and what is held host-wide: null when compiles are admitted by count only.
   ctx.memory = {{"budget", nullptr}, {"reserved", p.memory_reserved}, {"host_reserved", nullptr},
@@ -74,7 +74,7 @@ std::string Filesystem::stats_json() const {
     ctx.s3 = std::move(counters);
     (*ctx.s3)["url"] = opts_.store->name();
   }
-  return stats_.json(ctx);
+  return stats_.document(ctx);
 }
 
 void Filesystem::act(InputAction action, const std::string& entry_dir) {

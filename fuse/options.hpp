@@ -14,6 +14,7 @@ namespace neffcachefs {
 
 struct Options {
   std::string backing;          // absolute path of the backing directory: layer 0, the one written
+  std::string mountpoint;       // absolute: where the mount is (stats.json names it)
   // Read-only layers under the backing, searched after it in this order (layers.hpp):
   // BACKING itself under --upper, then every --lower; absolute paths.
   std::vector<std::string> lowers;

@@ -18,7 +18,7 @@ void Stats::opened_entry(const std::string& entry_dir) {
   if (opened_.size() < k_max_opened) opened_.insert(entry_dir);
 }
 
-std::string Stats::json(const Context& ctx) const {
+nlohmann::ordered_json Stats::document(const Context& ctx) const {
   const auto& p = ctx.progress;
   nlohmann::ordered_json eio;
   for (int site = 1; site < static_cast<int>(EioSite::count); ++site)
@@ -44,6 +44,8 @@ std::string Stats::json(const Context& ctx) const {
                    {"done", p.done}, {"failed", p.failed}}},
       {"eio", eio},
       {"jobs", ctx.jobs},
+      // Where the mount is: the label of its metrics (--metrics-file, neffcache stats).
+      {"mount", ctx.mountpoint},
       // Tools read the entries' true state there: through the mount, a pending entry
       // lists the model.neff it will produce.
       {"backing", ctx.backing},
@@ -65,7 +67,7 @@ std::string Stats::json(const Context& ctx) const {
           break;
         }
   }
-  return j.dump(2) + "\n";
+  return j;
 }
 
 uint64_t Stats::open_snapshot(std::string text) {

@@ -60,6 +60,7 @@ class Stats {
   struct Context {
     neffcache::Progress progress;
     int jobs = 0;
+    std::string mountpoint;
     std::string backing;
     std::vector<std::string> layers;  // the read-only layers under `backing` (layers.hpp)
     bool read_only = false;           // a read-only cache without --upper: nothing may change
@@ -74,8 +75,9 @@ class Stats {
       return out;
     }
   };
-  // The counters as JSON, as stats.json shows them.
-  std::string json(const Context& ctx) const;
+  // The counters as stats.json shows them (and the metrics are read from: --metrics-file).
+  nlohmann::ordered_json document(const Context& ctx) const;
+  std::string json(const Context& ctx) const { return document(ctx).dump(2) + "\n"; }
 
   // Snapshots of stats.json, one per open: a reader that takes it in several reads gets
   // one document, not pieces of two (a counter that gains a digit shifts them). Owned

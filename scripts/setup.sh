@@ -19,6 +19,8 @@ packages=(
   meson dpkg-dev                    # build libfuse 3.17 from Debian's trixie source package (below)
   python3-filelock python3-psutil   # the libraries LNL itself uses: the independent LNL client of the tests
   libarchive-dev                    # neffcache bundle: tar + zstd (libarchive links libzstd)
+  libsystemd-dev                    # sd_notify: neffcachefs tells systemd when it is mounted (Type=notify)
+  help2man                          # the man pages, made from each program's --help
 )
 backports=(libcatch2-dev)
 
@@ -38,12 +40,19 @@ libfuse_prefix=/opt/neffcache/libfuse
 libfuse_ok=0
 [ -f "$libfuse_prefix/lib/libfuse3.a" ] && [ -f "$libfuse_prefix/lib/pkgconfig/fuse3.pc" ] && libfuse_ok=1
 
-if [ ${#missing[@]} -eq 0 ] && [ $catch2_ok -eq 1 ] && [ $libfuse_ok -eq 1 ]; then
+# promtool checks the metrics' text in the tests. It comes from Debian's prometheus package,
+# unpacked into a private prefix rather than installed: installing it would start a Prometheus
+# server (and a node exporter) on a host that runs systemd.
+promtool_prefix=/opt/neffcache/prometheus
+promtool_ok=0
+[ -x "$promtool_prefix/usr/bin/promtool" ] && promtool_ok=1
+
+if [ ${#missing[@]} -eq 0 ] && [ $catch2_ok -eq 1 ] && [ $libfuse_ok -eq 1 ] && [ $promtool_ok -eq 1 ]; then
   exit 0
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "setup: missing packages (${missing[*]} ${backports[*]}) or $libfuse_prefix; run as root to install them" >&2
+  echo "setup: missing packages (${missing[*]} ${backports[*]}), $libfuse_prefix or $promtool_prefix; run as root to install them" >&2
   exit 1
 fi
 
@@ -69,4 +78,12 @@ if [ ${#missing[@]} -gt 0 ] || [ $catch2_ok -eq 0 ]; then
 fi
 if [ $libfuse_ok -eq 0 ]; then
   echo "setup: $(bash "$(dirname "$0")/libfuse.sh" install "$libfuse_prefix")"
+fi
+if [ $promtool_ok -eq 0 ]; then
+  download=$(mktemp -d)
+  (cd "$download" && apt-get download -qq prometheus >/dev/null)
+  rm -rf "$promtool_prefix" && mkdir -p "$promtool_prefix"
+  dpkg-deb -x "$download"/prometheus_*.deb "$promtool_prefix"
+  rm -rf "$download"
+  echo "setup: unpacked promtool ($("$promtool_prefix/usr/bin/promtool" --version 2>&1 | head -1)) into $promtool_prefix"
 fi

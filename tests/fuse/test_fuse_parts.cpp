@@ -36,6 +36,9 @@
 namespace fs = std::filesystem;
 using namespace neffcachefs;
 using neffcache::EntryFiles;
+using neffcache::k_lnl_hlo_file;
+using neffcache::k_lnl_log_file;
+using neffcache::k_lnl_metadata_file;
 using neffcache::detail::UniqueFd;
 using namespace std::chrono_literals;
 

@@ -20,7 +20,9 @@
 
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/tier.hpp>
+#include <neffcache/store/metrics.hpp>
 
+#include "metrics.hpp"
 #include "nki.hpp"
 #include "s3_mount.hpp"
 #include "s3_support.hpp"
@@ -97,6 +99,23 @@ TEST_CASE("an s3:// mount fetches a done entry once for concurrent readers, then
   CHECK(stats["hits"].get<int>() >= 3);
   // A name S3 does not have stays missing.
   CHECK_FALSE(fs::exists(m.mnt() / k_compiler_dir / "MODULE_404+4f2d9c1a"));
+
+  // The S3 metrics (docs/METRICS.md), each with its type, which only a bucket mount shows.
+  auto tool = test::run_tool({"stats", "--cache", m.mnt().string(), "--format", "prometheus"});
+  REQUIRE(tool.exit_code == 0);
+  const auto metrics = test::parse_metrics(tool.output);
+  for (const auto& spec : store::daemon_metrics())
+    if (std::string name(spec.name); name.starts_with("neffcache_s3_")) {
+      INFO(name);
+      CHECK((metrics.types.count(name) == 1 && metrics.types.at(name) == spec.type));
+    }
+  CHECK(metrics.value("neffcache_s3_fetches_total") == 1);
+  CHECK(metrics.value("neffcache_s3_fetched_bytes_total") == static_cast<double>(neff.size()));
+  CHECK(metrics.value("neffcache_s3_requests_total") >= 3);  // lists, the lease-less fetch's HEAD and GET
+  CHECK(metrics.value("neffcache_s3_request_errors_total") == 0);  // (404s of names S3 lacks are answers)
+  auto checked = test::promtool_check(tool.output, dir.path());
+  INFO(checked.output);
+  CHECK(checked.exit_code == 0);
 }
 
 TEST_CASE("an HLO written through an s3:// mount is uploaded, compiled once, and published NEFF first",

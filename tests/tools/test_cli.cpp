@@ -1,4 +1,6 @@
 // The neffcache tool as a user runs it: output, exit codes, one-line errors.
+#include <regex>
+
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
@@ -120,4 +122,45 @@ TEST_CASE("neffcache hlo-stats", "[cli]") {
   auto text = run({test::k_tool, "hlo-stats", k_hlo.string()});
   REQUIRE(text.exit_code == 0);
   CHECK(text.output.find("instructions      311") != std::string::npos);
+}
+
+TEST_CASE("every program says its version with --version, and the compiler stand-ins keep neuronx-cc's first line",
+          "[cli][version]") {
+  // <project version>+git<commits>.g<commit>[.dirty], or the project's version alone outside git.
+  const std::regex version(R"(\d+\.\d+\.\d+(\+git\d+\.g[0-9a-f]+(\.dirty)?)?)");
+  auto first_line = [](const std::string& s) { return s.substr(0, s.find('\n')); };
+  std::smatch found;
+  for (const auto& [program, name] : std::vector<std::pair<std::string, std::string>>{
+           {test::k_tool, "neffcache"},
+           {test::path::npc, "neuron_parallel_compile (neffcache)"},
+           {test::k_sim, "neuron-client-sim (neffcache)"},
+           {test::k_daemon, "neffcachefs (neffcache)"}}) {
+    auto r = run({program, "--version"});
+    INFO(program << ": " << r.output);
+    CHECK(r.exit_code == 0);
+    const std::string line = first_line(r.output);
+    REQUIRE(line.starts_with(name + " "));
+    CHECK(std::regex_match(line.substr(name.size() + 1), version));
+  }
+  // The daemon names the libfuse it runs with.
+  CHECK(run({test::k_daemon, "--version"}).output.find("\nlibfuse 3.") != std::string::npos);
+  // neuron_parallel_compile's --version after the trial run's command is the command's own.
+  test::TempDir work;
+  auto trial = run({test::path::npc, "--command", "collect", "--parallel_compile_workdir", work.path().string(), "sh",
+                    "-c", "exit 3", "--version"});
+  CHECK(trial.exit_code != 0);  // the trial run's exit status
+  CHECK(trial.output.find("neuron_parallel_compile (neffcache)") == std::string::npos);
+
+  // fake-neuronx-cc and neffcache-cc answer --version as neuronx-cc does on their first line
+  // (the cache wrapper parses it); neffcache-cc's --version is the real compiler's, unchanged
+  // (test_shim.cpp), and its own is --neffcache-version.
+  auto fake = run({test::k_fake, "--version"});
+  CHECK(first_line(fake.output) == "NeuronX Compiler version 2.21.0");
+  CHECK(fake.output.find("fake-neuronx-cc (neffcache ") != std::string::npos);
+  const std::string shim = std::string(test::path::shim_dir) + "/neuronx-cc";
+  auto own = run({"env", "NEFFCACHE_REAL_COMPILER=" + test::k_fake, shim, "--neffcache-version"});
+  CHECK(own.exit_code == 0);
+  REQUIRE(first_line(own.output).starts_with("neffcache-cc (neffcache) "));
+  CHECK(std::regex_match(first_line(own.output).substr(25), version));
+  CHECK(own.output.find("real compiler: " + test::k_fake) != std::string::npos);
 }

@@ -36,6 +36,7 @@
 #include <neffcache/core/detail/xxh3.hpp>
 
 #include "client_sim/sim.hpp"
+#include "common/version.hpp"
 
 #include "neffcache/common.hpp"
 
@@ -110,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_flag("--save-cache", opts.save_cache,
                "lnl: after a compile, save_cache() it to NEURON_LIBTORCH_REMOTE_CACHE (a staging copy there, renamed "
                "to the key; a key taken already is left alone)");
+  app.set_version_flag("--version", std::string("neuron-client-sim (neffcache) ") + neffcache::program_version(),
+                       "print the version and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -40,6 +40,7 @@
 #include <neffcache/cache/flags.hpp>
 #include <neffcache/hlo/hlo.hpp>
 
+#include "common/version.hpp"
 #include "fake_neff.hpp"
 
 namespace {
@@ -265,8 +266,9 @@ int signal_number(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc == 2 && (std::string_view(argv[1]) == "--version" || std::string_view(argv[1]) == "-V")) {
-    fmt::print("NeuronX Compiler version {}\n\nfake-neuronx-cc: a stand-in for tests, not a compiler\n",
-               env("NEFFCACHE_FAKE_VERSION").value_or(std::string(k_version)));
+    // The first line as neuronx-cc prints it: the cache wrapper reads the version from it.
+    fmt::print("NeuronX Compiler version {}\n\nfake-neuronx-cc (neffcache {}): a stand-in for tests, not a compiler\n",
+               env("NEFFCACHE_FAKE_VERSION").value_or(std::string(k_version)), neffcache::program_version());
     return 0;
   }
   Args args = parse_args(argc, argv);

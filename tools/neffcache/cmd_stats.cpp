@@ -10,7 +10,9 @@
 #include <neffcache/core/file.hpp>
 #include <neffcache/cache/inventory.hpp>
 #include <neffcache/core/size.hpp>
+#include <neffcache/store/metrics.hpp>
 
+#include "common/version.hpp"
 #include "neffcache/common.hpp"
 
 namespace neffcache::cli {
@@ -19,7 +21,12 @@ void setup_stats(CLI::App& app, int& exit_code) {
   auto [sub, opts] = add_cache_command(
       app, exit_code, "stats",
       "Entries by state, sizes and stored compile time; on a neffcachefs mount, the daemon's counters too", run_stats);
-  sub->add_flag("--json", opts->json, "print JSON");
+  sub->add_option("--format", opts->format,
+                  "text, json, or prometheus (Prometheus' text format: the cache's figures and, on a mount, the "
+                  "daemon's metrics, as neffcachefs --metrics-file writes them)")
+      ->check(CLI::IsMember({"text", "json", "prometheus"}))
+      ->capture_default_str();
+  sub->add_flag_callback("--json", [o = opts] { o->format = "json"; }, "print JSON (--format json)");
 }
 
 int run_stats(const StatsOptions& opts) {
@@ -76,8 +83,17 @@ int run_stats(const StatsOptions& opts) {
                  {"predicted_over_peak", {{"min", ratio_at(0)}, {"median", ratio_at(0.5)}, {"max", ratio_at(1)}}},
                  {"oom_retries", oom_retries}};
   if (auto text = cache->daemon_stats()) j["daemon"] = nlohmann::ordered_json::parse(*text, nullptr, false);
-  if (opts.json) {
+  if (opts.format == "json") {
     fmt::print("{}\n", j.dump(2));
+    return k_exit_ok;
+  }
+  if (opts.format == "prometheus") {
+    fmt::print("{}", store::prometheus_build_info(program_version(), {{"cache", cache->name()}}));
+    fmt::print("{}", store::prometheus_text(store::cache_metrics(), j, {{"cache", cache->name()}}));
+    // The daemon's, labelled as its --metrics-file labels them: by the mount.
+    if (j.contains("daemon") && j["daemon"].is_object())
+      fmt::print("{}", store::prometheus_text(store::daemon_metrics(), j["daemon"],
+                                              {{"mount", j["daemon"].value("mount", cache->name())}}));
     return k_exit_ok;
   }
   fmt::print("cache                   {}\n", cache->name());

@@ -8,7 +8,7 @@ namespace neffcache::cli {
 
 struct StatsOptions {
   std::string cache;  // empty: the Neuron precedence
-  bool json = false;
+  std::string format = "text";  // text, json or prometheus
 };
 
 void setup_stats(CLI::App& app, int& exit_code);

@@ -22,12 +22,14 @@
 #include "neffcache/cmd_sync.hpp"
 #include "neffcache/cmd_verify.hpp"
 #include "neffcache/cmd_warm.hpp"
+#include "common/version.hpp"
 #include "neffcache/common.hpp"
 
 int main(int argc, char** argv) {
   using namespace neffcache::cli;
   CLI::App app{"neffcache: keys, statistics and administration of a Neuron compile cache"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("neffcache ") + neffcache::program_version(), "print the version and exit");
   int exit_code = k_exit_ok;
   setup_flags_hash(app, exit_code);
   setup_key(app, exit_code);

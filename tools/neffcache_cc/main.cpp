@@ -63,6 +63,7 @@
 #include <neffcache/core/size.hpp>
 #include <neffcache/store/open.hpp>
 
+#include "common/version.hpp"
 #include "shim.hpp"
 
 namespace {
@@ -331,9 +332,53 @@ int compile_in(const Shim& c, const store::Store& cache, bool caller_holds_ours)
 
 }  // namespace
 
+// What `neffcache-cc --neffcache-help` prints (and its man page shows): its command line is
+// the real compiler's, so its own settings are environment variables.
+constexpr std::string_view k_shim_help = R"(Usage: neuronx-cc ARGUMENTS... (neffcache-cc, first in PATH under the name neuronx-cc)
+       neffcache-cc --neffcache-help | --neffcache-version
+
+neffcache-cc puts the Neuron compile cache in front of the real neuronx-cc, for clients that compile
+just in time (torch-xla without neuron_parallel_compile, vLLM Neuron, TorchNeuron). A compile of an
+XLA graph is keyed by the real compiler's version, the canonical graph and the flags that change the
+result; a graph compiled before, under any entry's name, is served from the cache; a miss compiles
+once, under the entry's lock (on S3, its lease), while every other caller of the same graph waits.
+Anything else (--version, --help, other subcommands, a command line it cannot read) runs the real
+compiler unchanged, and so does every compile when something on the cache's side goes wrong (one
+warning line on stderr). Counters go to shim-stats.json in <cache>/.neffcache (for a bucket:
+~/.cache/neffcache).
+
+Options:
+  --neffcache-help     print this text and exit (as the only argument)
+  --neffcache-version  print neffcache-cc's version and the real compiler's path, and exit (as the
+                       only argument); --version is the real compiler's, unchanged (callers parse
+                       its first line, even with stderr merged into stdout)
+
+Environment:
+  NEFFCACHE_REAL_COMPILER    the real compiler: a path, or a name looked up in PATH (default: the first
+                             neuronx-cc in PATH that is not neffcache-cc)
+  NEFFCACHE_DISABLE          set and not 0: every call runs the real compiler, without the cache
+  NEFFCACHE_COMPILE_TIMEOUT  seconds a caller waits for another process's compile of the same graph
+                             before it compiles without the cache (default 14400)
+  NEURON_CC_FLAGS            its --cache_dir=URL names the cache (first), as for the Neuron wrapper
+  NEURON_COMPILE_CACHE_URL   the cache when NEURON_CC_FLAGS names none (default:
+                             /var/tmp/neuron-compile-cache); an s3:// URL is a bucket
+  NEFFCACHE_MEM_BUDGET       host memory compiles may reserve (a size, a share such as 70%, or off)
+  NEFFCACHE_MEM_LEDGER       the folder of the host's memory reservations
+)";
+
 int main(int argc, char** argv) {
   const std::string self = real_path("/proc/self/exe");
+  // Words the real compiler does not know, alone on the command line: ours.
+  if (argc == 2 && std::string_view(argv[1]) == "--neffcache-help") {
+    fmt::print("{}", k_shim_help);
+    return 0;
+  }
   auto real = find_real_compiler(self);
+  if (argc == 2 && std::string_view(argv[1]) == "--neffcache-version") {
+    fmt::print("neffcache-cc (neffcache) {}\nreal compiler: {}\n", program_version(),
+               real ? *real : fmt::format("none ({})", real.error().message));
+    return 0;
+  }
   if (!real) {
     fmt::print(stderr, "{}: error: {}\n", k_me, real.error().message);
     return 127;

@@ -12,6 +12,7 @@
 #include <neffcache/compile/compile.hpp>
 
 #include "neffcache/cmd_compile.hpp"
+#include "common/version.hpp"
 #include "neffcache/common.hpp"
 
 namespace neffcache::npc {
@@ -29,14 +30,14 @@ constexpr std::array<std::string_view, 8> k_neuron_valued{
 constexpr std::array<std::string_view, 1> k_neuron_flags{"--static_schedule"};
 // Our additions, found only before the command, so that the command keeps its own.
 constexpr std::array<std::string_view, 3> k_own_valued{"--compiler", "--mem-budget", "--mem-ledger"};
-constexpr std::array<std::string_view, 2> k_own_flags{"-h", "--help"};
+constexpr std::array<std::string_view, 3> k_own_flags{"-h", "--help", "--version"};
 
 bool one_of(std::string_view word, auto const& names) {
   return std::find(names.begin(), names.end(), word) != names.end();
 }
 
 // Splits the command line as the Neuron tool's parse_known_args does: its options
-// anywhere (`--opt value` or `--opt=value`), ours (--compiler, --help) before the
+// anywhere (`--opt value` or `--opt=value`), ours (--compiler, --help, --version) before the
 // command only, and every other word, in order, is the trial run's command. The first
 // "--" ends the options.
 std::pair<std::vector<std::string>, std::vector<std::string>> split_args(int argc, char** argv) {
@@ -96,6 +97,8 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
   app.add_option("--compiler", a.compiler,
                  fmt::format("compiler command template, before the command only (default: {})", k_default_compiler_template));
   cli::add_memory_options(&app, a.mem_budget, a.mem_ledger);
+  app.set_version_flag("--version", fmt::format("neuron_parallel_compile (neffcache) {}", program_version()),
+                       "print the version and exit");
   auto [options, command] = split_args(argc, argv);
   std::vector<char*> words;
   for (auto& o : options) words.push_back(o.data());

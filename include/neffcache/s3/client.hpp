@@ -168,6 +168,10 @@ class S3Client {
 
   // Counts of what the client did, for tests and statistics.
   std::uint64_t retries() const { return retries_.load(); }
+  // Every HTTP request sent (retries too), and those that failed: no answer, or an HTTP
+  // error other than 404 and 412, which answer a question (is it there, is it unchanged).
+  std::uint64_t requests() const { return requests_.load(); }
+  std::uint64_t request_errors() const { return request_errors_.load(); }
 
  private:
   struct Call {
@@ -214,6 +218,8 @@ class S3Client {
   S3Credentials creds_;
   bool refreshable_ = false;
   std::atomic<std::uint64_t> retries_{0};
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::uint64_t> request_errors_{0};
 };
 
 }  // namespace neffcache

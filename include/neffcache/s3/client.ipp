@@ -274,8 +274,10 @@ NEFFCACHE_DECL Result<detail::HttpReply> S3Client::request(Call c) {
                           .stall_timeout = settings_.stall_timeout};
     if (c.sink_fd >= 0 && ::ftruncate(c.sink_fd, 0) != 0) return sys_error("truncate", "download");
     auto outcome = pool_.perform(call);
+    requests_.fetch_add(1);
     bool last = attempt + 1 >= settings_.max_attempts;
     if (auto* t = std::get_if<detail::TransportError>(&outcome)) {
+      request_errors_.fetch_add(1);
       if (detail::retryable(t->code) && !last) continue;
       return Error{t->code == CURLE_OPERATION_TIMEDOUT ? Errc::timed_out : Errc::io,
                    fmt::format("{} {}: {}{}", c.method, describe(c.key), t->text,
@@ -283,6 +285,7 @@ NEFFCACHE_DECL Result<detail::HttpReply> S3Client::request(Call c) {
     }
     auto& reply = std::get<detail::HttpReply>(outcome);
     if (reply.status >= 200 && reply.status < 300) return std::move(reply);
+    if (reply.status != 404 && reply.status != 412) request_errors_.fetch_add(1);
     auto [code, message] = detail::s3_error_fields(reply.body);
     bool transient = reply.status >= 500 || reply.status == 429 || code == "SlowDown" ||
                      code == "RequestTimeout" || code == "InternalError";

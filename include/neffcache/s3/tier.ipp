@@ -224,7 +224,9 @@ NEFFCACHE_DECL nlohmann::ordered_json S3Tier::stats() const {
           {"uploads", counters_.uploads.load()},   {"published", counters_.published.load()},
           {"lookups", counters_.lookups.load()},
           {"evictions", counters_.evictions.load()}, {"local_neff_bytes", kept_.bytes()},
-          {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only}};
+          {"local_cap_bytes", o_.cap_bytes},         {"read_only", o_.read_only},
+          {"requests", s3_->requests()},             {"request_errors", s3_->request_errors()},
+          {"retries", s3_->retries()}};
 }
 
 NEFFCACHE_DECL Result<uint64_t> S3Tier::warm(const std::string& rel) {
