@@ -5,7 +5,7 @@
 # compiler shim (bench_jit), then the mount against direct reads of its backing
 # directory, and over an S3 cache (bench_mount, with a radosgw started for it on
 # 127.0.0.1 and stopped after). Prints the machine,
-# the date and the markdown tables that the README's Performance section shows.
+# the date and the markdown tables that docs/BENCHMARKS.md shows.
 # About 20 minutes here, bench_memory about 10 of them (3 repetitions of 4 runs of 40
 # compiles and 2 runs of 80 small ones). Arguments are passed to bench_mount (e.g. --reps 3, --only hit, --hit-mib 256).
 set -euo pipefail

@@ -13,7 +13,7 @@ std::string Passthrough::negotiate(fuse_conn_info* conn, bool wanted) {
   on_ = false;
   if (!wanted) return why_off_ = "--no-passthrough";
   if (!k_libfuse_has_passthrough)
-    return why_off_ = "this build's libfuse has none (3.16 or newer has it; see the README's libfuse)";
+    return why_off_ = "this build's libfuse has none (3.16 or newer has it; see docs/INSTALL.md, libfuse)";
 #ifdef FUSE_CAP_PASSTHROUGH
   if (!(conn->capable & FUSE_CAP_PASSTHROUGH))
     return why_off_ = "the kernel does not offer it (Linux 6.9 or newer, CONFIG_FUSE_PASSTHROUGH)";

@@ -65,7 +65,7 @@ daemon=$!
 for _ in $(seq 100); do mountpoint -q "$tmp/mnt" && break; sleep 0.05; done
 
 # neuron-client-sim stands in for torch-xla: it writes graphs into the cache and loads
-# their NEFFs as libneuronxla does (see the README).
+# their NEFFs as libneuronxla does (see docs/DIALECTS.md).
 sim() { NEURON_COMPILE_CACHE_URL="$tmp/mnt" NEURON_CC_FLAGS="-O1" NEFFCACHE_FAKE_LOG="$tmp/client-compiles.log" \
   build/tools/neuron-client-sim --compiler "$compiler" "$@"; }
 graphs=(spu_jax_cnn.hlo.pb spu_credit_fraud_metrics_train.hlo.pb rocm_normal_9.hlo_proto.pb

@@ -156,7 +156,7 @@ TEST_CASE("fallocate and copy_file_range reach the backing file and its holes; t
   CHECK(::fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4096) == -1);
   CHECK(errno == EOPNOTSUPP);
   // Collapse and insert range: the kernel's FUSE refuses them before the daemon sees them
-  // (the disk under the mount has them; the README says so).
+  // (the disk under the mount has them; docs/SEMANTICS.md says so).
   CHECK(::fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 4096, 4096) == -1);
   CHECK(errno == EOPNOTSUPP);
   CHECK(::fallocate(fd, FALLOC_FL_INSERT_RANGE, 4096, 4096) == -1);

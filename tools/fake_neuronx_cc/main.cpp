@@ -2,7 +2,7 @@
 // on machines without the Neuron SDK. It is not a compiler: it reads the HLO with the
 // neffcache library, burns CPU in proportion to the graph's size and writes an artifact
 // that names the graph (see fake_neff.hpp). Environment variables (NEFFCACHE_FAKE_*, all
-// listed in the README's fake-neuronx-cc section) inject failures and shape its cost.
+// listed in docs/CONFIGURATION.md, fake-neuronx-cc) inject failures and shape its cost.
 //
 // Memory: NEFFCACHE_FAKE_MEMORY_MB=N MiB plus, with NEFFCACHE_FAKE_MEMORY_KIB_PER_INSTRUCTION=K,
 // the graph's instructions x K KiB are touched before the compile's time is spent and held

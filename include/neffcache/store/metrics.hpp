@@ -1,7 +1,7 @@
 // Metrics in Prometheus' text format, for an operator's monitoring: what a daemon's
 // stats.json holds (neffcachefs --metrics-file writes it; `neffcache stats --format
 // prometheus` prints it with the cache's own figures). One table per document names every
-// metric, its type, its meaning and where its value is in the document; the README's list
+// metric, its type, its meaning and where its value is in the document; the documented list
 // (docs/METRICS.md) is checked against these tables by a test, so that a metric is
 // described in one place each.
 #pragma once
