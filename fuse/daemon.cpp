@@ -108,6 +108,7 @@ int run_daemon(int argc, char** argv) {
   app.add_option("BACKING", backing, "the cache the mount shows: a directory, or s3://bucket/prefix")->required();
   app.add_option("MOUNTPOINT", mountpoint, "where to mount, e.g. /var/tmp/neuron-compile-cache")->required();
   app.add_option("--compiler", compiler, "compiler command template ({hlo} {neff} {flags} {workdir} {key})")
+      ->envname("NEFFCACHE_COMPILER")  // (a systemd unit's settings: one word however many spaces)
       ->capture_default_str();
   app.add_option("-j,--jobs", jobs, "compiles at once (default: min(cores, ceil(RAM / --mem-per-job)))");
   app.add_option("--mem-per-job", mem_per_job, "memory one compile may need, for the default of --jobs")
@@ -183,6 +184,13 @@ int run_daemon(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : k_exit_usage;
+  }
+
+  if (!metrics_path.empty()) {
+    if (metrics_interval <= 0) return fail("--metrics-interval must be positive");
+    // (Absolute: the daemon moves to / before its loop.)
+    metrics_path = std::filesystem::absolute(metrics_path).lexically_normal().string();
+    if (auto why = MetricsFile::check(metrics_path); !why.empty()) return fail(fmt::format("--metrics-file: {}", why));
   }
 
   neffcachefs::Options opts;
@@ -389,11 +397,7 @@ int run_daemon(int argc, char** argv) {
                                      : neffcache::store::DirectoryStore::open_layers(opts.backing, opts.lowers);
   }
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
-  if (!metrics_path.empty()) {
-    if (metrics_interval <= 0) return fail("--metrics-interval must be positive");
-    metrics_path = absolute(metrics_path);  // (the daemon moves to / before its loop)
-    if (auto why = MetricsFile::check(metrics_path); !why.empty()) return fail(fmt::format("--metrics-file: {}", why));
-  }
+
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
   if (wait_timeout < 0) return fail("--wait-timeout must not be negative");
   opts.wait_timeout = std::chrono::milliseconds(static_cast<int64_t>(wait_timeout * 1000));

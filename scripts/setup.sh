@@ -20,7 +20,7 @@ packages=(
   python3-filelock python3-psutil   # the libraries LNL itself uses: the independent LNL client of the tests
   libarchive-dev                    # neffcache bundle: tar + zstd (libarchive links libzstd)
   libsystemd-dev                    # sd_notify: neffcachefs tells systemd when it is mounted (Type=notify)
-  help2man                          # the man pages, made from each program's --help
+  help2man man-db bsdextrautils     # the man pages, made from each program's --help; the test renders them (man, col)
 )
 backports=(libcatch2-dev)
 

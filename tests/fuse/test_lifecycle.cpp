@@ -1,5 +1,10 @@
 // The daemon's life: start-up refusals, background mode, signals, several daemons on one
 // backing folder, kill -9 and restart mid-compile, the kernel's request timeout.
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+
 #include "fuse_test.hpp"
 
 using namespace fusetest;  // the library, the mount fixture, chrono literals
@@ -178,6 +183,48 @@ TEST_CASE("only the daemon's main thread takes stop signals", "[fuse]") {
   }
   CHECK(others >= 4);  // prepare, reap, compile workers, FUSE workers
   CHECK(m.stop(SIGTERM) == 0);
+}
+
+// systemd's notify protocol, as a unit of Type=notify sees it (packaging/systemd/): a datagram
+// socket named by NOTIFY_SOCKET that gets READY=1 once the mount is there, and STOPPING=1 at a
+// stop. Also the bad --metrics-file and --metrics-interval a unit's settings may hold.
+TEST_CASE("neffcachefs tells systemd it is ready once mounted, and when it stops", "[fuse]") {
+  test::TempDir dir;
+  const std::string socket_path = (dir / "notify").string();
+  neffcache::detail::UniqueFd sock(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  REQUIRE(sock);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  REQUIRE(socket_path.size() < sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  REQUIRE(::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  timeval wait{10, 0};
+  REQUIRE(::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait) == 0);
+  auto next_message = [&] {
+    char buf[4096];
+    ssize_t n = ::recv(sock.get(), buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  };
+  Mount m({"NOTIFY_SOCKET=" + socket_path});
+  const std::string ready = next_message();
+  CHECK(ready.starts_with("READY=1\n"));
+  CHECK(ready.find("mounted on " + m.mnt().string()) != std::string::npos);
+  CHECK(m.stop(SIGTERM) == 0);
+  CHECK(next_message() == "STOPPING=1");
+
+  auto start = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{k_daemon, "--foreground", "--compiler", k_fake + " {hlo} --output {neff}"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {m.backing().string(), m.mnt().string()});
+    return test::run(argv);
+  };
+  auto r = start({"--metrics-file", (dir / "no-such-folder" / "x.prom").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.starts_with("neffcachefs: error: --metrics-file: cannot create files in "));
+  r = start({"--metrics-file", (dir / "x.prom").string(), "--metrics-interval", "0"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.output == "neffcachefs: error: --metrics-interval must be positive\n");
+  CHECK_FALSE(mounted(m.mnt()));
 }
 
 TEST_CASE("SIGTERM answers every waiter, records nothing and unmounts", "[fuse]") {
