@@ -75,9 +75,16 @@ if(COMMANDS)
   list(APPEND includes --include "${OUT}.commands.h2m")
 endif()
 
+# The version alone, the last word of the first line: help2man would copy every line the
+# program prints (neffcachefs names its libfuse; neffcache-cc the compiler this machine has).
+execute_process(COMMAND "${PROGRAM}" ${VERSION_OPTION} OUTPUT_VARIABLE said RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT said MATCHES "^[^\n]* ([^ \n]+)\n")
+  message(FATAL_ERROR "man_page.cmake: '${PROGRAM} ${VERSION_OPTION}' said no version")
+endif()
+set(version "${CMAKE_MATCH_1}")
 string(REGEX REPLACE "\\.gz$" "" page "${OUT}")
 execute_process(COMMAND "${HELP2MAN}" --no-info --section=${SECTION} --help-option=${HELP_OPTION}
-                        --version-option=${VERSION_OPTION} ${includes} --output=${page} "${PROGRAM}"
+                        --version-string=${version} ${includes} --output=${page} "${PROGRAM}"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "man_page.cmake: help2man failed for ${PROGRAM} (${rc})")

@@ -1,13 +1,14 @@
 # Writes the programs' version into OUT (a C++ unit defining neffcache::program_version()) and
-# OUT.txt (the version alone, which the package takes: cmake/cpack_config.cmake), run at
+# OUT.txt (the version alone, which the package takes: cmake/cpack_version.cmake.in), run at
 # configure time and at every build (the target neffcache_version_source, CMakeLists.txt):
 #   cmake -DSOURCE_DIR=<repo> -DBASE=<project version> -DOUT=<file> -P cmake/version.cmake
 #
 # The version is BASE+git<N>.g<hash>[.dirty]: N counts the commits of HEAD's history, so that
 # the versions of main's commits sort in Debian's order as they landed (a package built from a
 # later commit is an upgrade); the hash names the commit.
-# The repository has no release tags yet: when it gets them, `git describe` is where the
-# count should start from. Without git (a source tarball): BASE alone.
+# The repository has no release tags yet: when it gets them, the count should start from the
+# last (`git describe`). Without git (a source tarball): BASE alone. A shallow clone counts only
+# the commits it has: build a package from a full clone.
 # OUT is rewritten only when the text changes, so that a build of the same commit compiles
 # nothing again.
 cmake_minimum_required(VERSION 3.25)
@@ -15,13 +16,18 @@ cmake_minimum_required(VERSION 3.25)
 set(version "${BASE}")
 find_package(Git QUIET)
 if(GIT_FOUND AND EXISTS "${SOURCE_DIR}/.git")
-  execute_process(COMMAND "${GIT_EXECUTABLE}" rev-list --count HEAD WORKING_DIRECTORY "${SOURCE_DIR}"
-                  OUTPUT_VARIABLE count RESULT_VARIABLE rc1 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  execute_process(COMMAND "${GIT_EXECUTABLE}" describe --always --abbrev=10 --dirty=.dirty
-                  WORKING_DIRECTORY "${SOURCE_DIR}"
-                  OUTPUT_VARIABLE described RESULT_VARIABLE rc2 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  # (--no-optional-locks: a build must not take the index's lock from a `git commit`.)
+  set(git "${GIT_EXECUTABLE}" --no-optional-locks -C "${SOURCE_DIR}")
+  execute_process(COMMAND ${git} rev-list --count HEAD OUTPUT_VARIABLE count RESULT_VARIABLE rc1
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  execute_process(COMMAND ${git} rev-parse --short=10 HEAD OUTPUT_VARIABLE hash RESULT_VARIABLE rc2
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  execute_process(COMMAND ${git} diff --quiet HEAD RESULT_VARIABLE changed ERROR_QUIET)
   if(rc1 EQUAL 0 AND rc2 EQUAL 0 AND NOT count STREQUAL "")
-    set(version "${BASE}+git${count}.g${described}")
+    set(version "${BASE}+git${count}.g${hash}")
+    if(NOT changed EQUAL 0)
+      string(APPEND version ".dirty")
+    endif()
   endif()
 endif()
 

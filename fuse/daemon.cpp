@@ -31,9 +31,7 @@
 #include <neffcache/store/directory.hpp>
 #include <neffcache/store/metrics.hpp>
 #include <neffcache/store/tier.hpp>
-#ifdef NEFFCACHE_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
-#endif
 
 #include "common/version.hpp"
 
@@ -78,12 +76,8 @@ void sweep_scratch_dirs(const std::string& tmp) {
 }
 
 // Tells systemd how the daemon is (a unit of Type=notify: READY=1 once mounted, STOPPING=1
-// when it stops): nothing when it was not started by systemd, or built without libsystemd.
-void notify_systemd([[maybe_unused]] const std::string& state) {
-#ifdef NEFFCACHE_HAVE_SYSTEMD
-  ::sd_notify(0, state.c_str());
-#endif
-}
+// when it stops); nothing when it was not started by systemd (no NOTIFY_SOCKET).
+void notify_systemd(const std::string& state) { ::sd_notify(0, state.c_str()); }
 
 }  // namespace
 
@@ -187,7 +181,8 @@ int run_daemon(int argc, char** argv) {
   }
 
   if (!metrics_path.empty()) {
-    if (metrics_interval <= 0) return fail("--metrics-interval must be positive");
+    if (!(metrics_interval >= 0.1 && metrics_interval <= 86400))
+      return fail("--metrics-interval must be from 0.1 to 86400 seconds");
     // (Absolute: the daemon moves to / before its loop.)
     metrics_path = std::filesystem::absolute(metrics_path).lexically_normal().string();
     if (auto why = MetricsFile::check(metrics_path); !why.empty()) return fail(fmt::format("--metrics-file: {}", why));
@@ -308,6 +303,9 @@ int run_daemon(int argc, char** argv) {
     return fail(fmt::format("mount point {} is missing or not a directory", mountpoint));
   if (is_mounted(mountpoint)) return fail(fmt::format("mount point {} is busy: something is mounted there", mountpoint));
   opts.mountpoint = mountpoint;
+  // (Its first write comes before the mount answers anything: the daemon would wait for itself.)
+  if (!metrics_path.empty() && (mountpoint == "/" || metrics_path.starts_with(mountpoint + "/")))
+    return fail(fmt::format("--metrics-file {} is inside the mount point", metrics_path));
   if (std::filesystem::equivalent(opts.backing, mountpoint, ec))
     return fail("the backing directory and the mount point must differ");
   for (const auto& lower : opts.lowers)
@@ -397,7 +395,6 @@ int run_daemon(int argc, char** argv) {
                                      : neffcache::store::DirectoryStore::open_layers(opts.backing, opts.lowers);
   }
   if (compile_timeout <= 0) return fail("--compile-timeout must be positive");
-
   opts.scheduler.settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(compile_timeout * 1000));
   if (wait_timeout < 0) return fail("--wait-timeout must not be negative");
   opts.wait_timeout = std::chrono::milliseconds(static_cast<int64_t>(wait_timeout * 1000));
@@ -482,7 +479,8 @@ int run_daemon(int argc, char** argv) {
     const neffcache::store::MetricLabels labels{{"mount", mountpoint}};
     metrics.emplace(metrics_path, std::chrono::milliseconds(static_cast<int64_t>(metrics_interval * 1000)), [&fs, labels] {
       return neffcache::store::prometheus_build_info(neffcache::program_version(), labels) +
-             neffcache::store::prometheus_text(neffcache::store::daemon_metrics(), fs.stats_document(), labels);
+             neffcache::store::prometheus_text(neffcache::store::daemon_metrics(),
+                                               fs.stats_document(/*with_opened=*/false), labels);
     });
     metrics->start();
   }

@@ -56,7 +56,7 @@ void Filesystem::shutdown() {
   client_locks_.stop();
 }
 
-nlohmann::ordered_json Filesystem::stats_document() const {
+nlohmann::ordered_json Filesystem::stats_document(bool with_opened) const {
   Stats::Context ctx{compile_.progress(), opts_.scheduler.jobs, opts_.mountpoint, opts_.backing, opts_.lowers,
                      opts_.scratch, std::nullopt, indexer_.stats(), {}, passthrough_.stats()};
   const auto& p = ctx.progress;
@@ -74,7 +74,7 @@ nlohmann::ordered_json Filesystem::stats_document() const {
     ctx.s3 = std::move(counters);
     (*ctx.s3)["url"] = opts_.store->name();
   }
-  return stats_.document(ctx);
+  return stats_.document(ctx, with_opened);
 }
 
 void Filesystem::act(InputAction action, const std::string& entry_dir) {

@@ -59,7 +59,8 @@ class Filesystem {
 
   // The counters as JSON, as stats.json shows them.
   std::string stats_json() const { return stats_document().dump(2) + "\n"; }
-  nlohmann::ordered_json stats_document() const;
+  // `with_opened`: the entries readers got (Stats::opened_entry), a list that may be long.
+  nlohmann::ordered_json stats_document(bool with_opened = true) const;
   // Whether `ino` is one of the mount-only stats inodes (no backing descriptor).
   bool is_special(fuse_ino_t ino) const { return inodes_.is_special(ino); }
   bool is_stats_file(fuse_ino_t ino) const { return inodes_.is_stats_file(ino); }

@@ -18,7 +18,7 @@ void Stats::opened_entry(const std::string& entry_dir) {
   if (opened_.size() < k_max_opened) opened_.insert(entry_dir);
 }
 
-nlohmann::ordered_json Stats::document(const Context& ctx) const {
+nlohmann::ordered_json Stats::document(const Context& ctx, bool with_opened) const {
   const auto& p = ctx.progress;
   nlohmann::ordered_json eio;
   for (int site = 1; site < static_cast<int>(EioSite::count); ++site)
@@ -54,6 +54,7 @@ nlohmann::ordered_json Stats::document(const Context& ctx) const {
       {"read_only", ctx.read_only},
   };
   if (ctx.s3) j["s3"] = *ctx.s3;
+  if (!with_opened) return j;
   // (Last: the list may be long.) Each entry by its path in the cache, whichever layer
   // holds it.
   auto& opened = j["opened"] = nlohmann::ordered_json::array();

@@ -76,7 +76,9 @@ class Stats {
     }
   };
   // The counters as stats.json shows them (and the metrics are read from: --metrics-file).
-  nlohmann::ordered_json document(const Context& ctx) const;
+  // Without `with_opened`, the list of opened entries is left out (the metrics need none of it,
+  // and every hit takes its lock).
+  nlohmann::ordered_json document(const Context& ctx, bool with_opened = true) const;
   std::string json(const Context& ctx) const { return document(ctx).dump(2) + "\n"; }
 
   // Snapshots of stats.json, one per open: a reader that takes it in several reads gets

@@ -36,6 +36,7 @@ for lib in libc6 libstdc++6 libcurl4 libprotobuf32 libfmt9 fuse3; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib"
 done
 grep -q "libfuse3" <<<"$depends" && fail "Depends names libfuse3, which neffcachefs links statically"
+grep -q ";" "$control/control" && fail "the control file has a ';' (a CMake list where a string was meant)"
 for script in preinst postinst prerm postrm; do [ ! -e "$control/$script" ] || fail "the package has a $script"; done
 grep -qx /etc/default/neffcachefs "$control/conffiles" || fail "/etc/default/neffcachefs is not a conffile"
 contents=$(dpkg-deb -c "$deb")
@@ -45,7 +46,8 @@ for path in ./usr/bin/neffcachefs ./usr/bin/neffcache ./usr/bin/neffcache-cc ./u
             ./usr/share/man/man8/neffcachefs.8.gz ./usr/share/man/man1/neffcache.1.gz \
             ./usr/share/man/man1/neffcache-cc.1.gz ./usr/share/man/man1/neuron_parallel_compile.1.gz \
             ./usr/lib/systemd/system/neffcachefs.service ./usr/lib/systemd/system/neffcachefs-lnl@.service \
-            ./etc/default/neffcachefs ./usr/share/doc/neffcache/copyright; do
+            ./etc/default/neffcachefs ./usr/share/doc/neffcache/copyright ./usr/share/doc/neffcache/README.md \
+            ./usr/share/doc/neffcache/docs/INSTALL.md ./usr/share/neffcache/examples/lnl-vllm.conf; do
   grep -q " $path\( \|$\)" <<<"$contents" || fail "the package lacks $path"
 done
 grep -q "cmake/neffcache/neffcacheConfig.cmake" <<<"$contents" || fail "the package lacks the CMake package"

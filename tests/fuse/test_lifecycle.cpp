@@ -187,7 +187,7 @@ TEST_CASE("only the daemon's main thread takes stop signals", "[fuse]") {
 
 // systemd's notify protocol, as a unit of Type=notify sees it (packaging/systemd/): a datagram
 // socket named by NOTIFY_SOCKET that gets READY=1 once the mount is there, and STOPPING=1 at a
-// stop. Also the bad --metrics-file and --metrics-interval a unit's settings may hold.
+// stop. Also the bad --metrics-file and --metrics-interval that a unit's settings may hold.
 TEST_CASE("neffcachefs tells systemd it is ready once mounted, and when it stops", "[fuse]") {
   test::TempDir dir;
   const std::string socket_path = (dir / "notify").string();
@@ -221,9 +221,14 @@ TEST_CASE("neffcachefs tells systemd it is ready once mounted, and when it stops
   auto r = start({"--metrics-file", (dir / "no-such-folder" / "x.prom").string()});
   CHECK(r.exit_code == 1);
   CHECK(r.output.starts_with("neffcachefs: error: --metrics-file: cannot create files in "));
-  r = start({"--metrics-file", (dir / "x.prom").string(), "--metrics-interval", "0"});
+  for (const char* interval : {"0", "0.01", "1e20", "nan"}) {
+    r = start({"--metrics-file", (dir / "x.prom").string(), "--metrics-interval", interval});
+    CHECK(r.exit_code == 1);
+    CHECK(r.output == "neffcachefs: error: --metrics-interval must be from 0.1 to 86400 seconds\n");
+  }
+  r = start({"--metrics-file", (m.mnt() / "x.prom").string()});  // the daemon would wait for itself
   CHECK(r.exit_code == 1);
-  CHECK(r.output == "neffcachefs: error: --metrics-interval must be positive\n");
+  CHECK(r.output.find("is inside the mount point") != std::string::npos);
   CHECK_FALSE(mounted(m.mnt()));
 }
 

@@ -112,7 +112,8 @@ TEST_CASE("an s3:// mount fetches a done entry once for concurrent readers, then
   CHECK(metrics.value("neffcache_s3_fetches_total") == 1);
   CHECK(metrics.value("neffcache_s3_fetched_bytes_total") == static_cast<double>(neff.size()));
   CHECK(metrics.value("neffcache_s3_requests_total") >= 3);  // lists, the lease-less fetch's HEAD and GET
-  CHECK(metrics.value("neffcache_s3_request_errors_total") == 0);  // (404s of names S3 lacks are answers)
+  // 404s of names S3 lacks are answers, not errors: errors here are only transient ones retried.
+  CHECK(metrics.value("neffcache_s3_request_errors_total") <= metrics.value("neffcache_s3_retries_total"));
   auto checked = test::promtool_check(tool.output, dir.path());
   INFO(checked.output);
   CHECK(checked.exit_code == 0);

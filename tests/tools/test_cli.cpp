@@ -162,5 +162,5 @@ TEST_CASE("every program says its version with --version, and the compiler stand
   CHECK(own.exit_code == 0);
   REQUIRE(first_line(own.output).starts_with("neffcache-cc (neffcache) "));
   CHECK(std::regex_match(first_line(own.output).substr(25), version));
-  CHECK(own.output.find("real compiler: " + test::k_fake) != std::string::npos);
+  CHECK(own.output.find("real compiler: " + test::k_fake + ", version 2.21.0\n") != std::string::npos);
 }

@@ -349,9 +349,9 @@ warning line on stderr). Counters go to shim-stats.json in <cache>/.neffcache (f
 
 Options:
   --neffcache-help     print this text and exit (as the only argument)
-  --neffcache-version  print neffcache-cc's version and the real compiler's path, and exit (as the
-                       only argument); --version is the real compiler's, unchanged (callers parse
-                       its first line, even with stderr merged into stdout)
+  --neffcache-version  print neffcache-cc's version and the real compiler's path and version, and
+                       exit (as the only argument); --version is the real compiler's, unchanged
+                       (callers parse its first line, even with stderr merged into stdout)
 
 Environment:
   NEFFCACHE_REAL_COMPILER    the real compiler: a path, or a name looked up in PATH (default: the first
@@ -375,8 +375,12 @@ int main(int argc, char** argv) {
   }
   auto real = find_real_compiler(self);
   if (argc == 2 && std::string_view(argv[1]) == "--neffcache-version") {
-    fmt::print("neffcache-cc (neffcache) {}\nreal compiler: {}\n", program_version(),
-               real ? *real : fmt::format("none ({})", real.error().message));
+    std::string compiler = real ? *real : fmt::format("none ({})", real.error().message);
+    if (real) {
+      auto v = detect_compiler_version(*real);
+      compiler += v ? fmt::format(", version {}", *v) : fmt::format(" (no version: {})", v.error().message);
+    }
+    fmt::print("neffcache-cc (neffcache) {}\nreal compiler: {}\n", program_version(), compiler);
     return 0;
   }
   if (!real) {

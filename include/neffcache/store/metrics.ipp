@@ -60,7 +60,7 @@ NEFFCACHE_DECL const std::vector<MetricSpec>& daemon_metrics() {
        "/twins/served"},
       {"neffcache_twin_saved_seconds_total", "counter",
        "The compile time of the results served to twins.", "/twins/seconds_saved"},
-      {"neffcache_jobs",
+      {"neffcache_scheduler_entries",
        "gauge",
        "Entries the scheduler holds now, by state: queued for a compile slot, running, or locked "
        "by another "
