@@ -116,7 +116,7 @@ clang=-DCMAKE_CXX_COMPILER=clang++
 
 if [ "$quick" -eq 1 ]; then
   stage "build (quick, clang -O0)" build build-quick "$clang" -DCMAKE_BUILD_TYPE=Debug -- neffcache_tests neffcache_s3_tests \
-    "${programs[@]}"
+    "${programs[@]}" man
   # The tests but the six slowest (over a third of their time): those above, 100 kill -9
   # cycles and the two memory-cgroup batches.
   stage "test (quick)" bash -c "cd build-quick && ctest --output-on-failure -j$test_jobs \
