@@ -36,7 +36,7 @@ for lib in libc6 libstdc++6 libcurl4 libprotobuf32 libfmt9 fuse3; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib"
 done
 grep -q "libfuse3" <<<"$depends" && fail "Depends names libfuse3, which neffcachefs links statically"
-grep -q ";" "$control/control" && fail "the control file has a ';' (a CMake list where a string was meant)"
+grep -q " ;" "$control/control" && fail "the control file has ' ;' (a CMake list joined where one string was meant)"
 for script in preinst postinst prerm postrm; do [ ! -e "$control/$script" ] || fail "the package has a $script"; done
 grep -qx /etc/default/neffcachefs "$control/conffiles" || fail "/etc/default/neffcachefs is not a conffile"
 contents=$(dpkg-deb -c "$deb")
