@@ -30,6 +30,9 @@
 //           mount, lazily against `neffcache warm` of its manifest first, the warm step
 //           included; a model of --warm-small-count 1 MiB NEFFs and one of
 //           --warm-large-count NEFFs of --warm-large-mib MiB
+//   s3farm  a compile farm (neffcache compile --watch): the 34-graph workload written into a
+//           bucket while two farm processes watch it, against one; makespan, and compiles
+//           (each graph once)
 //
 // `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches). The S3
 // benchmarks need `--s3-env FILE`, the s3.env of a server (tests/s3/radosgw.sh start DIR).
@@ -868,6 +871,86 @@ std::vector<Row> bench_s3warm(const Options& o, const fs::path& work) {
   return rows;
 }
 
+// 12. A compile farm on CPU hosts: farm processes (`neffcache compile --watch`, --pair-jobs
+// compiles each, listing the bucket every second) already watching a bucket when a trial run
+// writes the 34-graph workload into it; the makespan, from the first graph written to the
+// last model.done, of two farm processes against one, and compiles counted. Each farm process
+// stands for a host of its own: its compiles wait instead of burning (NEFFCACHE_FAKE_IDLE), as
+// on CPUs of their own, and it has a memory ledger of its own, admitting --pair-jobs compiles
+// (--mem-budget off: the fake compiles need no memory). Processes on one host share its
+// ledger and budget: with the default budget of this 24 GiB machine they ran one compile at
+// a time between them, and two took as long as one (1.06).
+std::vector<Row> bench_s3farm(const Options& o, const fs::path& work) {
+  auto env = s3_environment(o);
+  note(fmt::format("s3farm: synthesizing {} graphs", neffcache::bench::k_workload_graphs));
+  auto graphs = neffcache::bench::llama_workload(o.pair_scale, o.pair_rate);
+  env.insert(env.end(), {fmt::format("NEFFCACHE_FAKE_RATE={}", o.pair_rate), "NEFFCACHE_FAKE_IDLE=1"});
+  Row ratio(fmt::format("s3 farm: makespan of 34 graphs a trial run writes, 2 --watch processes / 1, {} compiles each",
+                        o.pair_jobs), "ratio", "<= 0.6", [](double m) { return m <= 0.6; });
+  Row one("s3 farm: makespan of 34 graphs, 1 --watch process", "s");
+  Row extra("s3 farm: graphs compiled more than once, 2 processes", "count", "0", [](double m) { return m == 0; });
+  const std::string fake = fmt::format("{} compile --framework=XLA --target=trn1 {{hlo}} --output {{neff}} {{flags}}",
+                                       test::path::fake_compiler);
+  int run = 0;
+  auto makespan = [&](int farms) {
+    auto s3 = s3_bucket(env, fmt::format("bench-farm-{}-{}", ::getpid(), run));
+    const fs::path log = work / fmt::format("farm{}.log", run);
+    std::vector<std::unique_ptr<test::Child>> farm;
+    for (int f = 0; f < farms; ++f) {
+      std::vector<std::string> argv{"env"};
+      argv.insert(argv.end(), env.begin(), env.end());
+      argv.insert(argv.end(), {"NEFFCACHE_FAKE_LOG=" + log.string(), test::path::tool, "compile", "--watch",
+                               "--watch-interval", "1", "--cache", fmt::format("s3://{}", s3->bucket()), "--compiler",
+                               fake, "-j", std::to_string(o.pair_jobs), "--mem-budget", "off", "--mem-ledger",
+                               (work / fmt::format("farm{}-ledger{}", run, f)).string()});
+      farm.push_back(std::make_unique<test::Child>(argv, /*quiet_stderr=*/true));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // (each has listed the empty bucket)
+    auto t0 = Clock::now();
+    for (std::size_t i = 0; i < graphs.size(); ++i) {
+      const std::string rel = fmt::format("neuronxcc-2.21.0/MODULE_{}+farm", i);
+      need(s3->put(rel + "/compile_flags.json", R"(["--target=trn1"])"));
+      need(s3->put(rel + "/model.hlo_module.pb", graphs[i]));
+    }
+    std::size_t done = 0;
+    while (done < graphs.size()) {
+      if (since(t0) > 600) throw std::runtime_error(fmt::format("s3farm: {} of {} done after 600 s", done, graphs.size()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto listed = need(s3->list(""));
+      done = static_cast<std::size_t>(std::count_if(listed.objects.begin(), listed.objects.end(),
+                                                    [](const auto& obj) { return obj.key.ends_with("/model.done"); }));
+    }
+    double seconds = since(t0);
+    for (auto& f : farm) f->kill(SIGTERM);
+    for (auto& f : farm)
+      if (int rc = f->wait(); rc != 0) throw std::runtime_error(fmt::format("s3farm: a farm process ended with {}", rc));
+    std::map<std::string, int> compiles;
+    std::ifstream in(log);
+    for (std::string pid, uid, input; in >> pid >> uid >> input;) {
+      auto at = input.find("MODULE_");
+      ++compiles[input.substr(at, input.find_first_of("/.", at) - at)];
+    }
+    int twice = 0;
+    for (const auto& [g, n] : compiles) twice += n - 1;
+    if (compiles.size() != graphs.size()) throw std::runtime_error(fmt::format("s3farm: {} graphs compiled", compiles.size()));
+    ++run;
+    return std::pair{seconds, twice};
+  };
+  for (int r = 0; r < o.reps; ++r) {
+    double single = 0, pair = 0;
+    int twice = 0;
+    for (int farms : r % 2 == 0 ? std::vector{1, 2} : std::vector{2, 1}) {
+      auto [seconds, n] = makespan(farms);
+      (farms == 1 ? single : pair) = seconds;
+      if (farms == 2) twice = n;
+    }
+    ratio.samples.push_back(pair / single);
+    one.samples.push_back(single);
+    extra.samples.push_back(twice);
+  }
+  return {ratio, one, extra};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -875,7 +958,8 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_mount: neffcachefs against direct reads of its backing directory, and the cost of waiting"};
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
   app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting",
-                                                                           "twins", "s3fetch", "s3pair", "s3twin", "s3warm"}));
+                                                                           "twins", "s3fetch", "s3pair", "s3twin", "s3warm",
+                                                                           "s3farm"}));
   app.add_option("--passthrough-hp", o.passthrough_hp,
                  "libfuse's passthrough_hp example (scripts/libfuse.sh example DIR): small hits through it too");
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
@@ -900,9 +984,12 @@ int main(int argc, char** argv) {
   app.add_option("--warm-small-count", o.warm_small_count, "1 MiB NEFFs of s3warm's small model")->capture_default_str();
   app.add_option("--warm-large-count", o.warm_large_count, "NEFFs of s3warm's large model")->capture_default_str();
   app.add_option("--warm-large-mib", o.warm_large_mib, "their size")->capture_default_str();
-  app.add_option("--pair-jobs", o.pair_jobs, "compiles at once per daemon in s3pair")->capture_default_str();
-  app.add_option("--pair-scale", o.pair_scale, "fraction of the real compile times in s3pair")->capture_default_str();
-  app.add_option("--pair-rate", o.pair_rate, "fake-neuronx-cc instructions per second in s3pair")->capture_default_str();
+  app.add_option("--pair-jobs", o.pair_jobs, "compiles at once per daemon in s3pair, per farm process in s3farm")
+      ->capture_default_str();
+  app.add_option("--pair-scale", o.pair_scale, "fraction of the real compile times in s3pair and s3farm")
+      ->capture_default_str();
+  app.add_option("--pair-rate", o.pair_rate, "fake-neuronx-cc instructions per second in s3pair and s3farm")
+      ->capture_default_str();
   app.add_option("--twin-neff-mib", o.twins.neff_mib, "size of the done NEFF whose twins are opened")
       ->capture_default_str();
   app.add_option("--twin-graphs", o.twins.graphs, "done graphs of the many-twins figure")->capture_default_str();
@@ -925,7 +1012,8 @@ int main(int argc, char** argv) {
            {"hit", bench_hit}, {"small", bench_small}, {"meta", bench_meta}, {"wakeup", bench_wakeup},
            {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting},
            {"twins", [](const Options& o, const fs::path& work) { return bench_twins(o.twins, work); }},
-           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}, {"s3twin", bench_s3twin}, {"s3warm", bench_s3warm}}) {
+           {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}, {"s3twin", bench_s3twin}, {"s3warm", bench_s3warm},
+           {"s3farm", bench_s3farm}}) {
     if (!o.only.empty() && o.only != name) continue;
     if (name.starts_with("s3") && o.s3_env.empty() && o.only.empty()) {
       note(fmt::format("{}: skipped (no --s3-env)", name));
