@@ -606,6 +606,41 @@ T need(neffcache::Result<T> r) {
   return std::move(*r);
 }
 
+// Graphs compiled more than once, from fake-neuronx-cc's log (NEFFCACHE_FAKE_LOG: one line
+// per compile, naming its input); `what` fails if not every one of `graphs` compiled.
+int compiled_more_than_once(const fs::path& log, std::size_t graphs, const std::string& what) {
+  std::map<std::string, int> compiles;
+  std::ifstream in(log);
+  for (std::string pid, uid, input; in >> pid >> uid >> input;) {
+    auto at = input.find("MODULE_");
+    if (at == std::string::npos) throw std::runtime_error(fmt::format("{}: a compile of {}", what, input));
+    ++compiles[input.substr(at, input.find_first_of("/.", at) - at)];
+  }
+  if (compiles.size() != graphs) throw std::runtime_error(fmt::format("{}: {} graphs compiled", what, compiles.size()));
+  int twice = 0;
+  for (const auto& [g, n] : compiles) twice += n - 1;
+  return twice;
+}
+
+// One process (daemon, farm) against two, --reps times, alternating which goes first:
+// `makespan(n)` gives the seconds and the graphs compiled more than once; `ratio` gets two /
+// one, `one` the seconds of one, `extra` the repeats of two.
+void one_against_two(const Options& o, const std::function<std::pair<double, int>(int)>& makespan, Row& ratio,
+                     Row& one, Row& extra) {
+  for (int r = 0; r < o.reps; ++r) {
+    double single = 0, pair = 0;
+    int twice = 0;
+    for (int n : r % 2 == 0 ? std::vector{1, 2} : std::vector{2, 1}) {
+      auto [seconds, repeats] = makespan(n);
+      (n == 1 ? single : pair) = seconds;
+      if (n == 2) twice = repeats;
+    }
+    ratio.samples.push_back(pair / single);
+    one.samples.push_back(single);
+    extra.samples.push_back(twice);
+  }
+}
+
 // 8. A done NEFF on S3: first open through a mount (fetched into its local tier) against
 // a plain GET of the object into a file; then opens served from the tier against reads
 // of the tier's file itself, warm.
@@ -714,30 +749,10 @@ std::vector<Row> bench_s3pair(const Options& o, const fs::path& work) {
     double seconds = since(t0);
     mounts.clear();
     if (failures) throw std::runtime_error(fmt::format("s3pair: {} reads failed", failures.load()));
-    std::map<std::string, int> compiles;
-    std::ifstream in(log);
-    for (std::string pid, uid, input; in >> pid >> uid >> input;) {
-      auto at = input.find("MODULE_");
-      ++compiles[input.substr(at, input.find('/', at) - at)];
-    }
-    int twice = 0;
-    for (const auto& [g, n] : compiles) twice += n - 1;
-    if (compiles.size() != graphs.size()) throw std::runtime_error(fmt::format("s3pair: {} graphs compiled", compiles.size()));
     ++run;
-    return std::pair{seconds, twice};
+    return std::pair{seconds, compiled_more_than_once(log, graphs.size(), "s3pair")};
   };
-  for (int r = 0; r < o.reps; ++r) {
-    double single = 0, pair = 0;
-    int twice = 0;
-    for (int daemons : r % 2 == 0 ? std::vector{1, 2} : std::vector{2, 1}) {
-      auto [seconds, n] = makespan(daemons);
-      (daemons == 1 ? single : pair) = seconds;
-      if (daemons == 2) twice = n;
-    }
-    ratio.samples.push_back(pair / single);
-    one.samples.push_back(single);
-    extra.samples.push_back(twice);
-  }
+  one_against_two(o, makespan, ratio, one, extra);
   return {ratio, one, extra};
 }
 
@@ -924,30 +939,10 @@ std::vector<Row> bench_s3farm(const Options& o, const fs::path& work) {
     for (auto& f : farm) f->kill(SIGTERM);
     for (auto& f : farm)
       if (int rc = f->wait(); rc != 0) throw std::runtime_error(fmt::format("s3farm: a farm process ended with {}", rc));
-    std::map<std::string, int> compiles;
-    std::ifstream in(log);
-    for (std::string pid, uid, input; in >> pid >> uid >> input;) {
-      auto at = input.find("MODULE_");
-      ++compiles[input.substr(at, input.find_first_of("/.", at) - at)];
-    }
-    int twice = 0;
-    for (const auto& [g, n] : compiles) twice += n - 1;
-    if (compiles.size() != graphs.size()) throw std::runtime_error(fmt::format("s3farm: {} graphs compiled", compiles.size()));
     ++run;
-    return std::pair{seconds, twice};
+    return std::pair{seconds, compiled_more_than_once(log, graphs.size(), "s3farm")};
   };
-  for (int r = 0; r < o.reps; ++r) {
-    double single = 0, pair = 0;
-    int twice = 0;
-    for (int farms : r % 2 == 0 ? std::vector{1, 2} : std::vector{2, 1}) {
-      auto [seconds, n] = makespan(farms);
-      (farms == 1 ? single : pair) = seconds;
-      if (farms == 2) twice = n;
-    }
-    ratio.samples.push_back(pair / single);
-    one.samples.push_back(single);
-    extra.samples.push_back(twice);
-  }
+  one_against_two(o, makespan, ratio, one, extra);
   return {ratio, one, extra};
 }
 

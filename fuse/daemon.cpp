@@ -180,11 +180,18 @@ int run_daemon(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : k_exit_usage;
   }
 
+  // Every path the daemon keeps is absolute and normalized: libfuse moves the daemon to /
+  // before the loop (and unmounts by the mount point's path).
+  auto absolute = [](const std::string& dir) {
+    std::error_code failed;
+    std::string a = std::filesystem::absolute(dir, failed).lexically_normal().string();
+    if (a.size() > 1 && a.back() == '/') a.pop_back();
+    return a;
+  };
   if (!metrics_path.empty()) {
     if (!(metrics_interval >= 0.1 && metrics_interval <= 86400))
       return fail("--metrics-interval must be from 0.1 to 86400 seconds");
-    // (Absolute: the daemon moves to / before its loop.)
-    metrics_path = std::filesystem::absolute(metrics_path).lexically_normal().string();
+    metrics_path = absolute(metrics_path);
     if (auto why = MetricsFile::check(metrics_path); !why.empty()) return fail(fmt::format("--metrics-file: {}", why));
   }
 
@@ -234,11 +241,6 @@ int run_daemon(int argc, char** argv) {
   } else if (!nki_kernels.empty()) {
     return fail("--nki-kernels is for an s3:// cache: a directory cache carries no kernels between hosts");
   }
-  auto absolute = [&](const std::string& dir) {
-    std::string a = std::filesystem::absolute(dir, ec).lexically_normal().string();
-    if (a.size() > 1 && a.back() == '/') a.pop_back();
-    return a;
-  };
   struct stat st {};
   auto is_dir = [&](const std::string& dir, int how) {
     return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(dir.c_str(), how) == 0;
@@ -296,9 +298,7 @@ int run_daemon(int argc, char** argv) {
   if (!is_dir(opts.backing, R_OK | W_OK | X_OK))
     return fail(fmt::format("backing directory {} is missing or not readable", backing));
   opts.lowers = lowers;
-  // Absolute: libfuse moves the daemon to / before the loop, and unmounts by this path.
-  mountpoint = std::filesystem::absolute(mountpoint, ec).lexically_normal().string();
-  if (mountpoint.size() > 1 && mountpoint.back() == '/') mountpoint.pop_back();
+  mountpoint = absolute(mountpoint);
   if (::stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return fail(fmt::format("mount point {} is missing or not a directory", mountpoint));
   if (is_mounted(mountpoint)) return fail(fmt::format("mount point {} is busy: something is mounted there", mountpoint));
