@@ -15,7 +15,13 @@ void Indexer::start() {
 }
 
 void Indexer::stop() {
-  stopping_ = true;
+  {
+    // Under the lock: set between run()'s look at the flag and its wait, the notify would
+    // be lost and the daemon would wait for this thread for ever at its stop (seen once
+    // under TSan, the daemon hung at SIGTERM).
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
