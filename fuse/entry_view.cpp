@@ -2,8 +2,10 @@
 #include "entry_view.hpp"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <neffcache/cache/lock.hpp>
+#include <neffcache/compile/publish.hpp>
 
 #include "inode_table.hpp"
 
@@ -14,8 +16,8 @@ using namespace neffcache;
 EntryStage entry_stage(const EntryFiles& files, bool client_lock_live, bool ours) {
   if (!files.has_job()) return EntryStage::not_entry;
   // The entry's state by the library's one rule (classify: a finished NEFF first, then a
-  // lock, then a recorded failure), its lock judged as a client's; what the mount shows of
-  // each state follows.
+  // lock, then a recorded failure, then a product without the rest), its lock judged as
+  // a client's; what the mount shows of each state follows.
   const EntryState state = classify(files, [&] { return client_lock_live; });
   if (state == EntryState::done) return EntryStage::done;
   if (!ours) return EntryStage::another_compiler;
@@ -24,11 +26,13 @@ EntryStage entry_stage(const EntryFiles& files, bool client_lock_live, bool ours
       return EntryStage::client_compiling;
     case EntryState::failed:
       return EntryStage::failed;
+    case EntryState::partial:
+      return EntryStage::partial;
     case EntryState::stale_lock:
       // A lock no client holds (ours, or a dead one's) is no lock to the mount: the entry
       // is what its other files say.
-      return files.failed() ? EntryStage::failed : EntryStage::pending;
-    default:  // pending; LNL's partial outputs, compiled again
+      return files.failed() ? EntryStage::failed : files.partial() ? EntryStage::partial : EntryStage::pending;
+    default:
       return EntryStage::pending;
   }
 }
@@ -38,11 +42,10 @@ bool shows_placeholders(EntryStage stage, bool retry_failed) {
 }
 
 std::vector<std::string> placeholder_names(const EntryFiles& files, EntryStage stage, bool retry_failed) {
-  std::vector<std::string> names;
-  if (!shows_placeholders(stage, retry_failed)) return names;
-  if (!files.has(EntryFile::neff)) names.push_back(files.neff_name());
-  if (!files.has(EntryFile::done)) names.emplace_back(files.done_name());
-  return names;
+  // Beside a product file a placeholder would make a client take what is there for a
+  // whole result (a marker beside a leftover NEFF); the folder is shown as it is.
+  if (!shows_placeholders(stage, retry_failed) || files.has_product()) return {};
+  return {files.neff_name(), std::string(files.done_name())};
 }
 
 PlaceholderOpen placeholder_open(EntryStage stage, bool retry_failed) {
@@ -79,6 +82,7 @@ static std::optional<EntryFiles> files_at(int dir_fd, std::string& path) {
   // list_dir takes the descriptor.
   auto listed = detail::list_dir(fd, "entry", [&](std::string_view name, bool) { files.note(name); });
   if (!listed) return std::nullopt;
+  note_own_files(dir_fd, files);
   return files;
 }
 
@@ -93,12 +97,30 @@ EntryStage entry_stage_at(int dir_fd, const std::string& path, const EntryFiles&
   return entry_stage(files, open_job && ours && client_lock_held_at(dir_fd, files.lock_name(), files), ours);
 }
 
+bool finish_our_publish(const std::string& path, const EntryFiles& files) {
+  if (!publish_interrupted(path, files)) return false;
+  // Under the entry's lock: a holder (our own compile between its rename and its marker,
+  // or a client) finishes the entry itself.
+  auto lock = EntryLock::try_acquire_entry(path, files);
+  if (!lock) return false;
+  auto now = read_entry_files(path);
+  if (!now) return false;
+  const auto owner = now->hlo_name() ? detail::entry_owner(path + "/" + std::string(*now->hlo_name())) : std::nullopt;
+  auto finished = finish_publish(path, *now, owner);
+  return finished && *finished;
+}
+
 std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir) {
   EntryLook look;
   auto files = files_at(dir_fd, look.path);
   if (!files) return std::nullopt;
   look.files = std::move(*files);
   look.stage = entry_stage_at(dir_fd, look.path, look.files, compiler_dir);
+  if (look.stage == EntryStage::partial && finish_our_publish(look.path, look.files)) {
+    if (!(files = files_at(dir_fd, look.path))) return std::nullopt;
+    look.files = std::move(*files);
+    look.stage = entry_stage_at(dir_fd, look.path, look.files, compiler_dir);
+  }
   return look;
 }
 
@@ -107,13 +129,32 @@ EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler
   return look ? look->stage : EntryStage::not_entry;
 }
 
-bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
-                       const std::optional<std::string>& compiler_dir) {
+std::optional<struct stat> placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
+                                          const std::optional<std::string>& compiler_dir, mode_t umask) {
   auto look = look_at(dir_fd, compiler_dir);
-  if (!look) return false;
-  for (const auto& n : placeholder_names(look->files, look->stage, retry_failed))
-    if (n == name) return true;
-  return false;
+  if (!look) return std::nullopt;
+  bool found = false;
+  for (const auto& n : placeholder_names(look->files, look->stage, retry_failed)) found = found || n == name;
+  if (!found) return std::nullopt;
+  // What the product will have once published (compile/publish.hpp): its mode less the
+  // daemon's umask; the HLO's owner when the daemon is root (entry_owner), else the
+  // daemon's (and a set-group-ID folder's group); the HLO's times. Only its size differs.
+  struct stat st {}, hlo {}, dir {};
+  const auto hlo_name = look->files.hlo_name();
+  if (!hlo_name || ::fstatat(dir_fd, std::string(*hlo_name).c_str(), &hlo, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+  const bool neff = name == look->files.neff_name();
+  st.st_mode = S_IFREG | ((neff ? detail::k_neff_mode : detail::k_marker_mode) & ~umask);
+  st.st_nlink = 1;
+  if (::geteuid() == 0) {
+    st.st_uid = hlo.st_uid;
+    st.st_gid = hlo.st_gid;
+  } else {
+    st.st_uid = ::geteuid();
+    st.st_gid = ::fstatat(dir_fd, "", &dir, AT_EMPTY_PATH) == 0 && (dir.st_mode & S_ISGID) ? dir.st_gid : ::getegid();
+  }
+  st.st_atim = st.st_mtim = st.st_ctim = hlo.st_mtim;
+  st.st_blksize = hlo.st_blksize;
+  return st;
 }
 
 }  // namespace neffcachefs

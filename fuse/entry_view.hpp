@@ -1,33 +1,48 @@
 // The entry view: the one rule for what a cache entry shows through the mount besides
-// its backing files. Lookups, listings and opens all ask here.
+// its backing files, in both dialects. Lookups and opens ask here.
 //
-//   stage              model.neff / model.done      open of a placeholder
-//                      (LNL: graph_<key>.neff /
-//                      .compilation_complete)
-//   no HLO             nothing of ours              -
-//   (LNL: no job, graph.hlo without LNL's metadata: a rank compiling it)
-//   pending            placeholders for the missing  compiles (or joins the compile)
-//   client compiling   nothing (a client's live lock without our owner record: it
-//                      creates model.neff itself, which a placeholder would refuse;
-//                      LNL: a flock on <root>/.<key>.compilation_metadata.lock that
+// Clients look before they open: libneuronxla looks for model.done, then reads
+// model.neff; an LNL rank stats graph.hlo, its NEFF and .compilation_complete and lists
+// the folder for LNL's metadata. So a name a lookup finds must mean what it means on a
+// disk, and a placeholder (a product the mount will make when it is opened) may stand
+// only where nothing else could be read under that name:
+//
+//   stage              what the folder holds              the product names
+//                                                         (model.neff, model.done; LNL:
+//                                                         graph_<key>.neff, the marker)
+//   not an entry       no HLO (LNL: no graph.hlo with     as on a disk
+//                      LNL's metadata: a rank compiling
+//                      it, or what a dead rank left)
+//   pending            an input, no product file, no      placeholders, found by a lookup
+//                      failure record, no client lock     and never listed: opening one
+//                      (our own compile may be running)   compiles (or joins the compile)
+//   partial            a product without the rest (a      as on a disk: a client sees a
+//                      NEFF without its marker: what a    miss and compiles it again,
+//                      killed copy or compile leaves; a   under its own lock. Our own
+//                      marker without its NEFF)           interrupted publish (record.hpp)
+//                                                         is finished instead: done
+//   client compiling   a client's live lock (a flock on   as on a disk: the client makes
+//                      LNL's <root>/.<key>...lock that     the products itself
 //                      this process does not hold)
-//   another compiler's nothing of ours (a Neuron  -
-//                      entry under neuronxcc-<v>
-//                      whose <v> our compiler does
-//                      not report: compiler_serves;
-//                      its client compiles it)
-//   done               the real files                -
-//   failed (model.log) nothing (as on a disk: a     -
-//                      status tool or libneuronxla
-//                      reads it as failed); with
-//                      --retry-failed, placeholders  compiles again
+//   another compiler's a Neuron entry under neuronxcc-<v> as on a disk: its own client
+//                      that our compiler does not report  compiles it (compiles_here)
+//   done               the client's hit test holds        the real files
+//   failed             model.log without model.neff (LNL: as on a disk (with
+//                      our failure record, own_files)     --retry-failed: placeholders,
+//                                                         whose open compiles again)
+//
+// Placeholders are not listed, so that what walks a folder (shutil.rmtree, copytree,
+// os.walk, cp -a, rsync) gets a folder's answers and starts no compile: a listing shows
+// the backing files alone. Their attributes are those the product will have, but the
+// size (placeholder_attr).
 //
 // The unlink of a placeholder succeeds and removes nothing (fs_names.cpp): an LNL rank
-// removes a dead holder's marker after exists() said it is there.
-//
-// Lookups and listings show the same names. An open that finds the entry failed after
-// its lookup (a compile failed meanwhile) answers EIO (03) at once (placeholder_open).
+// removes a dead holder's marker after exists() said it is there. An open that finds the
+// entry failed after its lookup (a compile failed meanwhile) answers EIO (03) at once
+// (placeholder_open).
 #pragma once
+
+#include <sys/stat.h>
 
 #include <optional>
 #include <string>
@@ -39,7 +54,7 @@
 
 namespace neffcachefs {
 
-enum class EntryStage { not_entry, pending, client_compiling, another_compiler, done, failed };
+enum class EntryStage { not_entry, pending, partial, client_compiling, another_compiler, done, failed };
 
 // The stage of a folder with files `files`: what the mount shows of its state (classify,
 // cache/layout.hpp); `client_lock_live`: its lock file is held by a live client that is
@@ -52,11 +67,12 @@ EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live
 // entry at `entry_dir`: an LNL entry, or one of that folder.
 bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir);
 
-// Whether a folder at this stage shows placeholders for its missing products: a pending
-// one; a failed one only when failures are retried (`retry_failed`).
+// Whether a folder at this stage shows placeholders for its products: a pending one; a
+// failed one only when failures are retried (`retry_failed`).
 bool shows_placeholders(EntryStage stage, bool retry_failed);
 
-// The product names to list beside the folder's own files (those it lacks).
+// The product names a lookup finds as placeholders in a folder with files `files` at
+// `stage`: none beside a product file, ever.
 std::vector<std::string> placeholder_names(const neffcache::EntryFiles& files, EntryStage stage, bool retry_failed);
 
 // What the open of a placeholder does at this stage.
@@ -70,17 +86,18 @@ bool shows_result(const neffcache::EntryFiles& files, neffcache::CompileOutcome 
 
 // Whether `name` may be a product a placeholder stands for (model.neff, model.done;
 // LNL's graph_<key>.neff, .compilation_complete): a check by name alone, before a folder
-// is read (is_placeholder_at decides).
+// is read (placeholder_at decides).
 bool is_product_name(std::string_view name);
 // Whether `name` is an entry's HLO (model.hlo_module.pb or the legacy name).
 bool is_hlo_name(std::string_view name);
 
 // Reading the backing folder `dir_fd` (an O_PATH or directory descriptor):
 // the stage of its files `files` (listed by the caller; `path`: the folder's), for a
-// compiler of `compiler_dir`: the one rule that lookups, listings and opens apply,
+// compiler of `compiler_dir`: the one rule that lookups and opens apply,
 EntryStage entry_stage_at(int dir_fd, const std::string& path, const neffcache::EntryFiles& files,
                           const std::optional<std::string>& compiler_dir);
-// its files, path and stage (nullopt when it cannot be listed),
+// its files, path and stage (nullopt when it cannot be listed); a publish of ours that
+// was interrupted after its NEFF went in place is finished first (finish_our_publish),
 struct EntryLook {
   neffcache::EntryFiles files;
   std::string path;
@@ -89,8 +106,14 @@ struct EntryLook {
 std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir);
 // its stage alone (not_entry when it cannot be listed),
 EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir);
-// and whether a lookup of `name` in it finds a placeholder.
-bool is_placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
-                       const std::optional<std::string>& compiler_dir);
+// and the attributes of the placeholder `name` a lookup finds in it (nullopt: none), with
+// `umask` the daemon's (what its publishes get).
+std::optional<struct stat> placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
+                                          const std::optional<std::string>& compiler_dir, mode_t umask);
+
+// Finishes a publish of ours in the entry at `path` (files `files`) that was interrupted
+// after its NEFF went in place (compile/publish.hpp), under the entry's lock, unless
+// someone holds it. True when the entry is done now.
+bool finish_our_publish(const std::string& path, const neffcache::EntryFiles& files);
 
 }  // namespace neffcachefs

@@ -32,7 +32,8 @@ Filesystem::Filesystem(Options opts)
       ns_(opts_),
       inputs_(opts_.eager, opts_.store->remote().publishes_writes()),
       compile_(opts_, stats_),
-      indexer_(opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
+      indexer_(opts_.scratch ? std::string() : opts_.backing,
+               opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
                opts_.index_scan) {
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
@@ -160,12 +161,13 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
   }
   if (i.placeholder) {
     // Once produced, the real file's attributes: fstat after open shows the true size.
+    // Before, those the product will have (entry_view.hpp).
     int err = 0;
     PathRef dir = inodes_.path_fd(*i.parent, err);
     if (!dir || ::fstatat(dir->get(), i.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      st = {};
-      st.st_mode = S_IFREG | 0444;
-      st.st_nlink = 1;
+      auto attr = dir ? ns_.placeholder_attr(dir->get(), i.name) : std::nullopt;
+      if (!attr) return Errno{ENOENT};  // neither the product nor a placeholder any longer
+      st = *attr;
     }
     st.st_ino = static_cast<ino_t>(ino & 0x7fffffffffffULL);
   } else if (fi) {  // an open file: its own descriptor, even unlinked (kept briefly)

@@ -59,7 +59,7 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
       passthrough_.reader_opening(caller, i, opened, kind == NodeKind::finished);
       if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     }
-    if (reading && i.finished_neff) {
+    if (reading && i.done_neff) {
       ++stats_.hits;
       if (!i.index_offered.exchange(true)) {
         const std::string entry_dir = std::filesystem::path(path_of_fd(pfd->get())).parent_path().string();

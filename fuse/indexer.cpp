@@ -5,12 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <neffcache/cache/maintenance.hpp>
 #include <neffcache/compile/twin.hpp>
 
 namespace neffcachefs {
 
 void Indexer::start() {
-  if (!index_ || thread_.joinable()) return;
+  if ((!index_ && root_.empty()) || thread_.joinable()) return;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -46,6 +47,11 @@ nlohmann::ordered_json Indexer::stats() const {
 }
 
 void Indexer::run() {
+  if (!root_.empty())
+    if (auto moved = neffcache::move_own_files_out(root_))
+      fmt::print(stderr, "neffcachefs: moved what an earlier version kept in {} LNL entries out of their folders\n",
+                 moved);
+  if (!index_) return;
   {
     std::lock_guard lk(mu_);
     scan_.state = "running";

@@ -1,4 +1,7 @@
-// The content index's upkeep in the daemon (cache/index.hpp): at start, a bounded scan
+// The cache's upkeep in the daemon, on a thread of its own. At start, the files of ours
+// that versions before 0.2 left inside LNL key folders are moved out of them
+// (move_own_files_out, cache/maintenance.hpp). Then the content index's upkeep
+// (cache/index.hpp): at start, a bounded scan
 // that records the done and failed entries the index does not know yet (written by
 // unmodified clients or other tools, or published before a crash); then every entry the
 // daemon serves a hit from while the index does not know it. On a thread of its own:
@@ -24,10 +27,12 @@ namespace neffcachefs {
 
 class Indexer {
  public:
-  // `index` may be null (a store without one, or the index turned off): then nothing runs.
-  // `scan_limit`: HLOs the start-up scan may read.
-  Indexer(const neffcache::ContentIndex* index, std::vector<std::string> default_flags, std::size_t scan_limit)
-      : index_(index), default_flags_(std::move(default_flags)), scan_limit_(scan_limit) {}
+  // `root`: the folder the daemon writes (its layer 0; empty: none, a scratch folder over a
+  // read-only cache). `index` may be null (a store without one, or the index turned off):
+  // then only the start-up tidy runs. `scan_limit`: HLOs the start-up scan may read.
+  Indexer(std::string root, const neffcache::ContentIndex* index, std::vector<std::string> default_flags,
+          std::size_t scan_limit)
+      : root_(std::move(root)), index_(index), default_flags_(std::move(default_flags)), scan_limit_(scan_limit) {}
   ~Indexer() { stop(); }
   Indexer(const Indexer&) = delete;
   Indexer& operator=(const Indexer&) = delete;
@@ -44,6 +49,7 @@ class Indexer {
  private:
   void run();
 
+  const std::string root_;
   const neffcache::ContentIndex* index_;
   const std::vector<std::string> default_flags_;
   const std::size_t scan_limit_;

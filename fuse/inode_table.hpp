@@ -54,10 +54,12 @@ struct Inode {
   ino_t ino = 0;
   int layer = 0;
   bool placeholder = false;  // model.neff or model.done of a pending entry
-  // A file of a done entry (seen so by a lookup): its content never changes, so its
-  // pages may stay cached across opens. finished_neff: its model.neff (opens are hits).
+  // A file of a done Neuron entry (seen so by a lookup): its content never changes, so
+  // its pages may stay cached across opens (namespace.cpp says why LNL's are not).
   std::atomic<bool> finished{false};
-  std::atomic<bool> finished_neff{false};
+  // The NEFF of a done entry, of either dialect, as its last lookup found it: an open of
+  // it to read is a hit, counted, and names its entry in stats.json's `opened`.
+  std::atomic<bool> done_neff{false};
   // Its entry was offered to the content index once (Indexer::seen): later hits skip it.
   std::atomic<bool> index_offered{false};
   // Guarded by InodeTable::inodes_mu_ (a placeholder's never change): where the inode

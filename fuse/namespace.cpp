@@ -43,7 +43,17 @@ void remove_stale_lock(int entry_fd) {
 
 }  // namespace
 
-Namespace::Namespace(const Options& opts) : opts_(opts), inodes_(opts.backing, opts.lowers) {}
+// The process's umask, from /proc (umask() would change it for a moment, for every thread).
+static mode_t process_umask() {
+  auto status = detail::read_file("/proc/self/status");
+  const std::string_view field = "\nUmask:\t";
+  if (auto at = status ? status->find(field) : std::string::npos; at != std::string::npos)
+    return static_cast<mode_t>(std::strtoul(status->c_str() + at + field.size(), nullptr, 8));
+  return 022;
+}
+
+Namespace::Namespace(const Options& opts)
+    : opts_(opts), umask_(process_umask()), inodes_(opts.backing, opts.lowers) {}
 
 std::string Namespace::rel_of(Inode& folder, const char* name) {
   const std::string rel = &folder == &inodes_.root() ? std::string() : inodes_.rel_path(folder);
@@ -73,12 +83,10 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   if (err == ENOENT && found.dir && opts_.store->remote().fill(found.dir->get(), name))
     err = find(parent, name, found = {});
   if (err == ENOENT && found.dir && is_product_name(name)) {
-    if (is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir)) {
-      // A placeholder for what a compile will produce.
-      Node n{inodes_.intern_placeholder(parent, name), NodeKind::placeholder, {}};
+    if (auto attr = placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir, umask_)) {
+      // A placeholder for what a compile will produce, with the attributes it will have.
+      Node n{inodes_.intern_placeholder(parent, name), NodeKind::placeholder, *attr};
       n.attr.st_ino = static_cast<ino_t>(inodes_.id_of(n.inode) & 0x7fffffffffffULL);
-      n.attr.st_mode = S_IFREG | 0444;
-      n.attr.st_nlink = 1;
       return n;
     }
     // No placeholder: nothing will make the name, or a publish made it between the two
@@ -101,19 +109,21 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   }
   Node n;
   if (::fstat(fd.get(), &n.attr) != 0) return Errno{errno};
-  // A done entry and its files: their names never change while the entry exists.
-  const std::string done(k_done_file);
-  const bool finished = S_ISREG(n.attr.st_mode)   ? ::faccessat(dir->get(), done.c_str(), F_OK, 0) == 0
-                        : S_ISDIR(n.attr.st_mode) ? ::faccessat(fd.get(), done.c_str(), F_OK, 0) == 0
-                                                  : false;
+  // A done entry (by its clients' hit test, in either dialect) and its files. The open of
+  // its NEFF is a hit. A done Neuron entry's names never change while it exists (a
+  // publish renames new inodes into place): finished, which the kernel may keep. An LNL
+  // rank writes into a done entry (.cache_accessed) and may remove its marker (a dead
+  // holder's), so its files are never finished.
+  const std::string folder = S_ISDIR(n.attr.st_mode) ? std::string(name) : inodes_.name_of(parent);
+  const bool done = (S_ISREG(n.attr.st_mode) || S_ISDIR(n.attr.st_mode)) && is_entry_folder(folder) &&
+                    done_at(S_ISDIR(n.attr.st_mode) ? fd.get() : dir->get(), folder);
+  const bool finished = done && !is_lnl_key(folder);
   // (Never in a read-only layer: nothing there is written.)
   if (S_ISDIR(n.attr.st_mode) && found.layer == 0 && std::string_view(name).starts_with(k_module_dir_prefix))
     remove_stale_lock(fd.get());
   n.inode = inodes_.intern(parent, name, std::move(fd), n.attr, found.layer);
-  if (finished) {
-    n.inode->finished = true;
-    if (std::string_view(name) == k_neff_file) n.inode->finished_neff = true;
-  }
+  if (finished) n.inode->finished = true;
+  if (S_ISREG(n.attr.st_mode)) n.inode->done_neff = done && name == EntryFiles::of_folder(folder).neff_name();
   n.kind = finished ? NodeKind::finished : NodeKind::plain;
   return n;
 }
@@ -164,9 +174,13 @@ std::shared_ptr<const Listing> Namespace::list(Inode& i, int& err) {
     files.note(e->d_name);
   }
   ::closedir(d);
-  // A pending entry lists what opening it will produce (entry_view.hpp).
-  const EntryStage stage = entry_stage_at(dir->get(), path, files, opts_.compiler_dir);
-  for (auto& name : placeholder_names(files, stage, opts_.retry_failed)) h->push_back({std::move(name), 0, DT_REG});
+  // Placeholders are found by lookups, never listed (entry_view.hpp). A publish of ours
+  // interrupted after its NEFF went in place is finished before the folder is shown.
+  note_own_files(dir->get(), files);
+  if (files.partial() && finish_our_publish(path, files)) return list(i, err);
+  // What the entry holds elsewhere (a bucket's done entry, fetched when opened) is its own.
+  if (files.has_job())
+    for (auto& name : opts_.store->remote().names_elsewhere(dir->get())) h->push_back({std::move(name), 0, DT_REG});
   return h;
 }
 
@@ -183,7 +197,7 @@ bool Namespace::is_placeholder(Inode& p, const char* name) {
   if (!is_product_name(name)) return false;
   Found found;
   return find(p, name, found) == ENOENT && found.dir &&
-         is_placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir);
+         placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir, umask_).has_value();
 }
 
 int Namespace::prepare_rename(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,

@@ -19,9 +19,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "cache_policy.hpp"
+#include "entry_view.hpp"
 #include "inode_table.hpp"
 #include "options.hpp"
 #include "reply.hpp"
@@ -89,6 +91,11 @@ class Namespace {
   int remove(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
   // Whether `name` in `parent` is a placeholder (no file behind it).
   bool is_placeholder(Inode& parent, const char* name);
+  // The attributes of the placeholder `name` in the backing folder `dir_fd` (entry_view.hpp:
+  // those of the product it stands for, size 0), nullopt when it is none (any longer).
+  std::optional<struct stat> placeholder_attr(int dir_fd, const std::string& name) const {
+    return placeholder_at(dir_fd, name, opts_.retry_failed, opts_.compiler_dir, umask_);
+  }
   // Before a rename: checks it over the layers (EXDEV for what a lower layer has) and
   // makes the whiteout and opaque marker it needs; `pfd`, `npfd`: layer 0's copies of both
   // folders (made here over layers). 0 or an errno.
@@ -129,6 +136,9 @@ class Namespace {
 
   const Options& opts_;
   const bool as_root_ = ::geteuid() == 0;
+  // The daemon's umask, read at its start: what a published product's mode loses, and so
+  // a placeholder's.
+  const mode_t umask_;
   InodeTable inodes_;
   std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
   // Rank 40: guards each Inode's listing. A leaf.

@@ -4,9 +4,14 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <regex>
+#include <set>
+
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/maintenance.hpp>
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/compile/prepare.hpp>
 
@@ -45,23 +50,28 @@ TEST_CASE("an LNL entry compiles with its own command, publishes LNL's files and
   REQUIRE(neff.has_value());
   // The compiler saw the entry's arguments and target, not the template's.
   CHECK(neff->flags == R"(["--target=trn1", "--model-type=transformer", "-O1"])");
-  // LNL's marker: "completed:<unix time>\nneff_size:<bytes>\n".
+  // LNL's marker: "completed:<unix time>\nneff_size:<bytes>\n", the time as Python prints
+  // time.time(): a float.
   auto marker = test::slurp(dir / ".compilation_complete");
-  auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  long long t = 0, size = 0;
-  REQUIRE(std::sscanf(marker.c_str(), "completed:%lld\nneff_size:%lld\n", &t, &size) == 2);
-  CHECK(marker == lnl_marker(t, static_cast<uint64_t>(size)));
-  CHECK(std::llabs(now - t) < 60);
+  CHECK(std::regex_match(marker, std::regex("completed:[0-9]+\\.[0-9]+\nneff_size:[0-9]+\n")));
+  auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double t = 0;
+  long long size = 0;
+  REQUIRE(std::sscanf(marker.c_str(), "completed:%lf\nneff_size:%lld\n", &t, &size) == 2);
+  CHECK(std::abs(now - t) < 60);
   CHECK(size == static_cast<long long>(test::fs::file_size(neff_path)));
-  // The marker is written last: no file LNL knows is newer (our compile log goes on).
+  // The marker is written last: no file in the folder is newer.
   for (const auto& f : test::fs::directory_iterator(dir))
-    if (!f.path().filename().string().starts_with(".neffcache"))
-      CHECK(f.last_write_time() <= test::fs::last_write_time(dir / ".compilation_complete"));
-  // The compiler's log as LNL keeps it; no Neuron file in an LNL entry; our metadata.
+    CHECK(f.last_write_time() <= test::fs::last_write_time(dir / ".compilation_complete"));
+  // The compiler's log as LNL keeps it; no Neuron file in an LNL entry, and none of ours:
+  // save_cache() copies every file of the folder. Our record is in the cache's own folder.
   CHECK(test::slurp(dir / "log-neuron-cc.txt").find("Compiler status PASS") != std::string::npos);
   CHECK_FALSE(test::fs::exists(dir / "model.neff"));
   CHECK_FALSE(test::fs::exists(dir / "model.done"));
-  auto meta = nlohmann::json::parse(test::slurp(dir / ".neffcache-meta.json"));
+  CHECK(test::names_in(dir) == std::set<std::string>{".artifact_metadata_v0.json", ".compilation_complete", "command.txt",
+                                                     "graph.hlo", lnl_neff_name(key), "log-neuron-cc.txt"});
+  CHECK(own_files(dir.string()).record == (root.path() / ".neffcache/lnl" / (key + ".meta.json")).string());
+  auto meta = nlohmann::json::parse(test::slurp(own_files(dir.string()).record));
   CHECK(meta["size"] == size);
   CHECK(meta["flags"] == std::vector<std::string>{"--target=trn1", "--model-type", "transformer", "-O1"});
   // The command ran in a work folder: no path of the host that wrote command.txt.
@@ -104,15 +114,85 @@ TEST_CASE("a failed LNL compile is our record, never LNL's marker; a retry clear
   test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "1"), fail_while("NEFFCACHE_FAKE_FAIL_WHILE", gate.string());
   auto r = compile_entry(dir.string(), lnl_settings(work));
   CHECK(r.outcome == CompileOutcome::failed);
-  CHECK(test::slurp(dir / ".neffcache-failed.log").find("injected compile failure") != std::string::npos);
-  CHECK_FALSE(test::fs::exists(dir / ".compilation_complete"));
+  const std::string failure = own_files(dir.string()).failure;
+  CHECK(test::slurp(failure).find("injected compile failure") != std::string::npos);
+  CHECK(test::names_in(dir) == std::set<std::string>{".artifact_metadata_v0.json", "command.txt", "graph.hlo"});
   CHECK_FALSE(test::fs::exists(dir / lnl_neff_name(key)));
   CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::failed_cached);
   test::fs::remove(gate);
   auto s = lnl_settings(work);
   s.retry_failed = true;
   CHECK(compile_entry(dir.string(), s).outcome == CompileOutcome::success);
-  CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
+  CHECK_FALSE(test::fs::exists(failure));
+}
+
+TEST_CASE("an LNL entry of an earlier version: our files in its folder are read, then moved out of it", "[lnl][compile]") {
+  test::TempDir root, work;
+  const std::string key = test::lnl_key("legacy"), failed_key = test::lnl_key("legacy-failed");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  REQUIRE(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
+  // As a version before 0.2 left it: the record, a compile log and a publish's
+  // temporaries inside the key folder.
+  const OwnFiles own = own_files(dir.string());
+  test::fs::rename(own.record, dir / ".neffcache-meta.json");
+  test::spit(dir / ".neffcache-compile.log", "compiling");
+  test::spit(dir / ".neffcache-neff-0123", "half a NEFF");
+  test::spit(dir / ".compilation_complete.neffcache-tmp.0badf00d", "completed:");
+  auto failed = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", failed_key);
+  test::spit(failed / ".neffcache-failed.log", "an old failure");
+  // Read where they are.
+  CHECK(detail::read_entry_meta(dir.string()).contains("xxh3"));
+  CHECK(read_entry_files(failed.string())->failed());
+  // Moved out (every entry of the root, each under its lock), and the rest removed.
+  CHECK(move_own_files_out(root.path().string()) == 2);
+  CHECK(test::names_in(dir) == std::set<std::string>{".artifact_metadata_v0.json", ".compilation_complete", "command.txt",
+                                                     "graph.hlo", lnl_neff_name(key), "log-neuron-cc.txt"});
+  CHECK(detail::read_entry_meta(dir.string()).contains("xxh3"));
+  CHECK(test::fs::exists(own.record));
+  CHECK(test::slurp(own_files(failed.string()).failure) == "an old failure");
+  CHECK(read_entry_files(failed.string())->failed());
+  CHECK(move_own_files_out(root.path().string()) == 0);
+}
+
+TEST_CASE("our publish interrupted after its NEFF went in place is finished, not compiled again; a leftover is compiled",
+          "[lnl][compile]") {
+  test::TempDir root, work, log_dir;
+  const std::string key = test::lnl_key("interrupted");
+  auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
+  REQUIRE(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
+  const std::string neff = test::slurp(dir / lnl_neff_name(key));
+  // A crash between the NEFF's rename and the marker.
+  test::fs::remove(dir / ".compilation_complete");
+  auto files = read_entry_files(dir.string());
+  REQUIRE(files.has_value());
+  CHECK(classify(*files, [] { return false; }) == EntryState::partial);
+  CHECK(publish_interrupted(dir.string(), *files));
+  const auto compiles = log_dir.path() / "compiles";
+  test::ScopedEnv log("NEFFCACHE_FAKE_LOG", compiles.string());
+  CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::already_done);
+  CHECK_FALSE(test::fs::exists(compiles));
+  CHECK(read_entry_files(dir.string())->done());
+  CHECK(test::slurp(dir / lnl_neff_name(key)) == neff);
+
+  SECTION("a NEFF that is not the one recorded (changed in place, or another file) is a leftover") {
+    test::fs::remove(dir / ".compilation_complete");
+    SECTION("another file") {
+      test::fs::remove(dir / lnl_neff_name(key));
+      test::spit(dir / lnl_neff_name(key), neff);
+    }
+    SECTION("its bytes changed, its times kept") {
+      const auto mtime = test::fs::last_write_time(dir / lnl_neff_name(key));
+      {
+        std::fstream f(dir / lnl_neff_name(key), std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(3);
+        f.put('!');
+      }
+      test::fs::last_write_time(dir / lnl_neff_name(key), mtime);
+    }
+    CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
+    CHECK(test::fs::exists(compiles));
+    CHECK(test::slurp(dir / lnl_neff_name(key)) == neff);
+  }
 }
 
 TEST_CASE("a command.txt we cannot use (empty: LNL still writing it; bad) is never recorded as a failure",
@@ -126,7 +206,7 @@ TEST_CASE("a command.txt we cannot use (empty: LNL still writing it; bad) is nev
     CHECK(r.outcome == CompileOutcome::transient);
     CHECK(r.attempts == 0);
     CHECK(r.message.find("command.txt") != std::string::npos);
-    CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
+    CHECK_FALSE(test::fs::exists(own_files(dir.string()).failure));
   }
   // Once whole, it compiles.
   test::spit(dir / "command.txt", test::lnl_command_text(key, {"-O1"}));
@@ -188,7 +268,7 @@ TEST_CASE("a graph calling an NKI kernel this host lacks is refused before the c
   CHECK(r.attempts == 0);
   CHECK(r.message.find(kernel.string()) != std::string::npos);
   CHECK(r.message.find("not on this host") != std::string::npos);
-  CHECK_FALSE(test::fs::exists(dir / ".neffcache-failed.log"));
+  CHECK_FALSE(test::fs::exists(own_files(dir.string()).failure));
   // Once the kernel is here (a sync pull, say), the graph compiles.
   test::spit(kernel, "a kernel binary");
   CHECK(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);

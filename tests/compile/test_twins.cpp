@@ -50,9 +50,7 @@ ino_t inode(const fs::path& p) {
   return st.st_ino;
 }
 
-nlohmann::json meta_of(const std::string& entry) {
-  return nlohmann::json::parse(test::slurp(fs::path(entry) / ".neffcache-meta.json"));
-}
+nlohmann::json meta_of(const std::string& entry) { return detail::read_entry_meta(entry); }
 
 }  // namespace
 
@@ -294,29 +292,46 @@ TEST_CASE("a NEFF's checksum is its publication record's only while the record d
   test::spit(neff, bytes);
   const auto now = fs::file_time_type::clock::now();
   fs::last_write_time(neff, now - 1h);
-  // A record of the right size whose checksum is not the file's: used only when trusted.
-  test::spit(meta_path, R"({"size": 10, "xxh3": "00000000000000aa", "compile_seconds": 2})");
   struct stat st {};
   auto fd = detail::open_regular(neff.string(), &st);
   REQUIRE(fd.has_value());
   const std::string hashed = detail::xxh3_hex(XXH3_64bits(bytes.data(), bytes.size()));
-  auto meta = detail::read_entry_meta(entry.string());
-  CHECK(meta["compile_seconds"] == 2);
-  CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == "00000000000000aa");
+  auto hash = [&] { return detail::neff_xxh3(entry.string(), fd->get(), st).value(); };
 
-  SECTION("the NEFF changed after its record: hashed") {
-    fs::last_write_time(meta_path, now - 2h);
-    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == hashed);
+  SECTION("a record that names the file (this version's): by its inode, size and mtime") {
+    // A checksum that is not the file's: used only when the record is trusted.
+    nlohmann::ordered_json meta{{"xxh3", "00000000000000aa"}, {"compile_seconds", 2}};
+    detail::describe_neff(meta, st);
+    test::spit(meta_path, meta.dump());
+    CHECK(detail::read_entry_meta(entry.string())["compile_seconds"] == 2);
+    CHECK(hash() == "00000000000000aa");
+    SECTION("another file in its place (a client's, or a copy): hashed") {
+      meta["ino"] = static_cast<uint64_t>(st.st_ino) + 1;
+      test::spit(meta_path, meta.dump());
+      CHECK(hash() == hashed);
+    }
+    SECTION("the file written since: hashed") {
+      meta["mtime_ns"] = detail::mtime_ns(st) - 1;
+      test::spit(meta_path, meta.dump());
+      CHECK(hash() == hashed);
+    }
   }
-  SECTION("a record of another size: hashed") {
-    meta["size"] = 11;
-    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, meta).value() == hashed);
+  SECTION("an earlier version's record, which names no file: while its size holds and the NEFF is no newer") {
+    test::spit(meta_path, R"({"size": 10, "xxh3": "00000000000000aa", "compile_seconds": 2})");
+    CHECK(hash() == "00000000000000aa");
+    SECTION("the NEFF changed after its record: hashed") {
+      fs::last_write_time(meta_path, now - 2h);
+      CHECK(hash() == hashed);
+    }
+    SECTION("a record of another size: hashed") {
+      test::spit(meta_path, R"({"size": 11, "xxh3": "00000000000000aa"})");
+      CHECK(hash() == hashed);
+    }
   }
   SECTION("no record, or no JSON object: hashed") {
     test::spit(meta_path, "[1, 2]");
-    auto none = detail::read_entry_meta(entry.string());
-    CHECK(none == nlohmann::json::object());
-    CHECK(detail::neff_xxh3(entry.string(), fd->get(), st, none).value() == hashed);
+    CHECK(detail::read_entry_meta(entry.string()) == nlohmann::json::object());
+    CHECK(hash() == hashed);
   }
 }
 

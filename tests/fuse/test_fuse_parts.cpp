@@ -37,6 +37,7 @@ namespace fs = std::filesystem;
 using namespace neffcachefs;
 using neffcache::EntryFiles;
 using neffcache::k_lnl_hlo_file;
+using neffcache::EntryFile;
 using neffcache::k_lnl_log_file;
 using neffcache::k_lnl_metadata_file;
 using neffcache::detail::UniqueFd;
@@ -57,15 +58,23 @@ std::vector<std::string> names_of(const EntryFiles& f, EntryStage s, bool retry_
 }
 
 // The table of entry_view.hpp, written out apart from classify: no job, then a finished
-// NEFF, then another compiler's, then a client's live lock, then a failure, else pending
-// (LNL's partial outputs too: compiled again).
+// NEFF, then another compiler's, then a client's live lock, then a failure, then a
+// product without the rest (partial), else pending.
 EntryStage documented_stage(const EntryFiles& f, bool client_lock_live, bool ours) {
   if (!f.has_job()) return EntryStage::not_entry;
   if (f.done()) return EntryStage::done;
   if (!ours) return EntryStage::another_compiler;
   if (client_lock_live) return EntryStage::client_compiling;
   if (f.failed()) return EntryStage::failed;
+  if (f.has(EntryFile::neff) || f.has(EntryFile::done) || (f.is_lnl() && f.has(EntryFile::compiler_log)))
+    return EntryStage::partial;
   return EntryStage::pending;
+}
+
+// No placeholder ever stands beside a product file: a client that looks first would
+// take it for a whole result (a marker beside a leftover NEFF).
+void check_no_placeholder_beside_a_product(const EntryFiles& f, EntryStage stage) {
+  if (f.has(EntryFile::neff) || f.has(EntryFile::done)) CHECK(names_of(f, stage, /*retry_failed=*/true).empty());
 }
 
 // Waits up to `limit` for `done`.
@@ -92,6 +101,7 @@ TEST_CASE("entry view: every set of a Neuron entry's files gets the stage of the
         const bool live = client && f.has_lock();  // (client_lock_held_at: no file, no lock)
         INFO("files " << set << " client " << client << " ours " << ours);
         CHECK(entry_stage(f, live, ours) == documented_stage(f, live, ours));
+        check_no_placeholder_beside_a_product(f, entry_stage(f, live, ours));
       }
 }
 
@@ -109,6 +119,7 @@ TEST_CASE("entry view: every set of an LNL entry's files gets the stage of the d
           if (set & (1u << b)) f.note(names[b]);
         INFO("files " << set << " client " << client << " ours " << ours);
         CHECK(entry_stage(f, client, ours) == documented_stage(f, client, ours));
+        check_no_placeholder_beside_a_product(f, entry_stage(f, client, ours));
       }
 }
 
@@ -124,10 +135,11 @@ TEST_CASE("entry view: what each stage of an entry shows and what its open does"
     CHECK(names_of(f, EntryStage::pending) == std::vector<std::string>{"model.neff", "model.done"});
     CHECK(placeholder_open(EntryStage::pending, false) == PlaceholderOpen::compile);
   }
-  SECTION("pending with the NEFF in place and no model.done: only model.done") {
-    auto f = files_of({"model.hlo_module.pb", "model.neff"});
-    CHECK(entry_stage(f, false, true) == EntryStage::pending);
-    CHECK(names_of(f, EntryStage::pending) == std::vector<std::string>{"model.done"});
+  SECTION("a leftover product (a NEFF without model.done, model.done without a NEFF): partial, shown as on a disk") {
+    for (auto f : {files_of({"model.hlo_module.pb", "model.neff"}), files_of({"model.hlo_module.pb", "model.done"})}) {
+      CHECK(entry_stage(f, false, true) == EntryStage::partial);
+      CHECK(names_of(f, EntryStage::partial, true).empty());
+    }
   }
   SECTION("a client compiling it (its live lock): none") {
     auto f = files_of({"model.hlo_module.pb", "model.hlo_module.pb.lock"});
@@ -202,6 +214,31 @@ TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
   CHECK(stage_of("neuronxcc-2/e") == EntryStage::pending);
   CHECK(stage_of("neuronxcc-2/e", "neuronxcc-3") == EntryStage::another_compiler);
   CHECK(stage_of("plain") == EntryStage::not_entry);
+  SECTION("a placeholder's attributes are those its product will have, but its size") {
+    const auto hlo = d / "neuronxcc-2" / "e" / "model.hlo_module.pb";
+    test::fs::last_write_time(hlo, test::fs::file_time_type::clock::now() - std::chrono::hours(5));
+    struct stat in {};
+    REQUIRE(::stat(hlo.c_str(), &in) == 0);
+    UniqueFd fd(::open((d / "neuronxcc-2/e").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    for (const char* name : {"model.neff", "model.done"}) {
+      auto st = placeholder_at(fd.get(), name, false, "neuronxcc-2", 022);
+      REQUIRE(st.has_value());
+      CHECK(st->st_mode == (S_IFREG | 0644));
+      CHECK(st->st_size == 0);
+      CHECK(st->st_uid == in.st_uid);
+      CHECK(st->st_gid == in.st_gid);
+      CHECK(st->st_mtim.tv_sec == in.st_mtim.tv_sec);
+      CHECK(st->st_mtim.tv_nsec == in.st_mtim.tv_nsec);
+    }
+    // The daemon's umask: what the published NEFF loses.
+    CHECK(placeholder_at(fd.get(), "model.neff", false, "neuronxcc-2", 077)->st_mode == (S_IFREG | 0600));
+    CHECK_FALSE(placeholder_at(fd.get(), "model.log", false, "neuronxcc-2", 022));
+    // Beside a leftover NEFF: none at all.
+    test::spit(d / "neuronxcc-2" / "e" / "model.neff", "x");
+    CHECK(stage_of("neuronxcc-2/e") == EntryStage::partial);
+    CHECK_FALSE(placeholder_at(fd.get(), "model.done", false, "neuronxcc-2", 022));
+    test::fs::remove(d / "neuronxcc-2" / "e" / "model.neff");
+  }
   test::spit(d / "neuronxcc-2" / "e" / "model.log", "error");
   CHECK(stage_of("neuronxcc-2/e") == EntryStage::failed);
   test::spit(d / "neuronxcc-2" / "e" / "model.neff", "x");

@@ -3,6 +3,7 @@
 // client sees through a real mount is tested in the other files here; these pin what
 // the handlers answer, including the answers that come later.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -20,6 +21,7 @@
 #include <neffcache/store/directory.hpp>
 
 #include "fs.hpp"
+#include "lnl.hpp"
 #include "support.hpp"
 #include "test_caller.hpp"
 
@@ -110,8 +112,8 @@ const std::string k_done = test::k_fake_dir + "/MODULE_2+abc";
 
 }  // namespace
 
-TEST_CASE("handlers: lookups and listings agree on a pending entry's placeholders; a done entry's files are kept "
-          "a day and opening its NEFF is a hit",
+TEST_CASE("handlers: lookups find a pending entry's placeholders and listings show its files alone; a leftover "
+          "NEFF shows no marker; a done entry's files are kept a day and opening its NEFF is a hit, in both dialects",
           "[fuse-unit][handlers]") {
   Unmounted m;
   const fs::path cache = m.opts.backing;
@@ -120,14 +122,33 @@ TEST_CASE("handlers: lookups and listings agree on a pending entry's placeholder
   test::spit(cache / k_done / "model.neff", "NEFF");
   test::spit(cache / k_done / "model.done", "");
   test::spit(cache / "neuronxcc-9.9.9/MODULE_3+abc/model.hlo_module.pb", "x");
+  const std::string leftover = test::k_fake_dir + "/MODULE_4+abc";
+  test::spit(cache / leftover / "model.hlo_module.pb", "x");
+  test::spit(cache / leftover / "model.neff", "NEFF!");
+  const std::string key = test::lnl_key("handlers-done");
+  const auto lnl = test::make_lnl_entry(cache, test::corpus_files()[0].filename().string(), key);
+  test::spit(lnl / neffcache::lnl_neff_name(key), "LNL NEFF");
+  test::spit(lnl / ".compilation_complete", neffcache::lnl_marker(1, 8));
   m.start();
 
   auto placeholder = m.walk(k_pending + "/model.neff");
   REQUIRE(placeholder.ok());
-  CHECK(placeholder.value().attr.st_mode == (S_IFREG | 0444));
+  // The attributes the NEFF will have (the daemon's umask), the HLO's owner and time; size 0.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  struct stat hlo {};
+  REQUIRE(::stat((cache / k_pending / "model.hlo_module.pb").c_str(), &hlo) == 0);
+  CHECK(placeholder.value().attr.st_mode == (S_IFREG | (0644 & ~mask)));
+  CHECK(placeholder.value().attr.st_uid == hlo.st_uid);
+  CHECK(placeholder.value().attr.st_mtime == hlo.st_mtime);
   CHECK(placeholder.value().attr.st_size == 0);
   CHECK(placeholder.value().entry_timeout == 0);
-  CHECK(m.names(k_pending) == std::vector<std::string>{"model.done", "model.hlo_module.pb", "model.neff"});
+  CHECK(m.walk(k_pending + "/model.done").ok());
+  // Never listed: a walker gets the folder's answers and starts no compile.
+  CHECK(m.names(k_pending) == std::vector<std::string>{"model.hlo_module.pb"});
+  // Beside a leftover NEFF no marker shows: a client that looks for model.done sees a miss.
+  CHECK(m.walk(leftover + "/model.done").error() == ENOENT);
+  CHECK(m.names(leftover) == std::vector<std::string>{"model.hlo_module.pb", "model.neff"});
   // Unlinked, it removes nothing and stays, as long as the entry is pending.
   CHECK(m.fs->unlink(m.ino(k_pending), "model.neff", false) == 0);
   CHECK(m.walk(k_pending + "/model.neff").ok());
@@ -149,6 +170,17 @@ TEST_CASE("handlers: lookups and listings agree on a pending entry's placeholder
   CHECK_FALSE(opened.value().direct_io);
   CHECK(read_all(fd.get()) == "NEFF");
   CHECK(m.stats()["hits"] == 1);
+  // An LNL hit counts too, and names its entry (what a warm start fetches), though its
+  // files are not kept: a rank writes into a done entry, and may remove its marker.
+  auto lnl_neff = m.walk(key + "/" + neffcache::lnl_neff_name(key));
+  REQUIRE(lnl_neff.ok());
+  CHECK(lnl_neff.value().attr_timeout == 1);
+  auto lnl_opened = m.open(lnl_neff.value().ino, O_RDONLY);
+  REQUIRE(lnl_opened.ok());
+  UniqueFd lnl_fd(static_cast<int>(lnl_opened.value().fh));
+  CHECK_FALSE(lnl_opened.value().keep_cache);
+  CHECK(m.stats()["hits"] == 2);
+  CHECK(m.stats()["opened"].dump().find(key) != std::string::npos);
 
   // The mount's own counters: never kept, read-only, read through direct I/O.
   auto counters = m.walk(".neffcache/stats.json");
@@ -161,7 +193,7 @@ TEST_CASE("handlers: lookups and listings agree on a pending entry's placeholder
   CHECK(m.fs->release(m.caller, counters.value().ino, snapshot.value()) == 0);
   CHECK(m.walk(".neffcache/other").error() == ENOENT);
   CHECK(m.fs->lookup(FUSE_ROOT_ID, "..").error() == EINVAL);
-  CHECK(m.names("") == std::vector<std::string>{"neuronxcc-2.21.0", "neuronxcc-9.9.9"});
+  CHECK(m.names("") == std::vector<std::string>{key, "neuronxcc-2.21.0", "neuronxcc-9.9.9"});
 }
 
 TEST_CASE("handlers: the open of a placeholder is kept and answered with the compiled NEFF; one whose entry "

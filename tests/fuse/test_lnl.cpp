@@ -1,8 +1,10 @@
-// The LNL cache (vLLM Neuron, TorchNeuron) through the mount: pending entries list
-// LNL's products and compile once on open with their own command; a client's flock on
-// the key's lock is respected; both dialects share one root.
+// The LNL cache (vLLM Neuron, TorchNeuron) through the mount: pending entries show LNL's
+// products to a lookup (never in a listing) and compile once on open with their own
+// command; a partial entry shows as it is; a client's flock on the key's lock is
+// respected; both dialects share one root; nothing of ours is in a key folder.
 #include <sys/file.h>
 
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -21,16 +23,18 @@ std::set<std::string> listing(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("a pending LNL entry lists graph_<key>.neff; four readers, one compile with its own arguments", "[fuse][lnl]") {
+TEST_CASE("a pending LNL entry: its NEFF and marker are found by name, never listed; four readers, one compile with "
+          "its own arguments",
+          "[fuse][lnl]") {
   Mount m({"NEFFCACHE_FAKE_SECONDS=0.5"});
   const std::string key = test::lnl_key("four readers");
   test::make_lnl_entry(m.backing(), "spu_credit_fraud_test.hlo.pb", key, {"--model-type=transformer", "-O1"});
   const auto neff = m.mnt() / key / lnl_neff_name(key);
-  auto names = listing(m.mnt() / key);
-  CHECK(names.contains(lnl_neff_name(key)));
-  CHECK(names.contains(".compilation_complete"));
-  CHECK_FALSE(names.contains("model.neff"));
-  CHECK(m.compiles() == 0);  // listing compiles nothing
+  CHECK(listing(m.mnt() / key) == listing(m.backing() / key));
+  CHECK(fs::exists(neff));
+  CHECK(fs::exists(m.mnt() / key / ".compilation_complete"));
+  CHECK_FALSE(fs::exists(m.mnt() / key / "model.neff"));
+  CHECK(m.compiles() == 0);  // looking compiles nothing
 
   std::vector<std::pair<int, std::string>> got(4);
   std::vector<std::thread> readers;
@@ -45,10 +49,16 @@ TEST_CASE("a pending LNL entry lists graph_<key>.neff; four readers, one compile
   auto parsed = fake::parse_fake_neff(published);
   REQUIRE(parsed.has_value());
   CHECK(parsed->flags == R"(["--target=trn1", "--model-type=transformer", "-O1"])");
-  // LNL's marker, through the mount as in the backing folder.
-  CHECK(read_all(m.mnt() / key / ".compilation_complete").second ==
-        lnl_marker(std::stoll(test::slurp(m.backing() / key / ".compilation_complete").substr(10)), published.size()));
+  // LNL's marker, through the mount as in the backing folder, in LNL's format (the time
+  // as Python prints time.time()).
+  const std::string marker = read_all(m.mnt() / key / ".compilation_complete").second;
+  CHECK(marker == test::slurp(m.backing() / key / ".compilation_complete"));
+  CHECK(std::regex_match(marker, std::regex(fmt::format("completed:[0-9]+\\.[0-9]+\nneff_size:{}\n", published.size()))));
   CHECK(fs::exists(m.backing() / key / "log-neuron-cc.txt"));
+  // Nothing of ours in the key folder: save_cache() copies every file of it.
+  CHECK(listing(m.backing() / key) == std::set<std::string>{".artifact_metadata_v0.json", ".compilation_complete",
+                                                            "command.txt", "graph.hlo", lnl_neff_name(key),
+                                                            "log-neuron-cc.txt"});
   CHECK(read_all(neff).second == published);  // a hit now
   CHECK(m.compiles() == 1);
 }
@@ -100,7 +110,7 @@ TEST_CASE("an LNL entry written through the mount compiles once LNL's metadata i
   // No metadata: a rank's compile in progress (it writes the metadata after its NEFF), not ours.
   CHECK(m.compiles() == 0);
   CHECK_FALSE(listing(dir).contains(".compilation_complete"));
-  CHECK_FALSE(fs::exists(m.backing() / key / ".neffcache-failed.log"));
+  CHECK_FALSE(fs::exists(own_files((m.backing() / key).string()).failure));
   test::spit(dir / ".artifact_metadata_v0.json", fmt::format(R"({{"cache_key": "{}", "version": 0}})", key));
   auto marker = m.backing() / key / ".compilation_complete";
   for (int i = 0; i < 1000 && !fs::exists(marker); ++i) std::this_thread::sleep_for(10ms);
@@ -111,19 +121,23 @@ TEST_CASE("an LNL entry written through the mount compiles once LNL's metadata i
   CHECK(m.compiles() == 1);
 }
 
-TEST_CASE("one root holds both dialects; a partial LNL folder is compiled again, never served", "[fuse][lnl]") {
+TEST_CASE("one root holds both dialects; a partial LNL folder shows as it is, no marker beside a leftover", "[fuse][lnl]") {
   Mount m;
   auto neuron = m.entry("gopjrt_tuple.hlo.pb", "both+0");
-  const std::string key = test::lnl_key("partial");
+  const std::string key = test::lnl_key("partial"), leftover = test::lnl_key("leftover NEFF");
   test::make_lnl_entry(m.backing(), "gopjrt_tuple.hlo.pb", key);
   test::spit(m.backing() / key / "log-neuron-cc.txt", "killed in the middle");
+  // A rank that died after its metadata (or while copying its NEFF): LNL's metadata, a
+  // leftover NEFF, no marker.
+  test::make_lnl_entry(m.backing(), "gopjrt_tuple.hlo.pb", leftover);
+  test::spit(m.backing() / leftover / lnl_neff_name(leftover), "5 by.");
   CHECK(fake::parse_fake_neff(read_all(m.mnt() / neuron / "model.neff").second).has_value());
-  auto [err, marker] = read_all(m.mnt() / key / ".compilation_complete");
-  CHECK(err == 0);
-  CHECK(marker.starts_with("completed:"));
-  CHECK(fake::parse_fake_neff(read_all(m.mnt() / key / lnl_neff_name(key)).second).has_value());
-  CHECK(test::slurp(m.backing() / key / "log-neuron-cc.txt").find("killed") == std::string::npos);
-  CHECK(m.compiles() == 2);
+  // A rank's hit test fails, as on a disk: it compiles the key itself, under its lock.
+  CHECK(read_all(m.mnt() / key / ".compilation_complete").first == ENOENT);
+  CHECK(read_all(m.mnt() / key / lnl_neff_name(key)).first == ENOENT);
+  CHECK(read_all(m.mnt() / leftover / ".compilation_complete").first == ENOENT);
+  CHECK(read_all(m.mnt() / leftover / lnl_neff_name(leftover)).second == "5 by.");
+  CHECK(m.compiles() == 1);
   auto root = listing(m.mnt());
   CHECK(root.contains(key));
   CHECK(root.contains("neuronxcc-2.21.0"));
@@ -138,8 +152,9 @@ TEST_CASE("a failed LNL compile answers EIO, is recorded in our file, and LNL ne
   // hit and compiles it itself).
   CHECK(read_all(m.mnt() / key / lnl_neff_name(key)).first == ENOENT);
   CHECK(m.compiles() == 1);
-  CHECK(fs::exists(m.backing() / key / ".neffcache-failed.log"));
-  CHECK_FALSE(fs::exists(m.backing() / key / ".compilation_complete"));
+  // Our record, outside the key folder (own_files), which holds LNL's inputs alone.
+  CHECK(test::slurp(own_files((m.backing() / key).string()).failure).find("injected") != std::string::npos);
+  CHECK(listing(m.backing() / key) == std::set<std::string>{".artifact_metadata_v0.json", "command.txt", "graph.hlo"});
 }
 
 TEST_CASE("vLLM Neuron clients on the mount: each graph compiled once, by the daemon or by a client", "[fuse][lnl]") {

@@ -123,7 +123,7 @@ TEST_CASE("LNL ranks on a fresh key, then again: one compile, one NEFF, on a fol
                         ".compilation_complete", ".cache_accessed"})
     CHECK(fs::exists(m.backing() / key / f));
   CHECK(fs::exists(test::lnl_lock(m.backing(), key)));
-  CHECK_FALSE(fs::exists(m.backing() / key / ".neffcache-failed.log"));
+  CHECK_FALSE(fs::exists(own_files((m.backing() / key).string()).failure));
 }
 
 TEST_CASE("an LNL rank killed while it compiles: its waiter clears its files and stops, a retry compiles, "

@@ -108,7 +108,7 @@ TEST_CASE("both dialects through the mount: an LNL entry of a torch-xla entry's 
   CHECK(bytes == original);
   CHECK(m.compiles() == 1);
   CHECK(read_all(m.mnt() / key / ".compilation_complete").second.ends_with(fmt::format("neff_size:{}\n", bytes.size())));
-  auto meta = nlohmann::json::parse(test::slurp(m.backing() / key / ".neffcache-meta.json"));
+  auto meta = detail::read_entry_meta((m.backing() / key).string());
   CHECK(meta["copied_from"] == neuron);
   CHECK(meta["compiler_version"] == "2.21.0");
   CHECK(stats_of(m)["twins"]["served"] == 1);

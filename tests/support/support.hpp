@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -88,6 +89,13 @@ inline std::map<std::string, std::string> snapshot_tree(const fs::path& dir) {
     else if (S_ISLNK(st.st_mode)) what += fs::read_symlink(e.path()).string();
     names[fs::relative(e.path(), dir).string()] = std::move(what);
   }
+  return names;
+}
+
+// The names in the folder `dir` (not below it).
+inline std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
   return names;
 }
 

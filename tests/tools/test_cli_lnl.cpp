@@ -354,7 +354,7 @@ TEST_CASE("the content index spans both dialects: same graph, flags, target and 
     CHECK(r.exit_code == 0);
     return test::count_lines(log);
   };
-  auto meta = [&](const fs::path& entry) { return nlohmann::json::parse(test::slurp(entry / ".neffcache-meta.json")); };
+  auto meta = [&](const fs::path& entry) { return detail::read_entry_meta(entry.string()); };
   // A torch-xla entry whose flags name the target, as NEURON_CC_FLAGS="--target=trn1 -O1" makes
   // them, under the fake compiler's own version...
   auto put = lnl_tool({"put", "--cache", root.string(), "--compiler-version", "2.21.0",

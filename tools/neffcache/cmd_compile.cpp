@@ -360,11 +360,11 @@ int run_compile(const CompileOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Batch::Item> items;
   if (on_mount) {
-    // The daemon keeps a recorded failure until it is cleared.
+    // The daemon keeps a recorded failure until it is cleared (in the backing folder,
+    // where an LNL entry's is kept: own_files).
     if (retry_failed)
       for (const auto& t : targets)
-        if (auto f = read_entry_files(t.entry); f && f->failed())
-          ::unlink(fmt::format("{}/{}", t.entry, f->failure_name()).c_str());
+        if (auto e = (*cache)->of_folder(t.entry)) (void)(*cache)->clear_failure(*e);
     items = ask_daemon(targets);
   } else {
     catch_up_index(**cache, env->compiler_flags);

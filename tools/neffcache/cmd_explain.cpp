@@ -231,6 +231,13 @@ int run_explain(const ExplainOptions& opts) {
     nearest = nearest_entries(*index, asked->graph, asked->target, asked->default_flags);
 
   const std::string twin_view = twin ? c.view(*c.at(twin->entry)) : std::string();
+  // Where the failure record of `entry` is, for people: its model.log; an LNL entry's is
+  // ours, outside its folder (own_files), in a bucket inside it.
+  auto failure_shown = [&](const std::string& entry) {
+    const EntryFiles files = EntryFiles::of_entry_path(entry);
+    if (!files.is_lnl() || !c.folder()) return fmt::format("its {}", files.failure_name());
+    return fmt::format("{} in the cache's folder", own_files(entry).failure);
+  };
   if (opts.json) {
     nlohmann::ordered_json j{{"verdict", verdict}, {"identity", id.str()}, {"entry", target_view}, {"twin", nullptr}};
     if (twin)
@@ -248,11 +255,10 @@ int run_explain(const ExplainOptions& opts) {
                "{:.1f} s of compiling\n",
                target_view, twin_view, twin->compile_seconds);
   } else if (verdict == "failure" && twin->entry == asked->target) {
-    fmt::print("failure: {} failed to compile (see its {})\n", target_view,
-               EntryFiles::of_entry_path(twin->entry).failure_name());
+    fmt::print("failure: {} failed to compile (see {})\n", target_view, failure_shown(twin->entry));
   } else if (verdict == "failure") {
-    fmt::print("failure: would fail: same graph as {}, which failed (see its {})\n", twin_view,
-               EntryFiles::of_entry_path(twin->entry).failure_name());
+    fmt::print("failure: would fail: same graph as {}, which failed (see {})\n", twin_view,
+               failure_shown(twin->entry));
   } else {
     fmt::print("miss: {} is not compiled, and no entry holds the same graph and flags\n", target_view);
   }

@@ -52,6 +52,7 @@
 #include <neffcache/cache/layers.hpp>
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/record.hpp>
 #include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/detail/proc.hpp>
@@ -81,15 +82,10 @@ struct ContentId {
 
 namespace detail {
 
-inline int64_t mtime_ns(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
 // The compiler version our publication record of `entry_dir` names (compiler_version,
 // written when we compile or serve an LNL entry), when the record describes the NEFF
-// there now: the recorded size, and no NEFF newer than the record (a client that
-// compiled the entry again left our record behind). nullopt otherwise, or when it names
-// no version.
+// there now (record_describes: a client that compiled the entry again left our record
+// behind). nullopt otherwise, or when it names no version.
 NEFFCACHE_DECL std::optional<std::string> recorded_compiler_version(const std::string& entry_dir);
 
 }  // namespace detail
@@ -138,21 +134,11 @@ struct Twin {
 
 namespace detail {
 
-// An entry's publication record (.neffcache-meta.json, compile/publish.hpp) as a JSON
-// object: an empty one when it is missing or is no JSON object.
-NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir);
-
-// The checksum (16 hex digits) of the model.neff of `entry_dir`, open as `fd`, with `st`
-// its fstat: the one its publication record `meta` (read_entry_meta) gives when the
-// record describes this very file, else taken from `fd` (its offset is left alone).
-// The record is trusted only for the file it was written with: a NEFF published and not
-// changed since has the recorded size and an mtime no later than the record's. Errors:
-// a read of `fd` fails.
-NEFFCACHE_DECL Result<std::string> neff_xxh3(const std::string& entry_dir, int fd, const struct stat& st,
-                                             const nlohmann::json& meta);
-
-// Creates `dir` and its parents as needed (mode 0755 less the umask).
-NEFFCACHE_DECL Result<void> make_dirs(const std::string& dir);
+// The checksum (16 hex digits) of the NEFF of `entry_dir`, open as `fd`, with `st` its
+// fstat: the one its publication record (read_entry_meta, record.hpp) gives when the
+// record describes this very file (record_describes), else taken from `fd` (its offset is
+// left alone). Errors: a read of `fd` fails.
+NEFFCACHE_DECL Result<std::string> neff_xxh3(const std::string& entry_dir, int fd, const struct stat& st);
 
 }  // namespace detail
 

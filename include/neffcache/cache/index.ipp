@@ -38,15 +38,11 @@ NEFFCACHE_DECL std::optional<ContentId> ContentId::parse(std::string_view s) {
 namespace detail {
 
 NEFFCACHE_DECL std::optional<std::string> recorded_compiler_version(const std::string& entry_dir) {
-  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
   const std::string neff_path = fmt::format("{}/{}", entry_dir, EntryFiles::of_entry_path(entry_dir).neff_name());
   struct stat meta_st {}, neff_st {};
-  if (::stat(meta_path.c_str(), &meta_st) != 0 || ::stat(neff_path.c_str(), &neff_st) != 0) return std::nullopt;
-  auto text = read_file(meta_path);
-  if (!text) return std::nullopt;
-  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("compiler_version") || !j["compiler_version"].is_string() ||
-      !j.contains("size") || j["size"] != neff_st.st_size || mtime_ns(meta_st) < mtime_ns(neff_st))
+  if (::stat(neff_path.c_str(), &neff_st) != 0) return std::nullopt;
+  const auto j = read_entry_meta(entry_dir, &meta_st);
+  if (!j.contains("compiler_version") || !j["compiler_version"].is_string() || !record_describes(j, meta_st, neff_st))
     return std::nullopt;
   auto v = j["compiler_version"].get<std::string>();
   if (!check_compiler_version(v)) return std::nullopt;
@@ -123,31 +119,14 @@ NEFFCACHE_DECL std::optional<IndexRecord> IndexRecord::from_json(std::string_vie
 
 namespace detail {
 
-NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir) {
-  auto text = read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
-  auto j = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
-  return j.is_object() ? j : nlohmann::json::object();
-}
-
-NEFFCACHE_DECL Result<std::string> neff_xxh3(const std::string& entry_dir, int fd, const struct stat& st,
-                                             const nlohmann::json& meta) {
+NEFFCACHE_DECL Result<std::string> neff_xxh3(const std::string& entry_dir, int fd, const struct stat& st) {
   struct stat mst {};
-  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
-  if (meta.contains("xxh3") && meta["xxh3"].is_string() && meta.contains("size") && meta["size"] == st.st_size &&
-      ::stat(meta_path.c_str(), &mst) == 0 && mtime_ns(mst) >= mtime_ns(st))
+  const auto meta = read_entry_meta(entry_dir, &mst);
+  if (meta.contains("xxh3") && meta["xxh3"].is_string() && record_describes(meta, mst, st))
     return meta["xxh3"].get<std::string>();
   auto h = fd_xxh3(fd, entry_dir);
   if (!h) return h.error();
   return xxh3_hex(*h);
-}
-
-NEFFCACHE_DECL Result<void> make_dirs(const std::string& dir) {
-  for (std::size_t at = 1; at <= dir.size(); ++at) {
-    if (at != dir.size() && dir[at] != '/') continue;
-    std::string part = dir.substr(0, at);
-    if (sys::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", part);
-  }
-  return {};
 }
 
 }  // namespace detail
@@ -176,7 +155,7 @@ NEFFCACHE_DECL Result<IndexRecord> ContentIndex::add(const ContentId& id, const 
     r.size = static_cast<uint64_t>(st.st_size);
     r.ino = static_cast<uint64_t>(st.st_ino);
     r.mtime_ns = detail::mtime_ns(st);
-    auto h = detail::neff_xxh3(entry_dir, fd->get(), st, meta);
+    auto h = detail::neff_xxh3(entry_dir, fd->get(), st);
     if (!h) return h.error();
     r.xxh3 = std::move(*h);
   } else if (files->failed()) {

@@ -12,6 +12,7 @@
 #include <neffcache/cache/layers.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
+#include <neffcache/cache/record.hpp>
 #include <neffcache/core/decl.hpp>
 #include <neffcache/core/result.hpp>
 

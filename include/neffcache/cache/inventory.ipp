@@ -49,12 +49,8 @@ NEFFCACHE_DECL void measure_entry(const EntryRef& ref, EntryInfo& info) {
   });
   if (info.last_use == std::chrono::system_clock::time_point{}) info.last_use = newest;
   if (info.state != EntryState::done) return;
-  int meta_fd = ::openat(ref.dir_fd, std::string(k_meta_file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (meta_fd < 0) return;
-  std::string text = read_fd(meta_fd);
-  ::close(meta_fd);
-  auto meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!meta.is_object()) return;
+  const auto meta = read_entry_meta(path_of_fd(ref.dir_fd));
+  if (meta.empty()) return;
   if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
     info.compile_seconds = meta["compile_seconds"].get<double>();
   if (meta.contains("copied_from") && meta["copied_from"].is_string())

@@ -12,8 +12,8 @@
 // .compilation_complete, written last, whose presence makes the folder a hit. A client
 // holds the key's lock, <root>/.<key>.compilation_metadata.lock, with flock(2) while it
 // compiles, inside the entry; <root>/.<key>.compilation_metadata beside it names the
-// holder (lnl.hpp). A deterministic failure is our own record, .neffcache-failed.log,
-// which LNL ignores.
+// holder (lnl.hpp). A deterministic failure is our own record (own_files), which LNL
+// ignores.
 #pragma once
 
 #include <dirent.h>
@@ -30,6 +30,7 @@
 
 #include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/fs.hpp>
+#include <neffcache/core/detail/proc.hpp>
 #include <neffcache/core/result.hpp>
 
 namespace neffcache {
@@ -58,6 +59,8 @@ inline constexpr std::string_view k_lnl_log_file = "log-neuron-cc.txt";
 // LNL's text forms of the FX graph and its example inputs, for people: not inputs of ours.
 inline constexpr std::string_view k_lnl_fxgraph_file = "fxgraph.txt";
 inline constexpr std::string_view k_lnl_example_inputs_file = "example_inputs.txt";
+// The name of our record of a compiler's failure in an LNL entry of a bucket (and, in a
+// folder, where versions before 0.2 kept it: own_files says where it is now).
 inline constexpr std::string_view k_lnl_failure_file = ".neffcache-failed.log";
 // Ours: on S3, where LNL has no lock of its own, an LNL entry's lease (s3/lease.hpp) is
 // this object in the entry. It is never a file of a local entry.
@@ -161,9 +164,13 @@ struct EntryFiles {
   bool has_hlo() const { return has(EntryFile::hlo_module) || has(EntryFile::hlo_legacy); }
   // Neuron entries have their lock inside; an LNL lock is beside the folder (lock_name).
   bool has_lock() const { return has(EntryFile::lock_module) || has(EntryFile::lock_legacy); }
-  // Compiled: model.neff and model.done, as the Neuron cache writes them (LNL: the NEFF
-  // and the marker).
-  bool done() const { return has(EntryFile::neff) && has(EntryFile::done); }
+  // Compiled, as its clients judge a hit: model.neff and model.done (libneuronxla looks for
+  // model.done, then reads model.neff); LNL: graph.hlo, the NEFF and the marker, and
+  // LNL's metadata listed (a rank's hit test).
+  bool done() const {
+    return has(EntryFile::neff) && has(EntryFile::done) &&
+           (!is_lnl() || (has(EntryFile::hlo_module) && has(EntryFile::metadata)));
+  }
   // A recorded failure: model.log without model.neff (LNL: our record, without the marker).
   bool failed() const { return is_lnl() ? has(EntryFile::log) && !has(EntryFile::done)
                                         : has(EntryFile::log) && !has(EntryFile::neff); }
@@ -172,10 +179,15 @@ struct EntryFiles {
   // to count the entry as done (we never invent it). An LNL folder without the metadata
   // is a client's to compile (command.txt, when there, gives the flags).
   bool has_job() const { return has_hlo() && (!is_lnl() || has(EntryFile::metadata)); }
-  // LNL: what an interrupted compile left, outputs without the marker.
-  bool partial() const {
-    return is_lnl() && !has(EntryFile::done) && (has(EntryFile::neff) || has(EntryFile::compiler_log));
+  // Whether the folder holds a product file: the NEFF or the marker (LNL: or the
+  // compiler's log). A placeholder never stands beside one (fuse/entry_view.hpp).
+  bool has_product() const {
+    return has(EntryFile::neff) || has(EntryFile::done) || (is_lnl() && has(EntryFile::compiler_log));
   }
+  // What an interrupted compile, publish or copy left: a product without the rest of a
+  // done entry (a NEFF without its marker, a marker without its NEFF). Clients see a miss
+  // and compile it again.
+  bool partial() const { return !done() && has_product(); }
   // The input file name; the current name wins when both are present.
   std::optional<std::string_view> hlo_name() const;
   // The file names of the roles, present or not.
@@ -196,10 +208,66 @@ struct EntryFiles {
   void note(std::string_view name);
 };
 
+// Our own files of an entry, and where they live: the one rule.
+//
+// A Neuron entry keeps ours inside it, since its layout leaves the names that start with
+// .neffcache to us (and its clients' own failure record, model.log, is where they look).
+// An LNL key folder is LNL's alone: save_cache() copies every file in it to the remote,
+// and ranks replace the folder by a rename. So an LNL entry's are in the cache's own
+// folder beside it (which a mount shows as its statistics folder: no client sees them),
+// named by its key:
+//
+//   role          Neuron entry                     LNL entry <root>/<key>
+//   record        <entry>/.neffcache-meta.json     <root>/.neffcache/lnl/<key>.meta.json
+//   failure       <entry>/model.log                <root>/.neffcache/lnl/<key>.failed.log
+//   compile log   <entry>/.neffcache-compile.log   <root>/.neffcache/lnl/<key>.compile.log
+//   temporaries   <entry>/.neffcache-<what>-<hex>  <root>/.neffcache/lnl/<key>.<what>-<hex>
+//
+// Temporaries are renamed into the entry, so they are made on its file system. The record
+// (cache/record.hpp) names the NEFF it describes, since a folder may be replaced under it.
+// Versions before 0.2 kept an LNL entry's files inside its folder under the Neuron names
+// (k_meta_file, k_lnl_failure_file, k_compile_log_file, .neffcache-neff-*): readers still
+// find those, and move_own_files_out (maintenance.hpp) moves them out.
+struct OwnFiles {
+  std::string dir;          // the folder that holds them: the entry, or <root>/.neffcache/lnl
+  std::string record;       // the publication record
+  std::string failure;      // the record of a compiler's deterministic failure
+  std::string compile_log;  // the compiler's output while it runs
+  std::string tmp_prefix;   // temporaries: this, then what they are, '-' and random hex
+
+  // A new temporary path for `what` ("neff", "log", "marker", ...): not created.
+  std::string temporary(std::string_view what) const;
+  // Makes `dir` when it is not the entry's own folder (an LNL cache's first record).
+  Result<void> make() const;
+};
+
+// The own files of the entry folder `entry_dir` (its dialect by its name).
+NEFFCACHE_DECL OwnFiles own_files(std::string_view entry_dir);
+
+// The failure record of an LNL entry relative to its folder ("../.neffcache/lnl/<key>.failed.log"),
+// for a look from a descriptor of the folder; empty for a Neuron entry, whose model.log a
+// listing shows.
+NEFFCACHE_DECL std::string own_failure_from_entry(const EntryFiles& files);
+
+// The failure record of the entry folder `entry_dir` where it is now: own_files' (Neuron:
+// model.log), or, for an LNL entry of a version before 0.2 that has only that one, the
+// one inside its folder. (Whether there is one at all: EntryFiles::failed.)
+NEFFCACHE_DECL std::string failure_record(std::string_view entry_dir);
+
+// Whether the entry folder open as `entry_fd` (an O_PATH descriptor will do), named
+// `folder_name`, is done (EntryFiles::done: its clients' hit test), from a look at each
+// name that test needs rather than a listing.
+NEFFCACHE_DECL bool done_at(int entry_fd, std::string_view folder_name);
+
+// Notes in `files` (listed from the entry folder open as `entry_fd`) the files of its own
+// that its listing does not show: an LNL entry's failure record. Every reader of a local
+// entry's files calls it once it has listed the folder.
+NEFFCACHE_DECL void note_own_files(int entry_fd, EntryFiles& files);
+
 enum class EntryState {
   empty,       // no input and no result (a writer may still be creating it)
   pending,     // an HLO waiting to be compiled
-  partial,     // LNL: outputs of an interrupted compile, no marker: compiled again
+  partial,     // a product without the rest (EntryFiles::partial): compiled again
   compiling,   // lock held by a live owner
   done,        // model.neff and model.done
   failed,      // model.log without model.neff
@@ -211,8 +279,9 @@ NEFFCACHE_DECL const char* to_string(EntryState s);
 NEFFCACHE_DECL std::optional<EntryState> parse_entry_state(std::string_view s);
 
 // The state from the files present. A finished NEFF wins over anything else; a lock
-// counts next (someone works on it, or died doing so), then a recorded failure.
-// A NEFF without model.done is an interrupted publish and so still pending.
+// counts next (someone works on it, or died doing so), then a recorded failure, then a
+// product without the rest (partial: a NEFF without its marker is what a killed copy or
+// an interrupted publish leaves; record.hpp tells ours).
 // `lock_is_live` is asked only when a lock file exists (see entry_state in lock.hpp);
 // of an LNL entry, whose lock is outside the folder, whenever it is not done (a lock
 // that is not held is no lock: clients leave the file behind).
@@ -260,6 +329,9 @@ inline Result<void> list_dir(int fd, const std::string& what, F&& f) {
 }
 
 NEFFCACHE_DECL int open_dir_at(int parent, const char* name);
+
+// Creates `dir` and its parents as needed (mode 0755 less the umask).
+NEFFCACHE_DECL Result<void> make_dirs(const std::string& dir);
 
 }  // namespace detail
 

@@ -109,6 +109,59 @@ NEFFCACHE_DECL void EntryFiles::note(std::string_view name) {
   else if (name == "model.hlo.pb.lock") add(F::lock_legacy);
 }
 
+NEFFCACHE_DECL std::string OwnFiles::temporary(std::string_view what) const {
+  return fmt::format("{}{}-{}", tmp_prefix, what, detail::random_hex64());
+}
+
+NEFFCACHE_DECL Result<void> OwnFiles::make() const {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) return {};
+  return detail::make_dirs(dir);
+}
+
+NEFFCACHE_DECL OwnFiles own_files(std::string_view entry_dir) {
+  while (entry_dir.size() > 1 && entry_dir.back() == '/') entry_dir.remove_suffix(1);
+  const auto slash = entry_dir.rfind('/');
+  const std::string_view name = slash == std::string_view::npos ? entry_dir : entry_dir.substr(slash + 1);
+  if (!is_lnl_key(name)) {
+    const std::string dir(entry_dir);
+    return {dir, fmt::format("{}/{}", dir, k_meta_file), fmt::format("{}/{}", dir, k_log_file),
+            fmt::format("{}/{}", dir, k_compile_log_file), fmt::format("{}/{}-", dir, k_private_prefix)};
+  }
+  // (A bare key is an entry path: its own files' paths are then relative to the cache.)
+  const std::string root = slash == std::string_view::npos ? std::string() : slash == 0 ? "/" : fmt::format("{}/", entry_dir.substr(0, slash));
+  const std::string dir = fmt::format("{}{}/lnl", root, k_private_prefix);
+  return {dir, fmt::format("{}/{}.meta.json", dir, name), fmt::format("{}/{}.failed.log", dir, name),
+          fmt::format("{}/{}.compile.log", dir, name), fmt::format("{}/{}.", dir, name)};
+}
+
+NEFFCACHE_DECL std::string own_failure_from_entry(const EntryFiles& files) {
+  return files.is_lnl() ? fmt::format("../{}/lnl/{}.failed.log", k_private_prefix, files.key) : std::string();
+}
+
+NEFFCACHE_DECL std::string failure_record(std::string_view entry_dir) {
+  std::string failure = own_files(entry_dir).failure;
+  struct stat st {};
+  if (EntryFiles::of_entry_path(entry_dir).is_lnl() && ::lstat(failure.c_str(), &st) != 0)
+    if (std::string legacy = fmt::format("{}/{}", entry_dir, k_lnl_failure_file); ::lstat(legacy.c_str(), &st) == 0)
+      return legacy;
+  return failure;
+}
+
+NEFFCACHE_DECL bool done_at(int entry_fd, std::string_view folder_name) {
+  EntryFiles files = EntryFiles::of_folder(folder_name);
+  const std::string hlo(files.is_lnl() ? k_lnl_hlo_file : k_hlo_module_file);
+  for (const std::string& name : {files.neff_name(), std::string(files.done_name()), hlo, std::string(k_lnl_metadata_file)})
+    if (::faccessat(entry_fd, name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) files.note(name);
+  return files.done();
+}
+
+NEFFCACHE_DECL void note_own_files(int entry_fd, EntryFiles& files) {
+  if (!files.is_lnl()) return;
+  if (::faccessat(entry_fd, own_failure_from_entry(files).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    files.add(EntryFile::log);
+}
+
 NEFFCACHE_DECL const char* to_string(EntryState s) {
   switch (s) {
     case EntryState::empty: return "empty";
@@ -139,6 +192,7 @@ NEFFCACHE_DECL EntryState classify(const EntryFiles& f, const std::function<bool
   }
   if (f.has_lock()) return lock_is_live() ? EntryState::compiling : EntryState::stale_lock;
   if (f.failed()) return EntryState::failed;
+  if (f.partial()) return EntryState::partial;
   if (f.has_hlo()) return EntryState::pending;
   return EntryState::empty;
 }
@@ -153,6 +207,15 @@ NEFFCACHE_DECL int open_dir_at(int parent, const char* name) {
   return retry_eintr([&] {
     return ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   });
+}
+
+NEFFCACHE_DECL Result<void> make_dirs(const std::string& dir) {
+  for (std::size_t at = 1; at <= dir.size(); ++at) {
+    if (at != dir.size() && dir[at] != '/') continue;
+    std::string part = dir.substr(0, at);
+    if (sys::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("create", part);
+  }
+  return {};
 }
 
 }  // namespace detail
@@ -171,7 +234,9 @@ NEFFCACHE_DECL Result<void> for_each_entry(const std::string& root,
     if (list_fd < 0) return;
     auto rm = detail::list_dir(list_fd, parent + "/" + name,
                                [&](std::string_view file, bool) { ref.files.note(file); });
-    if (rm) visit(ref);
+    if (!rm) return;
+    note_own_files(mfd.get(), ref.files);
+    visit(ref);
   };
   Result<void> inner_error;
   auto r = detail::list_dir(root_fd, root, [&](std::string_view cdir, bool is_dir) {
@@ -197,8 +262,10 @@ NEFFCACHE_DECL Result<EntryFiles> read_entry_files(const std::string& entry_dir)
   std::string_view dir = entry_dir;
   while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
   EntryFiles files = EntryFiles::of_folder(dir.substr(dir.rfind('/') + 1));
+  detail::UniqueFd own(::dup(fd));  // (list_dir takes fd)
   auto r = detail::list_dir(fd, entry_dir, [&](std::string_view name, bool) { files.note(name); });
   if (!r) return r.error();
+  if (own) note_own_files(own.get(), files);
   return files;
 }
 

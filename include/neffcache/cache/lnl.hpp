@@ -118,8 +118,12 @@ NEFFCACHE_DECL Result<std::vector<std::string>> entry_compiler_flags(const std::
                                                                      const EntryFiles& files,
                                                                      const std::vector<std::string>& default_flags);
 
-// The content of LNL's completion marker: "completed:<unix time>\nneff_size:<bytes>\n".
-NEFFCACHE_DECL std::string lnl_marker(int64_t unix_seconds, uint64_t neff_bytes);
+// The content of LNL's completion marker: "completed:<unix time>\nneff_size:<bytes>\n",
+// the time as Python prints time.time() (a float: "1764340000.123456", "1764340000.0").
+NEFFCACHE_DECL std::string lnl_marker(double unix_time, uint64_t neff_bytes);
+
+// Now, as Python's time.time() gives it.
+NEFFCACHE_DECL double unix_time_now();
 
 // The NEFF size a marker's text records (its "neff_size:" line); nullopt when it records
 // none (an empty or older marker), which is no error: the marker's presence is the hit.

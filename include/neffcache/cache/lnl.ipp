@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <ctime>
 #include <utility>
 
@@ -191,8 +192,17 @@ NEFFCACHE_DECL Result<std::vector<std::string>> entry_compiler_flags(const std::
   return neuron_compiler_flags(flags_file, default_flags);
 }
 
-NEFFCACHE_DECL std::string lnl_marker(int64_t unix_seconds, uint64_t neff_bytes) {
-  return fmt::format("completed:{}\nneff_size:{}\n", unix_seconds, neff_bytes);
+NEFFCACHE_DECL std::string lnl_marker(double unix_time, uint64_t neff_bytes) {
+  // {fmt} prints a double's shortest form that reads back the same, as Python's repr()
+  // does; Python keeps ".0" on a whole number.
+  std::string t = fmt::format("{}", unix_time);
+  if (t.find_first_of(".en") == std::string::npos) t += ".0";
+  return fmt::format("completed:{}\nneff_size:{}\n", t, neff_bytes);
+}
+
+NEFFCACHE_DECL double unix_time_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
 NEFFCACHE_DECL std::optional<uint64_t> lnl_marker_neff_size(std::string_view text) {

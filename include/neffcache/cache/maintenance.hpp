@@ -13,6 +13,7 @@
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/lock.hpp>
+#include <neffcache/cache/record.hpp>
 #include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/sys.hpp>
 #include <neffcache/core/detail/xxh3.hpp>
@@ -46,6 +47,11 @@ struct LockedEntry {
 // lists the entry again, since the holder before us may have changed it.
 NEFFCACHE_DECL Result<LockedEntry> lock_entry(const EntryPaths& e, const LockOptions& opts);
 
+// Removes the files of our own that an LNL entry at `entry_dir` keeps outside its folder
+// (own_files): its record, failure record and compile log. A Neuron entry keeps them in
+// it, and result_names names them.
+NEFFCACHE_DECL void remove_own_results(const std::string& entry_dir);
+
 // What a compile leaves in an entry of `files`' dialect, the done marker first, so that
 // the entry stops being done at once and no reader sees a marker without its NEFF: the
 // marker, the NEFF, the failure record, our metadata; of an LNL entry the compiler's log
@@ -54,9 +60,21 @@ NEFFCACHE_DECL std::vector<std::string> result_names(const EntryFiles& files);
 
 }  // namespace detail
 
-// Forgets a recorded failure (model.log without model.neff; LNL: our
-// .neffcache-failed.log without the marker) so that the entry compiles again. False when
-// there was none.
+// An LNL entry written by a version before 0.2 keeps our files inside its folder, under
+// the Neuron entry's names (k_meta_file, k_lnl_failure_file, k_compile_log_file, and
+// temporaries named .neffcache-*): its record and failure record move out to own_files
+// (layout.hpp; unless newer ones are there already), the rest goes. The caller holds the
+// entry's lock. Nothing for a Neuron entry, whose layout leaves those names to us.
+NEFFCACHE_DECL void move_legacy_own_files(const std::string& entry_dir);
+
+// Does it for every LNL entry of the cache `root` (its key folders) that holds such files, each under its
+// lock (an entry whose lock is held keeps them until its next compile, which moves them).
+// Returns how many entries it cleaned.
+NEFFCACHE_DECL std::size_t move_own_files_out(const std::string& root, const LockOptions& opts = {});
+
+// Forgets a recorded failure (model.log without model.neff; LNL: our failure record,
+// own_files, without the marker) so that the entry compiles again. False when there was
+// none.
 NEFFCACHE_DECL Result<bool> clear_failure(const EntryPaths& e, const LockOptions& opts = {});
 
 // Removes the entry's lock when its owner is gone (by taking it over and releasing it,
@@ -96,7 +114,7 @@ NEFFCACHE_DECL std::optional<uint64_t> lnl_marker_size(const std::string& entry_
 }  // namespace detail
 
 // Checks the published NEFF of an entry whose files are `files` and that has its done
-// marker: against the size and xxh3 recorded in .neffcache-meta.json at publication, and
+// marker: against the size and xxh3 our record (record.hpp) kept at publication, and
 // of an LNL entry against the size its marker records (LNL writes no checksum: a NEFF
 // whose size agrees with its marker and that we did not publish is ok). Our metadata
 // counts only while it describes the NEFF the marker does: a client that compiled the

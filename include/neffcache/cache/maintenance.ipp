@@ -34,6 +34,12 @@ NEFFCACHE_DECL Result<LockedEntry> lock_entry(const EntryPaths& e, const LockOpt
   return LockedEntry{std::move(*lock), std::move(*files)};
 }
 
+NEFFCACHE_DECL void remove_own_results(const std::string& entry_dir) {
+  if (!EntryFiles::of_entry_path(entry_dir).is_lnl()) return;  // (a Neuron entry's are in it: result_names)
+  const OwnFiles own = own_files(entry_dir);
+  for (const auto& path : {own.record, own.failure, own.compile_log}) sys::unlink(path.c_str());
+}
+
 NEFFCACHE_DECL std::vector<std::string> result_names(const EntryFiles& files) {
   std::vector<std::string> names{std::string(files.done_name()), files.neff_name(), std::string(files.failure_name()),
                                  std::string(k_meta_file)};
@@ -43,11 +49,65 @@ NEFFCACHE_DECL std::vector<std::string> result_names(const EntryFiles& files) {
 
 }  // namespace detail
 
+NEFFCACHE_DECL void move_legacy_own_files(const std::string& entry_dir) {
+  if (!EntryFiles::of_entry_path(entry_dir).is_lnl()) return;
+  const OwnFiles own = own_files(entry_dir);
+  auto move_out = [&](std::string_view name, const std::string& to) {
+    const std::string from = fmt::format("{}/{}", entry_dir, name);
+    struct stat st {};
+    if (::lstat(from.c_str(), &st) != 0) return;
+    if (::lstat(to.c_str(), &st) == 0 || !own.make() || sys::rename(from.c_str(), to.c_str()) != 0)
+      sys::unlink(from.c_str());
+  };
+  move_out(k_meta_file, own.record);
+  move_out(k_lnl_failure_file, own.failure);
+  int fd = detail::open_dir_at(AT_FDCWD, entry_dir.c_str());
+  if (fd < 0) return;
+  std::vector<std::string> doomed;
+  (void)detail::list_dir(fd, entry_dir, [&](std::string_view name, bool) {
+    if (name.starts_with(k_private_prefix) || name.find(".neffcache-tmp.") != std::string_view::npos)
+      doomed.emplace_back(name);
+  });
+  for (const auto& name : doomed) sys::unlink(fmt::format("{}/{}", entry_dir, name).c_str());
+}
+
+NEFFCACHE_DECL std::size_t move_own_files_out(const std::string& root, const LockOptions& opts) {
+  // (LNL entries are the root's key folders: no walk of the Neuron entries.)
+  std::vector<std::string> keys, found;
+  int root_fd = detail::open_dir_at(AT_FDCWD, root.c_str());
+  if (root_fd < 0) return 0;
+  (void)detail::list_dir(root_fd, root, [&](std::string_view name, bool is_dir) {
+    if (is_dir && is_lnl_key(name)) keys.emplace_back(name);
+  });
+  for (const auto& key : keys) {
+    const std::string dir = fmt::format("{}/{}", root, key);
+    int fd = detail::open_dir_at(AT_FDCWD, dir.c_str());
+    if (fd < 0) continue;
+    bool any = false;
+    (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) {
+      any = any || name.starts_with(k_private_prefix) || name.find(".neffcache-tmp.") != std::string_view::npos;
+    });
+    if (any) found.push_back(dir);
+  }
+  std::size_t moved = 0;
+  for (const auto& dir : found) {
+    auto files = read_entry_files(dir);
+    if (!files) continue;
+    auto lock = EntryLock::try_acquire_entry(dir, *files, opts);
+    if (!lock) continue;
+    move_legacy_own_files(dir);
+    ++moved;
+  }
+  return moved;
+}
+
 NEFFCACHE_DECL Result<bool> clear_failure(const EntryPaths& e, const LockOptions& opts) {
   auto locked = detail::lock_entry(e, opts);
   if (!locked) return locked.error();
   if (!locked->files.failed()) return false;
+  // (An LNL entry of a version before 0.2 may have its record in the folder.)
   if (auto r = detail::unlink_all(e.view, {std::string(locked->files.failure_name())}); !r) return r.error();
+  if (locked->files.is_lnl()) sys::unlink(own_files(e.backing).failure.c_str());
   return true;
 }
 
@@ -70,7 +130,9 @@ NEFFCACHE_DECL Result<LockInfo> clear_stale_lock(const EntryPaths& e, const Lock
 NEFFCACHE_DECL Result<void> clear_results(const EntryPaths& e, const LockOptions& opts) {
   auto locked = detail::lock_entry(e, opts);
   if (!locked) return locked.error();
-  return detail::unlink_all(e.view, detail::result_names(locked->files));
+  auto r = detail::unlink_all(e.view, detail::result_names(locked->files));
+  if (r) detail::remove_own_results(e.backing);
+  return r;
 }
 
 NEFFCACHE_DECL Result<void> remove_entry(const EntryPaths& e, const LockOptions& opts) {
@@ -90,6 +152,7 @@ NEFFCACHE_DECL Result<void> remove_entry(const EntryPaths& e, const LockOptions&
   });
   if (!listed) return listed;
   if (r = detail::unlink_all(e.view, rest); !r) return r;
+  detail::remove_own_results(e.backing);
   lock.release();
   ::rmdir(e.view.c_str());
   return {};
@@ -115,9 +178,11 @@ NEFFCACHE_DECL NeffVerdict verify_neff(const std::string& entry_dir, const Entry
   const auto marked = detail::lnl_marker_size(entry_dir, files);
   if (marked && *marked != size)
     return {NeffCheck::broken, fmt::format("{} has {} bytes, its {} says {}", name, size, files.done_name(), *marked)};
-  auto text = detail::read_file(fmt::format("{}/{}", entry_dir, k_meta_file));
-  auto meta = text ? nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
-  bool recorded = meta.is_object() && meta.contains("size") && meta.contains("xxh3") && meta["xxh3"].is_string();
+  const auto meta = detail::read_entry_meta(entry_dir);
+  bool recorded = meta.contains("size") && meta.contains("xxh3") && meta["xxh3"].is_string();
+  // (A record of another file, a NEFF a client compiled or copied in since, says nothing
+  // of this one; the file it names, changed since, is broken.)
+  if (recorded && meta.contains("ino") && meta["ino"] != static_cast<uint64_t>(st.st_ino)) recorded = false;
   if (recorded && marked && meta["size"] != *marked) recorded = false;
   if (!recorded) {
     if (size == 0) return {NeffCheck::broken, fmt::format("{} is empty", name)};

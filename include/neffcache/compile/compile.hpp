@@ -3,11 +3,13 @@
 // (compile/outcome.hpp) and its NEFF published atomically (compile/publish.hpp). Results
 // reused across equal graphs: compile/twin.hpp.
 //
-// Files a job writes in the entry (besides the Neuron ones):
-//   .neffcache-compile.log  the compiler's output, streamed; becomes model.log only on
-//                           a deterministic failure, so a half-written log never reads
-//                           as "failed" to Neuron clients
-//   .neffcache-meta.json    written before model.done: size, xxh3, command, flags,
+// Files of our own a job writes (own_files, layout.hpp: in a Neuron entry, in the cache's
+// own folder for an LNL entry), besides the entry's products:
+//   compile log             the compiler's output, streamed; becomes the failure record
+//                           (model.log) only on a deterministic failure, so a half-written
+//                           log never reads as "failed" to Neuron clients
+//   record                  written before the NEFF goes in place (cache/record.hpp):
+//                           size, xxh3, inode and mtime, command, flags,
 //                           compile time, the peak memory of the compiler's process
 //                           tree (peak_rss_kib), the memory reservation it was admitted
 //                           with (predicted_peak_kib, 0: none) and how many earlier

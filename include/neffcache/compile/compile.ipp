@@ -53,6 +53,13 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
   HeldCompile how;
   how.look = [&](const EntryFiles& files, bool held) -> std::optional<CompileResult> {
     if (auto o = settled_outcome(files, s.retry_failed)) return CompileResult::of(*o);
+    // Our own publish, interrupted after its NEFF went in place: finished, not compiled again.
+    if (held && publish_interrupted(entry_dir, files)) {
+      const auto owner = files.hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files.hlo_name()))
+                                          : std::nullopt;
+      if (auto finished = finish_publish(entry_dir, files, owner); finished && *finished)
+        return CompileResult::of(CompileOutcome::already_done);
+    }
     if (held) return std::nullopt;
     if (!files.has_job())
       return transient(fmt::format("{}: {}", entry_dir,
@@ -70,7 +77,8 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
   };
 
   FolderEntry entry(entry_dir, s.lock);
-  const std::string log_path = fmt::format("{}/{}", entry_dir, k_compile_log_file);
+  const OwnFiles own = own_files(entry_dir);
+  const std::string& log_path = own.compile_log;
   detail::UniqueFd log;  // (outlives the run: the publish is logged too)
   std::optional<detail::RemovedTree> workdir;  // the last attempt's, whose NEFF is published
 
@@ -87,6 +95,7 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
     const auto owner = detail::entry_owner(hlo_path);
     entry.set_owner(owner);
     // Never through a link: in a user's entry it could name any file, which root would truncate.
+    if (auto m = own.make(); !m) return stop(m.error().message);
     log = detail::UniqueFd(sys::open(log_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (!log) return stop(sys_error("create", log_path).message);
     detail::give(log.get(), owner);
@@ -122,7 +131,7 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
         if (::access(kernel.c_str(), F_OK) != 0)
           return stop(fmt::format("{}: the graph calls the NKI kernel {}, which is not on this host", entry_dir, kernel));
     // A retried failure: the old record goes only once we really compile again.
-    sys::unlink(fmt::format("{}/{}", entry_dir, files.failure_name()).c_str());
+    sys::unlink(own.failure.c_str());
 
     std::string root = s.workdir_root;
     if (root.empty()) root = detail::getenv_or("TMPDIR", "/tmp");

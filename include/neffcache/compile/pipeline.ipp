@@ -29,9 +29,10 @@ NEFFCACHE_DECL Result<std::string> FolderEntry::publish(const EntryFiles& files,
 
 NEFFCACHE_DECL Result<void> FolderEntry::record_failure(const EntryFiles& files, const std::string& log) {
   sys::unlink(fmt::format("{}/{}", dir_, files.neff_name()).c_str());
-  if (sys::rename(log.c_str(), fmt::format("{}/{}", dir_, files.failure_name()).c_str()) != 0)
-    return sys_error("record failure in", dir_);
-  detail::fsync_dir(dir_);
+  const OwnFiles own = own_files(dir_);
+  if (auto m = own.make(); !m) return m;
+  if (sys::rename(log.c_str(), own.failure.c_str()) != 0) return sys_error("record failure in", own.dir);
+  detail::fsync_dir(own.dir);
   return {};
 }
 

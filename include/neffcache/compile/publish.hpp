@@ -1,11 +1,12 @@
 // An entry's work folder and publication: hashed copies, removal of a work folder
 // without following links, the owner an entry's files get, and the atomic publication
-// of a NEFF (model.neff, then .neffcache-meta.json, then model.done; LNL's names in an
-// LNL entry) with the cleanup
-// of what a dead publisher left.
+// of a NEFF (our record, then model.neff, then model.done; LNL's names in an LNL entry,
+// with our own files outside it: own_files, layout.hpp), with the cleanup of what a dead
+// publisher left and the end of a publish interrupted after its NEFF was in place.
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lnl.hpp>
+#include <neffcache/cache/maintenance.hpp>
+#include <neffcache/cache/record.hpp>
 #include <neffcache/core/decl.hpp>
 #include <neffcache/core/detail/fs.hpp>
 #include <neffcache/core/detail/proc.hpp>
@@ -30,6 +33,11 @@ namespace neffcache {
 namespace detail {
 
 NEFFCACHE_DECL std::string entry_name(const std::string& entry_dir);
+
+// The modes a publish creates an entry's files with (the process's umask applies): a
+// NEFF is never writable by others; the marker, our record and logs are 0644.
+inline constexpr mode_t k_neff_mode = 0666 & ~S_IWOTH;
+inline constexpr mode_t k_marker_mode = 0644;
 
 // Copies what `in` reads from its start to `out` (at its offset) and returns the xxh3 of
 // the bytes copied. `in` is read with pread (fd_xxh3), so its offset is left alone and a
@@ -78,18 +86,27 @@ struct RemovedTree {
 NEFFCACHE_DECL std::optional<FileOwner> entry_owner(const std::string& hlo_path);
 
 NEFFCACHE_DECL void fsync_dir(const std::string& dir);
-// Puts `tmp`, a whole NEFF already in the entry folder, in place as its NEFF
-// (`names`: model.neff, or LNL's graph_<key>.neff); then the metadata (`meta` plus size
-// and `xxh3`); then the done marker, last (model.done, empty; or LNL's
-// .compilation_complete, which gives the time and the NEFF's size). Readers see no NEFF,
-// or a whole one, and never the marker without it. On failure `tmp` is gone and no NEFF
-// stands. Returns the published path.
+// Puts `tmp`, a whole NEFF already on the entry's file system (neff_tmp_name), in place
+// as its NEFF (`names`: model.neff, or LNL's graph_<key>.neff): first our record (`meta`
+// plus `xxh3` and what ties it to this very file: size, inode, mtime; record.hpp), synced,
+// then the rename (which keeps inode and mtime), then the done marker, last (model.done,
+// empty; or LNL's .compilation_complete, with the time and the NEFF's size). Readers see
+// no NEFF, or a whole one, and never the marker without it; a crash after the rename
+// leaves a NEFF that our record describes, which finish_publish completes. On failure
+// `tmp` is gone and no NEFF stands. Returns the published path.
 NEFFCACHE_DECL Result<std::string> commit_neff(const std::string& entry_dir, const std::string& tmp,
                                                const std::string& xxh3, nlohmann::ordered_json meta,
                                                const std::optional<FileOwner>& owner, const EntryFiles& names = {});
 
-// A temporary name in the entry folder for a NEFF being published.
+// A new temporary name for a NEFF being published into `entry_dir`, where own_files puts
+// temporaries (that folder made if missing).
 NEFFCACHE_DECL std::string neff_tmp_name(const std::string& entry_dir);
+
+// Writes the done marker of the entry `entry_dir` (model.done, empty; LNL's marker with
+// the time and `neff_bytes`) whole, through a temporary of our own (no name of ours ever
+// shows in an LNL key folder).
+NEFFCACHE_DECL Result<void> write_marker(const std::string& entry_dir, const EntryFiles& names, uint64_t neff_bytes,
+                                         const std::optional<FileOwner>& owner);
 
 // Publishes `neff` into the entry: copied to a temp file there, fsynced, then
 // commit_neff (`names` as there). The files get the process's umask, never write access
@@ -100,10 +117,25 @@ NEFFCACHE_DECL Result<std::string> publish(const std::string& entry_dir, const s
                                            const EntryFiles& names = {}, const std::string& compiler_log = {});
 
 }  // namespace detail
-// Removes the half-written copies of a NEFF or a log that a publisher left in
-// `entry_dir` when it died mid-copy. Only the entry's lock holder writes them, so the
-// caller must hold the lock; other private files (a lock being created) stay.
+// Removes the half-written copies of a NEFF, a log, a record or a marker that a publisher
+// left (own_files) when it died mid-copy. Only the entry's lock holder writes them, so the
+// caller must hold the lock; other private files (a lock being created) stay. Of an LNL
+// entry, what a version before 0.2 kept in its folder goes too: its record and failure
+// record are moved out (unless newer ones are there), its logs and temporaries removed.
 NEFFCACHE_DECL void remove_publish_leftovers(const std::string& entry_dir);
+
+// Whether the entry `entry_dir` (files `files`) holds a publish of ours interrupted after
+// its NEFF was renamed into place: a NEFF and no marker, and our record describing that
+// very file (record_describes). A stat and the record, no hashing: finish_publish checks
+// the bytes.
+NEFFCACHE_DECL bool publish_interrupted(const std::string& entry_dir, const EntryFiles& files);
+
+// Finishes a publish that publish_interrupted found: when the NEFF's bytes have the
+// recorded checksum, writes the marker. The caller holds the entry's lock. True when it
+// wrote it; false when there was nothing of ours to finish (a NEFF that is not the one
+// recorded: a leftover, which stays for its clients to compile again).
+NEFFCACHE_DECL Result<bool> finish_publish(const std::string& entry_dir, const EntryFiles& files,
+                                           const std::optional<detail::FileOwner>& owner);
 
 }  // namespace neffcache
 

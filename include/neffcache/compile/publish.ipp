@@ -86,41 +86,55 @@ NEFFCACHE_DECL void fsync_dir(const std::string& dir) {
   if (fd) sys::fsync(fd.get());
 }
 
+NEFFCACHE_DECL Result<void> write_marker(const std::string& entry_dir, const EntryFiles& names, uint64_t neff_bytes,
+                                         const std::optional<FileOwner>& owner) {
+  const std::string marker = names.is_lnl() ? lnl_marker(unix_time_now(), neff_bytes) : std::string();
+  const OwnFiles own = own_files(entry_dir);
+  if (auto m = own.make(); !m) return m;
+  return write_file_atomic(fmt::format("{}/{}", entry_dir, names.done_name()), marker, k_marker_mode, owner,
+                           own.temporary("marker"));
+}
+
 NEFFCACHE_DECL Result<std::string> commit_neff(const std::string& entry_dir, const std::string& tmp,
                                                const std::string& xxh3, nlohmann::ordered_json meta,
                                                const std::optional<FileOwner>& owner, const EntryFiles& names) {
   const std::string path = fmt::format("{}/{}", entry_dir, names.neff_name());
-  const std::string meta_path = fmt::format("{}/{}", entry_dir, k_meta_file);
-  if (sys::rename(tmp.c_str(), path.c_str()) != 0) {
-    Error e = sys_error("publish", path);
+  const OwnFiles own = own_files(entry_dir);
+  auto fail = [&](Error e) {
     sys::unlink(tmp.c_str());
     return e;
+  };
+  // The record first, naming this very file (the rename keeps its inode and mtime): a
+  // crash after the rename leaves a NEFF that it describes, a publish to finish, where
+  // any other NEFF without its marker is a leftover.
+  struct stat st {};
+  if (::lstat(tmp.c_str(), &st) != 0) return fail(sys_error("stat", tmp));
+  describe_neff(meta, st);
+  meta["xxh3"] = xxh3;
+  if (auto m = own.make(); !m) return fail(m.error());
+  if (auto m = write_file_atomic(own.record, meta.dump(2) + "\n", 0644, owner, own.temporary("meta")); !m)
+    return fail(m.error());
+  fsync_dir(own.dir);
+  if (sys::rename(tmp.c_str(), path.c_str()) != 0) {
+    Error e = sys_error("publish", path);
+    sys::unlink(own.record.c_str());
+    return fail(e);
   }
   // The NEFF is in place: a failure from here on takes it away again, so that no NEFF
   // stands without its marker (the next attempt publishes anew).
-  auto undo = [&](Error e) {
-    sys::unlink(meta_path.c_str());
+  if (auto d = write_marker(entry_dir, names, static_cast<uint64_t>(st.st_size), owner); !d) {
+    sys::unlink(own.record.c_str());
     sys::unlink(path.c_str());
-    return e;
-  };
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return undo(sys_error("stat", path));
-  meta["size"] = st.st_size;
-  meta["xxh3"] = xxh3;
-  if (auto m = write_file_atomic(meta_path, meta.dump(2) + "\n", 0644, owner); !m) return undo(m.error());
-  std::string marker;
-  if (names.is_lnl()) {
-    auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-    marker = lnl_marker(now.count(), static_cast<uint64_t>(st.st_size));
+    return d.error();
   }
-  if (auto d = write_file_atomic(fmt::format("{}/{}", entry_dir, names.done_name()), marker, 0644, owner); !d)
-    return undo(d.error());
   fsync_dir(entry_dir);
   return path;
 }
 
 NEFFCACHE_DECL std::string neff_tmp_name(const std::string& entry_dir) {
-  return fmt::format("{}/{}-neff-{}", entry_dir, k_private_prefix, random_hex64());
+  const OwnFiles own = own_files(entry_dir);
+  (void)own.make();  // (a folder that cannot be made fails the create, which says why)
+  return own.temporary("neff");
 }
 
 NEFFCACHE_DECL Result<std::string> publish(const std::string& entry_dir, const std::string& neff,
@@ -128,9 +142,11 @@ NEFFCACHE_DECL Result<std::string> publish(const std::string& entry_dir, const s
                                            const EntryFiles& names, const std::string& compiler_log) {
   // (The kernel applies the umask to the mode. Reading it with umask() would change it
   // for a moment, for every thread of the process.)
-  const mode_t mode = 0666 & ~S_IWOTH;
+  const mode_t mode = k_neff_mode;
+  const OwnFiles own = own_files(entry_dir);
+  if (auto m = own.make(); !m) return m.error();
   if (names.is_lnl() && !compiler_log.empty() && ::access(compiler_log.c_str(), F_OK) == 0) {
-    const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, random_hex64());
+    const std::string tmp = own.temporary("log");
     if (auto c = copy_file_hashed(compiler_log, tmp, mode, owner); !c) return c.error();
     const std::string log = fmt::format("{}/{}", entry_dir, k_lnl_log_file);
     if (sys::rename(tmp.c_str(), log.c_str()) != 0) {
@@ -139,7 +155,7 @@ NEFFCACHE_DECL Result<std::string> publish(const std::string& entry_dir, const s
       return e;
     }
   }
-  const std::string tmp = neff_tmp_name(entry_dir);
+  const std::string tmp = own.temporary("neff");
   auto hash = copy_file_hashed(neff, tmp, mode, owner);
   if (!hash) return hash.error();
   return commit_neff(entry_dir, tmp, xxh3_hex(*hash), std::move(meta), owner, names);
@@ -147,15 +163,57 @@ NEFFCACHE_DECL Result<std::string> publish(const std::string& entry_dir, const s
 
 }  // namespace detail
 
+namespace detail {
+// What publishers name their temporaries (OwnFiles::temporary), after the prefix.
+inline constexpr std::string_view k_temporaries[] = {"neff-", "log-", "marker-", "meta-"};
+}  // namespace detail
+
 NEFFCACHE_DECL void remove_publish_leftovers(const std::string& entry_dir) {
-  const std::string neff = fmt::format("{}-neff-", k_private_prefix), log = fmt::format("{}-log-", k_private_prefix);
-  std::vector<std::string> doomed;
-  std::error_code ec;
-  for (const auto& f : std::filesystem::directory_iterator(entry_dir, ec)) {
-    const std::string name = f.path().filename().string();
-    if (name.starts_with(neff) || name.starts_with(log)) doomed.push_back(f.path().string());
-  }
-  for (const auto& path : doomed) sys::unlink(path.c_str());
+  const OwnFiles own = own_files(entry_dir);
+  const std::string prefix = std::filesystem::path(own.tmp_prefix).filename().string();
+  auto remove_in = [&](const std::string& dir, auto&& doomed_name) {
+    std::vector<std::string> doomed;
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(dir, ec))
+      if (doomed_name(f.path().filename().string())) doomed.push_back(f.path().string());
+    for (const auto& path : doomed) sys::unlink(path.c_str());
+  };
+  remove_in(own.dir, [&](std::string_view name) {
+    if (!name.starts_with(prefix)) return false;
+    for (std::string_view what : detail::k_temporaries)
+      if (name.substr(prefix.size()).starts_with(what)) return true;
+    return false;
+  });
+  // (The temporaries of a version before 0.2: "<file>.neffcache-tmp.<hex>", beside a
+  // marker or record it was writing.)
+  remove_in(entry_dir, [](std::string_view name) { return name.find(".neffcache-tmp.") != std::string_view::npos; });
+  move_legacy_own_files(entry_dir);
+}
+
+NEFFCACHE_DECL bool publish_interrupted(const std::string& entry_dir, const EntryFiles& files) {
+  if (!files.has(EntryFile::neff) || files.has(EntryFile::done) || !files.has_job()) return false;
+  struct stat neff {}, meta_st {};
+  if (::lstat(fmt::format("{}/{}", entry_dir, files.neff_name()).c_str(), &neff) != 0 || !S_ISREG(neff.st_mode))
+    return false;
+  const auto meta = detail::read_entry_meta(entry_dir, &meta_st);
+  // (Only a record that names its file: one of an earlier version, written after the
+  // rename, may describe a leftover of the same size.)
+  return meta.contains("ino") && meta.contains("xxh3") && detail::record_describes(meta, meta_st, neff);
+}
+
+NEFFCACHE_DECL Result<bool> finish_publish(const std::string& entry_dir, const EntryFiles& files,
+                                           const std::optional<detail::FileOwner>& owner) {
+  if (!publish_interrupted(entry_dir, files)) return false;
+  const auto meta = detail::read_entry_meta(entry_dir);
+  const std::string neff = fmt::format("{}/{}", entry_dir, files.neff_name());
+  auto hash = detail::file_xxh3(neff);
+  if (!hash) return hash.error();
+  if (detail::xxh3_hex(*hash) != meta["xxh3"]) return false;
+  struct stat st {};
+  if (::stat(neff.c_str(), &st) != 0) return sys_error("stat", neff);
+  if (auto d = detail::write_marker(entry_dir, files, static_cast<uint64_t>(st.st_size), owner); !d) return d.error();
+  detail::fsync_dir(entry_dir);
+  return true;
 }
 
 }  // namespace neffcache

@@ -37,10 +37,10 @@ namespace detail {
 NEFFCACHE_DECL Result<std::string> place_twin_neff(const Twin& twin, const std::string& tmp,
                                                    const std::optional<FileOwner>& owner);
 
-// Copies the twin's failure record (model.log; LNL: ours) into `entry_dir` as its own
-// (`failure_name`, by the entry's dialect).
+// Copies the twin's failure record (model.log; LNL: ours) as the failure record of
+// `entry_dir` (own_files, by the entry's dialect).
 NEFFCACHE_DECL Result<void> place_twin_failure(const std::string& source_dir, const std::string& entry_dir,
-                                               std::string_view failure_name, const std::optional<FileOwner>& owner);
+                                               const std::optional<FileOwner>& owner);
 
 }  // namespace detail
 

@@ -59,17 +59,17 @@ NEFFCACHE_DECL Result<std::string> place_twin_neff(const Twin& twin, const std::
 }
 
 NEFFCACHE_DECL Result<void> place_twin_failure(const std::string& source_dir, const std::string& entry_dir,
-                                               std::string_view failure_name, const std::optional<FileOwner>& owner) {
-  const std::string tmp = fmt::format("{}/{}-log-{}", entry_dir, k_private_prefix, random_hex64());
-  const std::string source =
-      fmt::format("{}/{}", source_dir, EntryFiles::of_entry_path(source_dir).failure_name());
-  auto c = copy_file_hashed(source, tmp, 0644, owner);
+                                               const std::optional<FileOwner>& owner) {
+  const OwnFiles own = own_files(entry_dir);
+  if (auto m = own.make(); !m) return m;
+  const std::string tmp = own.temporary("log");
+  auto c = copy_file_hashed(failure_record(source_dir), tmp, 0644, owner);
   if (!c) return c.error();
-  if (sys::rename(tmp.c_str(), fmt::format("{}/{}", entry_dir, failure_name).c_str()) != 0) {
+  if (sys::rename(tmp.c_str(), own.failure.c_str()) != 0) {
     sys::unlink(tmp.c_str());
     return sys_error("record failure in", entry_dir);
   }
-  fsync_dir(entry_dir);
+  fsync_dir(own.dir);
   return {};
 }
 
@@ -97,12 +97,12 @@ NEFFCACHE_DECL CompileResult serve_twin(const Twin& twin, const std::string& ent
   const std::string source_dir =
       twin.dir.empty() ? fmt::format("{}/{}", root_of_entry(entry_dir), twin.record.entry) : twin.dir;
   if (twin.record.failed) {
-    if (auto p = detail::place_twin_failure(source_dir, entry_dir, files->failure_name(), owner); !p)
+    if (auto p = detail::place_twin_failure(source_dir, entry_dir, owner); !p)
       return end(CompileOutcome::transient, p.error().message);
     r.twin = twin.record.entry;
     return end(CompileOutcome::failed, fmt::format("same graph as {}, which failed", twin.record.entry));
   }
-  sys::unlink(fmt::format("{}/{}", entry_dir, files->failure_name()).c_str());
+  sys::unlink(own_files(entry_dir).failure.c_str());
   const std::string tmp = detail::neff_tmp_name(entry_dir);
   auto how = detail::place_twin_neff(twin, tmp, owner);
   if (!how) return end(CompileOutcome::transient, how.error().message);
@@ -154,11 +154,10 @@ NEFFCACHE_DECL CompileResult copy_result(const std::string& source_dir, const st
   struct stat st {};
   auto fd = detail::open_regular(fmt::format("{}/{}", source_dir, source->neff_name()), &st);
   if (!fd) return transient(fd.error().message);
-  auto meta = detail::read_entry_meta(source_dir);
-  auto h = detail::neff_xxh3(source_dir, fd->get(), st, meta);
+  auto h = detail::neff_xxh3(source_dir, fd->get(), st);
   if (!h) return transient(h.error().message);
   twin.record.xxh3 = std::move(*h);
-  if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+  if (const auto meta = detail::read_entry_meta(source_dir); meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
     twin.record.compile_seconds = meta["compile_seconds"].get<double>();
   twin.record.size = static_cast<uint64_t>(st.st_size);
   twin.neff = std::move(*fd);

@@ -213,7 +213,7 @@ NEFFCACHE_DECL CompileResult compile_s3_entry(S3Client& s3, const std::string& p
       if (o.record) o.record(rel, entry_dir, result, s);
       if (o.published) o.published(entry_dir);
     };
-    out.failure_log = fmt::format("{}/{}", entry_dir, files.failure_name());
+    out.failure_log = own_files(entry_dir).failure;
     // A failure on S3, recorded in the index too, still under the lease.
     out.on_failure_recorded = [&o, &s, &rel, entry_dir, result = out.result] {
       if (o.record && result.attempts > 0) o.record(rel, entry_dir, result, s);

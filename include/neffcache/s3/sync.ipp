@@ -44,12 +44,30 @@ NEFFCACHE_DECL FileSizes local_nki_results(const std::string& root) {
 
 NEFFCACHE_DECL EntryListing local_entry_files(std::string_view rel, int dir_fd) {
   EntryListing out;
-  for (const std::string& name : sync_order(EntryFiles::of_entry_path(rel))) {
+  const EntryFiles files = EntryFiles::of_entry_path(rel);
+  for (const std::string& name : sync_order(files)) {
     struct stat st {};
-    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-      out.emplace(name, static_cast<uint64_t>(st.st_size));
+    // (An LNL failure record is looked for where it is kept now, and where an earlier
+    // version kept it.)
+    const bool found = (files.is_lnl() && name == k_lnl_failure_file &&
+                        ::fstatat(dir_fd, own_failure_from_entry(files).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) ||
+                       ::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (found && S_ISREG(st.st_mode)) out.emplace(name, static_cast<uint64_t>(st.st_size));
   }
   return out;
+}
+
+NEFFCACHE_DECL std::string local_file(const std::string& root, std::string_view file, bool to_write) {
+  const auto slash = file.rfind('/');
+  const std::string entry = fmt::format("{}/{}", root, file.substr(0, slash));
+  if (slash == std::string_view::npos || file.substr(slash + 1) != k_lnl_failure_file ||
+      !EntryFiles::of_entry_path(entry).is_lnl())
+    return fmt::format("{}/{}", root, file);
+  const OwnFiles own = own_files(entry);
+  struct stat st {};
+  if (!to_write && ::lstat(own.failure.c_str(), &st) != 0) return fmt::format("{}/{}", root, file);  // an earlier version's
+  if (to_write) (void)make_dirs(own.dir);
+  return own.failure;
 }
 
 }  // namespace detail
@@ -127,7 +145,7 @@ NEFFCACHE_DECL Result<SyncStats> sync_push(const std::string& root, S3Client& s3
     }
     const bool whole = detail::sync_entry(rel, files, there,
                                           [&](const std::string& file) -> Result<void> {
-                                            auto r = s3.upload(s3_key(prefix, file), fmt::format("{}/{}", root, file));
+                                            auto r = s3.upload(s3_key(prefix, file), detail::local_file(root, file));
                                             if (!r) return r.error();
                                             return {};
                                           },
@@ -213,7 +231,7 @@ NEFFCACHE_DECL Result<SyncStats> sync_pull(const std::string& root, S3Client& s3
       have = detail::local_entry_files(rel, fd.get());
     detail::sync_entry(rel, files, have,
                        [&](const std::string& file) -> Result<void> {
-                         auto r = s3.download(s3_key(prefix, file), fmt::format("{}/{}", root, file));
+                         auto r = s3.download(s3_key(prefix, file), detail::local_file(root, file, true));
                          if (!r) return r.error();
                          return {};
                        },

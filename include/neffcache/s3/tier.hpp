@@ -100,6 +100,11 @@ class S3Tier {
   // into), or the inputs of an entry that has none here.
   void fill_listing(const std::string& dir);
 
+  // The products a listing of the local entry folder `dir` shows that are in the bucket
+  // and not here yet (the NEFF and the marker of an entry done on S3, fetched when
+  // opened); none for anything else. One listing of the entry on S3.
+  std::vector<std::string> names_elsewhere(const std::string& dir);
+
   // What a client wrote into the local entry `entry_dir` goes to S3 (nothing to a
   // read-only bucket): its inputs if S3 has no HLO for it, then, once the entry is done
   // here (the client compiled it itself, and wrote model.done after the NEFF), its NEFF

@@ -64,6 +64,22 @@ NEFFCACHE_DECL void S3Tier::fill_listing(const std::string& dir) {
   }
 }
 
+NEFFCACHE_DECL std::vector<std::string> S3Tier::names_elsewhere(const std::string& dir) {
+  auto rel = relative(dir);
+  if (!rel || !is_entry_path(*rel)) return {};
+  auto here = read_entry_files(dir);
+  if (!here || here->done()) return {};
+  auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
+  ++counters_.lookups;
+  if (!names) return {};
+  const EntryFiles remote = detail::files_named(*rel, *names);
+  if (!remote.done()) return {};
+  std::vector<std::string> out;
+  if (!here->has(EntryFile::neff)) out.push_back(remote.neff_name());
+  if (!here->has(EntryFile::done)) out.emplace_back(remote.done_name());
+  return out;
+}
+
 NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir) {
   if (o_.read_only) return {};
   auto rel = entry_path_in(o_.root, entry_dir);

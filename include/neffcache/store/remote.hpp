@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -31,6 +32,11 @@ class Remote {
   virtual bool fill(int /*dir*/, std::string_view /*name*/) const { return false; }
   // Before the local folder `dir` is listed: brings in the names it has elsewhere.
   virtual void fill_listing(int /*dir*/) const {}
+  // The names a listing of the local entry folder `dir` shows beside its own files: the
+  // products of an entry that is done elsewhere and not fetched yet (a lookup finds them,
+  // and their open fetches them), so that a copy of the folder is whole, as a copy of a
+  // folder on a file server would be.
+  virtual std::vector<std::string> names_elsewhere(int /*dir*/) const { return {}; }
   // A reader opened the local NEFF `neff` (it is kept longest).
   virtual void neff_opened(int /*neff*/) const {}
   // True when what clients write into a local entry goes elsewhere too (publish_written).

@@ -60,6 +60,10 @@ NEFFCACHE_DECL bool TierRemote::fill(int dir, std::string_view name) const {
 
 NEFFCACHE_DECL void TierRemote::fill_listing(int dir) const { tier_->fill_listing(neffcache::detail::path_of_fd(dir)); }
 
+NEFFCACHE_DECL std::vector<std::string> TierRemote::names_elsewhere(int dir) const {
+  return tier_->names_elsewhere(neffcache::detail::path_of_fd(dir));
+}
+
 NEFFCACHE_DECL void TierRemote::neff_opened(int neff) const {
   const std::string entry_dir = std::filesystem::path(neffcache::detail::path_of_fd(neff)).parent_path().string();
   if (auto e = store_.of_folder(entry_dir)) tier_->opened(store_.view(*e));

@@ -87,11 +87,13 @@ NEFFCACHE_DECL Result<void> write_all(int fd, std::string_view bytes, const std:
 // empty if it cannot be read.
 NEFFCACHE_DECL std::string path_of_fd(int fd);
 
-// Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it over
-// `path`: readers see the old content or the new one, never a part. On any failure
-// the temporary file is removed and `path` is untouched.
+// Writes `bytes` to a temporary file, fsyncs it and renames it over `path`: readers see
+// the old content or the new one, never a part. The temporary is `tmp` (on the file
+// system of `path`: a folder whose names are not ours to add to keeps it elsewhere), by
+// default a new name beside `path`. On any failure the temporary file is removed and
+// `path` is untouched.
 NEFFCACHE_DECL Result<void> write_file_atomic(const std::string& path, std::string_view bytes, mode_t mode = 0644,
-                                              const std::optional<FileOwner>& owner = {});
+                                              const std::optional<FileOwner>& owner = {}, std::string tmp = {});
 
 }  // namespace neffcache::detail
 

@@ -58,9 +58,11 @@ NEFFCACHE_DECL Result<void> write_all(int fd, std::string_view bytes, const std:
 }
 
 NEFFCACHE_DECL Result<void> write_file_atomic(const std::string& path, std::string_view bytes, mode_t mode,
-                                              const std::optional<FileOwner>& owner) {
-  std::random_device rd;
-  std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
+                                              const std::optional<FileOwner>& owner, std::string tmp) {
+  if (tmp.empty()) {
+    std::random_device rd;
+    tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
+  }
   UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!fd) return sys_error("create", tmp);
   give(fd.get(), owner);

@@ -1,0 +1,51 @@
+// An entry's publication record: what we put into an entry when we published its NEFF
+// (compile/publish.hpp writes it), read by the content index, `neffcache ls` and
+// `verify`, and by whoever must tell our own interrupted publish from a leftover NEFF.
+// It is a JSON object in the file own_files names (layout.hpp; for an LNL entry written
+// by a version before 0.2, the one inside its folder):
+//   size, xxh3          the NEFF's bytes and checksum (16 hex digits)
+//   ino, mtime_ns       the NEFF's inode and mtime: the very file it was written for
+//                       (written before the NEFF is renamed into place, which keeps both)
+//   compiler, flags, compile_seconds, peak_rss_kib, predicted_peak_kib, oom_retries,
+//   attempts, host      the compile
+//   copied_from, copy, compile_seconds_saved   a twin's (compile/twin.hpp)
+//   compiler_version    of an LNL entry, which has no compiler folder
+// A record describes only the file it was written for: LNL ranks replace a key folder by
+// a rename and compile an entry again in place, leaving our record behind.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <neffcache/cache/layout.hpp>
+#include <neffcache/core/decl.hpp>
+
+namespace neffcache::detail {
+
+inline int64_t mtime_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// The record of the entry folder `entry_dir` as a JSON object: an empty one when it is
+// missing or is no JSON object. `st`, when given, gets the record file's status (zeroed
+// when there is none).
+NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, struct stat* st = nullptr);
+
+// Whether `meta` (read_entry_meta, `meta_st` its file's status) describes the NEFF whose
+// status is `neff`: the file it was written for (same inode, size and mtime). A record of
+// a version before 0.2 names no inode: then a NEFF of the recorded size that is no newer
+// than the record.
+NEFFCACHE_DECL bool record_describes(const nlohmann::json& meta, const struct stat& meta_st, const struct stat& neff);
+
+// The fields that tie a record to the NEFF `neff` (its status) it is written for.
+NEFFCACHE_DECL void describe_neff(nlohmann::ordered_json& meta, const struct stat& neff);
+
+}  // namespace neffcache::detail
+
+#ifndef NEFFCACHE_SEPARATE_COMPILATION
+#include <neffcache/cache/record.ipp>
+#endif
