@@ -18,6 +18,7 @@ packages=(
   ccache mold                       # the test command's compiler cache and linker (scripts/build_env.sh)
   meson dpkg-dev                    # build libfuse 3.17 from Debian's trixie source package (below)
   python3-filelock python3-psutil   # the libraries LNL itself uses: the independent LNL client of the tests
+  rsync                             # one of the walkers the conformance suite runs on a folder and the mount
   libarchive-dev                    # neffcache bundle: tar + zstd (libarchive links libzstd)
   libsystemd-dev                    # sd_notify: neffcachefs tells systemd when it is mounted (Type=notify)
   help2man man-db bsdextrautils     # the man pages, made from each program's --help; the test renders them (man, col)

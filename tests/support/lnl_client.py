@@ -201,7 +201,8 @@ def main():
         with open(os.path.join(entry, ".artifact_metadata_v0.json"), "w") as f:
             json.dump({"cache_key": key, "version": 0, "num_outputs": 1}, f)
         with open(os.path.join(entry, ".compilation_complete"), "w") as f:
-            f.write(f"completed:{int(time.time())}\nneff_size:{os.path.getsize(neff)}\n")
+            # the time as Python prints time.time(): a float, e.g. completed:1764340000.123456
+            f.write(f"completed:{time.time()}\nneff_size:{os.path.getsize(neff)}\n")
     except OSError as e:
         fatal(e)
     finally:

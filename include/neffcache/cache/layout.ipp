@@ -150,9 +150,12 @@ NEFFCACHE_DECL std::string failure_record(std::string_view entry_dir) {
 
 NEFFCACHE_DECL bool done_at(int entry_fd, std::string_view folder_name) {
   EntryFiles files = EntryFiles::of_folder(folder_name);
-  const std::string hlo(files.is_lnl() ? k_lnl_hlo_file : k_hlo_module_file);
-  for (const std::string& name : {files.neff_name(), std::string(files.done_name()), hlo, std::string(k_lnl_metadata_file)})
-    if (::faccessat(entry_fd, name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) files.note(name);
+  auto has = [&](const std::string& name) {
+    return ::faccessat(entry_fd, name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 ? files.note(name), true : false;
+  };
+  // The marker first: most entries a walk meets that lack it cost one look.
+  if (!has(std::string(files.done_name())) || !has(files.neff_name())) return false;
+  if (files.is_lnl() && (!has(std::string(k_lnl_hlo_file)) || !has(std::string(k_lnl_metadata_file)))) return false;
   return files.done();
 }
 
