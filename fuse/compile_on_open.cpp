@@ -167,10 +167,11 @@ Answer<fuse_file_info> CompileOnOpen::open(const Caller& caller, fuse_ino_t ino,
   }
   // The entry as its lookup judged it, by the same rule (entry_view.hpp): a failure may
   // have been recorded since.
-  auto look = look_at(dir_fd, opts_.compiler_dir);
+  // (`dir_fd` is layer 0's copy of the entry: a placeholder's open compiles or finishes there.)
+  auto look = look_at(dir_fd, opts_.compiler_dir, /*writable=*/true);
   if (look && placeholder_open(look->stage, opts_.retry_failed) == PlaceholderOpen::fail_recorded) {
     stats_.eio(EioSite::failed_cached,
-               fmt::format("{}: a failed compile is recorded ({})", look->path, look->files.failure_name()));
+               fmt::format("{}: a failed compile is recorded ({})", look->path, failure_record(look->path)));
     return Errno{EIO};
   }
   std::string entry = look ? std::move(look->path) : path_of_fd(dir_fd);

@@ -38,12 +38,16 @@ EntryStage entry_stage(const EntryFiles& files, bool client_lock_live, bool ours
 }
 
 bool shows_placeholders(EntryStage stage, bool retry_failed) {
-  return stage == EntryStage::pending || (stage == EntryStage::failed && retry_failed);
+  return stage == EntryStage::pending || stage == EntryStage::unfinished ||
+         (stage == EntryStage::failed && retry_failed);
 }
 
 std::vector<std::string> placeholder_names(const EntryFiles& files, EntryStage stage, bool retry_failed) {
-  // Beside a product file a placeholder would make a client take what is there for a
-  // whole result (a marker beside a leftover NEFF); the folder is shown as it is.
+  // Our own NEFF, whole (a crash came between its rename and its marker): the marker it
+  // lacks, which the daemon writes once it has checked the NEFF's bytes.
+  if (stage == EntryStage::unfinished) return {std::string(files.done_name())};
+  // Beside any other product file a placeholder would make a client take what is there
+  // for a whole result (a marker beside a leftover NEFF); the folder is shown as it is.
   if (!shows_placeholders(stage, retry_failed) || files.has_product()) return {};
   return {files.neff_name(), std::string(files.done_name())};
 }
@@ -87,62 +91,46 @@ static std::optional<EntryFiles> files_at(int dir_fd, std::string& path) {
 }
 
 EntryStage entry_stage_at(int dir_fd, const std::string& path, const EntryFiles& files,
-                          const std::optional<std::string>& compiler_dir) {
+                          const std::optional<std::string>& compiler_dir, bool writable) {
   // The lock is inspected and the compiler's folder compared only where they matter (a
   // job and no finished NEFF).
   const bool open_job = files.has_job() && !files.done();
   const bool ours = !open_job || compiles_here(path, compiler_dir);
   // An unmodified client compiles the entry itself while it holds the lock; other clients
   // wait for that lock as they would on a plain directory.
-  return entry_stage(files, open_job && ours && client_lock_held_at(dir_fd, files.lock_name(), files), ours);
+  const EntryStage stage =
+      entry_stage(files, open_job && ours && client_lock_held_at(dir_fd, files.lock_name(), files), ours);
+  // A NEFF without its marker that our record describes is ours (a stat and the record;
+  // its bytes are checked where the publish is finished, never in a handler).
+  return stage == EntryStage::partial && writable && publish_interrupted(path, files) ? EntryStage::unfinished : stage;
 }
 
-bool finish_our_publish(const std::string& path, const EntryFiles& files) {
-  if (!publish_interrupted(path, files)) return false;
-  // Under the entry's lock: a holder (our own compile between its rename and its marker,
-  // or a client) finishes the entry itself.
-  auto lock = EntryLock::try_acquire_entry(path, files);
-  if (!lock) return false;
-  auto now = read_entry_files(path);
-  if (!now) return false;
-  const auto owner = now->hlo_name() ? detail::entry_owner(path + "/" + std::string(*now->hlo_name())) : std::nullopt;
-  auto finished = finish_publish(path, *now, owner);
-  return finished && *finished;
-}
-
-std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir) {
+std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir, bool writable) {
   EntryLook look;
   auto files = files_at(dir_fd, look.path);
   if (!files) return std::nullopt;
   look.files = std::move(*files);
-  look.stage = entry_stage_at(dir_fd, look.path, look.files, compiler_dir);
-  if (look.stage == EntryStage::partial && finish_our_publish(look.path, look.files)) {
-    if (!(files = files_at(dir_fd, look.path))) return std::nullopt;
-    look.files = std::move(*files);
-    look.stage = entry_stage_at(dir_fd, look.path, look.files, compiler_dir);
-  }
+  look.stage = entry_stage_at(dir_fd, look.path, look.files, compiler_dir, writable);
   return look;
 }
 
-EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir) {
-  auto look = look_at(dir_fd, compiler_dir);
+EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir, bool writable) {
+  auto look = look_at(dir_fd, compiler_dir, writable);
   return look ? look->stage : EntryStage::not_entry;
 }
 
-std::optional<struct stat> placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
-                                          const std::optional<std::string>& compiler_dir, mode_t umask) {
-  auto look = look_at(dir_fd, compiler_dir);
-  if (!look) return std::nullopt;
+std::optional<struct stat> placeholder_attr(int dir_fd, const EntryLook& look, std::string_view name,
+                                            bool retry_failed, mode_t umask) {
   bool found = false;
-  for (const auto& n : placeholder_names(look->files, look->stage, retry_failed)) found = found || n == name;
+  for (const auto& n : placeholder_names(look.files, look.stage, retry_failed)) found = found || n == name;
   if (!found) return std::nullopt;
   // What the product will have once published (compile/publish.hpp): its mode less the
   // daemon's umask; the HLO's owner when the daemon is root (entry_owner), else the
   // daemon's (and a set-group-ID folder's group); the HLO's times. Only its size differs.
   struct stat st {}, hlo {}, dir {};
-  const auto hlo_name = look->files.hlo_name();
+  const auto hlo_name = look.files.hlo_name();
   if (!hlo_name || ::fstatat(dir_fd, std::string(*hlo_name).c_str(), &hlo, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
-  const bool neff = name == look->files.neff_name();
+  const bool neff = name == look.files.neff_name();
   st.st_mode = S_IFREG | ((neff ? detail::k_neff_mode : detail::k_marker_mode) & ~umask);
   st.st_nlink = 1;
   if (::geteuid() == 0) {

@@ -18,9 +18,15 @@
 //                      (our own compile may be running)   compiles (or joins the compile)
 //   partial            a product without the rest (a      as on a disk: a client sees a
 //                      NEFF without its marker: what a    miss and compiles it again,
-//                      killed copy or compile leaves; a   under its own lock. Our own
-//                      marker without its NEFF)           interrupted publish (record.hpp)
-//                                                         is finished instead: done
+//                      killed copy or compile leaves; a   under its own lock
+//                      marker without its NEFF)
+//   unfinished         our own publish, interrupted       the NEFF as it is, a placeholder
+//                      after its NEFF went in place (our  for the marker; the daemon
+//                      record describes that NEFF), in a  finishes the publish in the
+//                      folder the daemon may write        background (compile_entry
+//                                                         checks the bytes, then writes
+//                                                         the marker), as does an open
+//                                                         of the marker
 //   client compiling   a client's live lock (a flock on   as on a disk: the client makes
 //                      LNL's <root>/.<key>...lock that     the products itself
 //                      this process does not hold)
@@ -54,7 +60,7 @@
 
 namespace neffcachefs {
 
-enum class EntryStage { not_entry, pending, partial, client_compiling, another_compiler, done, failed };
+enum class EntryStage { not_entry, pending, partial, unfinished, client_compiling, another_compiler, done, failed };
 
 // The stage of a folder with files `files`: what the mount shows of its state (classify,
 // cache/layout.hpp); `client_lock_live`: its lock file is held by a live client that is
@@ -68,11 +74,11 @@ EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live
 bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir);
 
 // Whether a folder at this stage shows placeholders for its products: a pending one; a
-// failed one only when failures are retried (`retry_failed`).
+// failed one only when failures are retried (`retry_failed`); an unfinished one, its marker.
 bool shows_placeholders(EntryStage stage, bool retry_failed);
 
 // The product names a lookup finds as placeholders in a folder with files `files` at
-// `stage`: none beside a product file, ever.
+// `stage`: none beside a product file, but the marker beside our own NEFF (unfinished).
 std::vector<std::string> placeholder_names(const neffcache::EntryFiles& files, EntryStage stage, bool retry_failed);
 
 // What the open of a placeholder does at this stage.
@@ -91,29 +97,27 @@ bool is_product_name(std::string_view name);
 // Whether `name` is an entry's HLO (model.hlo_module.pb or the legacy name).
 bool is_hlo_name(std::string_view name);
 
-// Reading the backing folder `dir_fd` (an O_PATH or directory descriptor):
-// the stage of its files `files` (listed by the caller; `path`: the folder's), for a
-// compiler of `compiler_dir`: the one rule that lookups and opens apply,
+// Reading the backing folder `dir_fd` (an O_PATH or directory descriptor), a plain look:
+// nothing is written, nothing locked.
+// The stage of its files `files` (listed by the caller; `path`: the folder's), for a
+// compiler of `compiler_dir`: the one rule that lookups, listings and opens apply. Only a
+// folder the daemon may write (`writable`: layer 0 of a mount that is no scratch folder
+// over a read-only cache) is ever unfinished: what a lower layer holds stays as it is.
 EntryStage entry_stage_at(int dir_fd, const std::string& path, const neffcache::EntryFiles& files,
-                          const std::optional<std::string>& compiler_dir);
-// its files, path and stage (nullopt when it cannot be listed); a publish of ours that
-// was interrupted after its NEFF went in place is finished first (finish_our_publish),
+                          const std::optional<std::string>& compiler_dir, bool writable);
+// Its files, path and stage (nullopt when it cannot be listed).
 struct EntryLook {
   neffcache::EntryFiles files;
   std::string path;
   EntryStage stage = EntryStage::not_entry;
 };
-std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir);
-// its stage alone (not_entry when it cannot be listed),
-EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir);
-// and the attributes of the placeholder `name` a lookup finds in it (nullopt: none), with
-// `umask` the daemon's (what its publishes get).
-std::optional<struct stat> placeholder_at(int dir_fd, std::string_view name, bool retry_failed,
-                                          const std::optional<std::string>& compiler_dir, mode_t umask);
-
-// Finishes a publish of ours in the entry at `path` (files `files`) that was interrupted
-// after its NEFF went in place (compile/publish.hpp), under the entry's lock, unless
-// someone holds it. True when the entry is done now.
-bool finish_our_publish(const std::string& path, const neffcache::EntryFiles& files);
+std::optional<EntryLook> look_at(int dir_fd, const std::optional<std::string>& compiler_dir, bool writable);
+// Its stage alone (not_entry when it cannot be listed).
+EntryStage entry_stage_at(int dir_fd, const std::optional<std::string>& compiler_dir, bool writable);
+// The attributes of the placeholder `name` of the folder `dir_fd` seen as `look` (nullopt:
+// `name` is none): those its product will have once published, with `umask` the daemon's
+// (what its publishes lose), but the size.
+std::optional<struct stat> placeholder_attr(int dir_fd, const EntryLook& look, std::string_view name,
+                                            bool retry_failed, mode_t umask);
 
 }  // namespace neffcachefs

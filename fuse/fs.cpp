@@ -2,9 +2,9 @@
 // - Lookups never follow symlinks and take one name at a time, so nothing outside the
 //   backing directory is reachable through the mount.
 // - In a pending entry, model.neff and model.done are placeholders (entry_view.hpp):
-//   listed, stat-able (size 0, no caching), and opening one submits the entry's compile
-//   and keeps the request; the reply comes from the scheduler's callback, so no handler
-//   thread waits (compile_on_open.hpp).
+//   found by a lookup (never listed), stat-able (size 0, no caching), and opening one
+//   submits the entry's compile and keeps the request; the reply comes from the
+//   scheduler's callback, so no handler thread waits (compile_on_open.hpp).
 // - Kernel notifications are sent only from scheduler or preparer threads, never from
 //   inside a handler (libfuse documents that as a deadlock).
 #include "fs.hpp"
@@ -37,6 +37,9 @@ Filesystem::Filesystem(Options opts)
                opts_.index_scan) {
   opts_.scheduler.settings.retry_failed = opts_.retry_failed;
   opts_.scheduler.settings.default_flags = opts_.default_flags;
+  // Our publish, interrupted after its NEFF went in place: finished by a job as any compile
+  // (compile_entry checks the NEFF's bytes under the entry's lock, then writes the marker).
+  ns_.when_unfinished([this](const std::string& entry_dir) { compile_.request(entry_dir, Priority::background, nullptr); });
 }
 
 void Filesystem::start() {
@@ -165,7 +168,7 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
     int err = 0;
     PathRef dir = inodes_.path_fd(*i.parent, err);
     if (!dir || ::fstatat(dir->get(), i.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      auto attr = dir ? ns_.placeholder_attr(dir->get(), i.name) : std::nullopt;
+      auto attr = dir ? ns_.placeholder_attr(*i.parent, dir->get(), i.name) : std::nullopt;
       if (!attr) return Errno{ENOENT};  // neither the product nor a placeholder any longer
       st = *attr;
     }

@@ -48,7 +48,7 @@ nlohmann::ordered_json Indexer::stats() const {
 
 void Indexer::run() {
   if (!root_.empty())
-    if (auto moved = neffcache::move_own_files_out(root_))
+    if (auto moved = neffcache::move_own_files_out(root_, [this] { return stopping_.load(); }))
       fmt::print(stderr, "neffcachefs: moved what an earlier version kept in {} LNL entries out of their folders\n",
                  moved);
   if (!index_) return;

@@ -1,5 +1,5 @@
 // The cache's upkeep in the daemon, on a thread of its own. At start, the files of ours
-// that versions before 0.2 left inside LNL key folders are moved out of them
+// that earlier versions left inside LNL key folders are moved out of them
 // (move_own_files_out, cache/maintenance.hpp). Then the content index's upkeep
 // (cache/index.hpp): at start, a bounded scan
 // that records the done and failed entries the index does not know yet (written by

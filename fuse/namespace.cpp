@@ -83,7 +83,11 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   if (err == ENOENT && found.dir && opts_.store->remote().fill(found.dir->get(), name))
     err = find(parent, name, found = {});
   if (err == ENOENT && found.dir && is_product_name(name)) {
-    if (auto attr = placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir, umask_)) {
+    const auto look = look_at(found.dir->get(), opts_.compiler_dir, may_finish(parent));
+    // Our own publish to finish: the marker shows at once, and is written soon.
+    if (look && look->stage == EntryStage::unfinished && unfinished_) unfinished_(look->path);
+    if (auto attr = look ? neffcachefs::placeholder_attr(found.dir->get(), *look, name, opts_.retry_failed, umask_)
+                         : std::nullopt) {
       // A placeholder for what a compile will produce, with the attributes it will have.
       Node n{inodes_.intern_placeholder(parent, name), NodeKind::placeholder, *attr};
       n.attr.st_ino = static_cast<ino_t>(inodes_.id_of(n.inode) & 0x7fffffffffffULL);
@@ -174,31 +178,50 @@ std::shared_ptr<const Listing> Namespace::list(Inode& i, int& err) {
     files.note(e->d_name);
   }
   ::closedir(d);
-  // Placeholders are found by lookups, never listed (entry_view.hpp). A publish of ours
-  // interrupted after its NEFF went in place is finished before the folder is shown.
+  // Placeholders are found by lookups, never listed (entry_view.hpp).
+  if (!files.has_job()) return h;
   note_own_files(dir->get(), files);
-  if (files.partial() && finish_our_publish(path, files)) return list(i, err);
-  // What the entry holds elsewhere (a bucket's done entry, fetched when opened) is its own.
-  if (files.has_job())
+  // (An unfinished publish of ours is finished at a lookup of its marker, a client's look,
+  // never at a listing: a walker that removes or copies the folder must find it as it is.)
+  const EntryStage stage = entry_stage_at(dir->get(), path, files, opts_.compiler_dir, may_finish(i));
+  // What a pending entry holds elsewhere (a bucket's done entry, fetched when opened) is
+  // its own: names a lookup finds as its placeholders.
+  if (stage == EntryStage::pending)
     for (auto& name : opts_.store->remote().names_elsewhere(dir->get())) h->push_back({std::move(name), 0, DT_REG});
   return h;
 }
 
 int Namespace::remove(Inode& p, const char* name, bool dir, const std::function<void(int dir_fd)>& forget) {
-  if (layered()) return remove_layered(p, name, dir, forget);
-  int err = 0;
-  PathRef pfd = inodes_.path_fd(p, err);
-  if (!pfd) return err;
-  if (!dir) forget(pfd->get());
-  return ::unlinkat(pfd->get(), name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno;
+  int rc = 0;
+  if (layered()) {
+    rc = remove_layered(p, name, dir, forget);
+  } else {
+    int err = 0;
+    PathRef pfd = inodes_.path_fd(p, err);
+    if (!pfd) return err;
+    if (!dir) forget(pfd->get());
+    rc = ::unlinkat(pfd->get(), name, dir ? AT_REMOVEDIR : 0) == 0 ? 0 : errno;
+  }
+  // An LNL key folder removed (shutil.rmtree through the mount): our files of that entry,
+  // outside its folder, go with it.
+  if (rc == 0 && dir && &p == &inodes_.root() && is_lnl_key(name))
+    detail::remove_own_results(fmt::format("{}/{}", opts_.backing, name));
+  return rc;
 }
 
 bool Namespace::is_placeholder(Inode& p, const char* name) {
   if (!is_product_name(name)) return false;
   Found found;
-  return find(p, name, found) == ENOENT && found.dir &&
-         placeholder_at(found.dir->get(), name, opts_.retry_failed, opts_.compiler_dir, umask_).has_value();
+  return find(p, name, found) == ENOENT && found.dir && placeholder_attr(p, found.dir->get(), name).has_value();
 }
+
+std::optional<struct stat> Namespace::placeholder_attr(Inode& parent, int dir_fd, const std::string& name) {
+  const auto look = look_at(dir_fd, opts_.compiler_dir, may_finish(parent));
+  if (!look) return std::nullopt;
+  return neffcachefs::placeholder_attr(dir_fd, *look, name, opts_.retry_failed, umask_);
+}
+
+bool Namespace::may_finish(Inode& folder) { return !opts_.scratch && inodes_.layer_of(folder) == 0; }
 
 int Namespace::prepare_rename(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,
                               PathRef& pfd, PathRef& npfd) {

@@ -91,11 +91,14 @@ class Namespace {
   int remove(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
   // Whether `name` in `parent` is a placeholder (no file behind it).
   bool is_placeholder(Inode& parent, const char* name);
-  // The attributes of the placeholder `name` in the backing folder `dir_fd` (entry_view.hpp:
-  // those of the product it stands for, size 0), nullopt when it is none (any longer).
-  std::optional<struct stat> placeholder_attr(int dir_fd, const std::string& name) const {
-    return placeholder_at(dir_fd, name, opts_.retry_failed, opts_.compiler_dir, umask_);
-  }
+  // The attributes of the placeholder `name` in `parent`, whose backing folder is `dir_fd`
+  // (entry_view.hpp: those of the product it stands for, size 0), nullopt when it is none
+  // (any longer).
+  std::optional<struct stat> placeholder_attr(Inode& parent, int dir_fd, const std::string& name);
+  // Called with an entry's folder when a look finds our own publish interrupted there
+  // (entry_view.hpp, stage unfinished): the daemon finishes it off the handler threads.
+  // Set once, before the first request.
+  void when_unfinished(std::function<void(const std::string& entry_dir)> f) { unfinished_ = std::move(f); }
   // Before a rename: checks it over the layers (EXDEV for what a lower layer has) and
   // makes the whiteout and opaque marker it needs; `pfd`, `npfd`: layer 0's copies of both
   // folders (made here over layers). 0 or an errno.
@@ -115,6 +118,9 @@ class Namespace {
   // it or a whiteout hides it, or another errno.
   int find(Inode& parent, const char* name, Found& found);
   Answer<Node> lookup_backing(Inode& parent, const char* name);
+  // Whether the daemon may finish a publish in the folder `folder` (entry_view.hpp): it is
+  // in layer 0, and the mount is no scratch folder over a read-only cache.
+  bool may_finish(Inode& folder);
   // may_make's parts: the rule for a name, and whether a layer has it (EEXIST).
   int may_name(const char* name) const;
   int exists(Inode& parent, const char* name, Existing existing);
@@ -141,6 +147,7 @@ class Namespace {
   const mode_t umask_;
   InodeTable inodes_;
   std::atomic<bool> told_out_of_fds_{false};  // the EMFILE advice is logged once
+  std::function<void(const std::string&)> unfinished_;
   // Rank 40: guards each Inode's listing. A leaf.
   std::mutex listings_mu_;
 };

@@ -46,8 +46,8 @@ nlohmann::ordered_json Stats::document(const Context& ctx, bool with_opened) con
       {"jobs", ctx.jobs},
       // Where the mount is: the label of its metrics (--metrics-file, neffcache stats).
       {"mount", ctx.mountpoint},
-      // Tools read the entries' true state there: through the mount, a pending entry
-      // lists the model.neff it will produce.
+      // Tools read the entries' true state there: through the mount, a lookup in a pending
+      // entry finds the model.neff it will produce.
       {"backing", ctx.backing},
       // Over layers, entries are read in the first layer that has them (layers.hpp).
       {"layers", ctx.layers},

@@ -131,13 +131,17 @@ TEST_CASE("an LNL entry of an earlier version: our files in its folder are read,
   const std::string key = test::lnl_key("legacy"), failed_key = test::lnl_key("legacy-failed");
   auto dir = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", key);
   REQUIRE(compile_entry(dir.string(), lnl_settings(work)).outcome == CompileOutcome::success);
-  // As a version before 0.2 left it: the record, a compile log and a publish's
+  // As an earlier version left it: the record, a compile log and a publish's
   // temporaries inside the key folder.
   const OwnFiles own = own_files(dir.string());
   test::fs::rename(own.record, dir / ".neffcache-meta.json");
   test::spit(dir / ".neffcache-compile.log", "compiling");
   test::spit(dir / ".neffcache-neff-0123", "half a NEFF");
   test::spit(dir / ".compilation_complete.neffcache-tmp.0badf00d", "completed:");
+  // Names of ours that someone at work owns stay: a download's temporary (the S3 tier
+  // fetching an input), an S3 lease, a layer's opaque marker.
+  for (const char* theirs : {"graph.hlo.neffcache-tmp.00c0ffee", ".neffcache-lease", ".neffcache-opaque"})
+    test::spit(dir / theirs, "");
   auto failed = test::make_lnl_entry(root.path(), "gopjrt_tuple.hlo.pb", failed_key);
   test::spit(failed / ".neffcache-failed.log", "an old failure");
   // Read where they are.
@@ -146,12 +150,21 @@ TEST_CASE("an LNL entry of an earlier version: our files in its folder are read,
   // Moved out (every entry of the root, each under its lock), and the rest removed.
   CHECK(move_own_files_out(root.path().string()) == 2);
   CHECK(test::names_in(dir) == std::set<std::string>{".artifact_metadata_v0.json", ".compilation_complete", "command.txt",
-                                                     "graph.hlo", lnl_neff_name(key), "log-neuron-cc.txt"});
+                                                     "graph.hlo", lnl_neff_name(key), "log-neuron-cc.txt",
+                                                     "graph.hlo.neffcache-tmp.00c0ffee", ".neffcache-lease",
+                                                     ".neffcache-opaque"});
   CHECK(detail::read_entry_meta(dir.string()).contains("xxh3"));
   CHECK(test::fs::exists(own.record));
   CHECK(test::slurp(own_files(failed.string()).failure) == "an old failure");
   CHECK(read_entry_files(failed.string())->failed());
+  // Every entry clean: later starts look no more.
+  CHECK(test::fs::exists(root.path() / ".neffcache/lnl/.moved-out"));
+  test::spit(dir / ".neffcache-compile.log", "left by an older daemon since");
   CHECK(move_own_files_out(root.path().string()) == 0);
+  // A failure record counts while it is no older than graph.hlo: a rank that wrote the
+  // graph again since (to compile the key itself) made it moot.
+  test::fs::last_write_time(failed / "graph.hlo", test::fs::file_time_type::clock::now() + std::chrono::seconds(5));
+  CHECK_FALSE(read_entry_files(failed.string())->failed());
 }
 
 TEST_CASE("our publish interrupted after its NEFF went in place is finished, not compiled again; a leftover is compiled",

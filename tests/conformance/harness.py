@@ -102,6 +102,15 @@ class Mount:
         with open(self.stats_path()) as f:
             return json.load(f)
 
+    def idle(self):
+        """True when the daemon runs and queues no compile and answers no waiter."""
+        try:
+            s = self.stats()
+        except (OSError, ValueError):
+            return False
+        entries = s.get("entries", {})
+        return entries.get("queued", 0) == 0 and entries.get("running", 0) == 0 and s.get("waiters", 0) == 0
+
     def start(self, bound=30.0):
         os.makedirs(self.mnt, exist_ok=True)
         self.proc = Proc(self.argv, env=self.env, logdir=self.logdir, name="neffcachefs")

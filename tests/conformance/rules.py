@@ -94,10 +94,20 @@ def compile_on_open(d):
 
 
 # -- neffcache-files -----------------------------------------------------------------------
+NEFFCACHE_RECORD = ".neffcache-meta.json"
+NEFFCACHE_COMPILE_LOG = ".neffcache-compile.log"
+
+
 def neffcache_files(d):
-    """Our records and logs in a Neuron entry: extra on the mount side, or rewritten there."""
+    """Our record in a Neuron entry, extra on the mount side or rewritten there (where the
+    mount compiled, finished a publish or serves what we published); our compile log where
+    the daemon compiled. Never a temporary or a lock of ours left behind."""
     e = d.entry
-    return e is not None and e.dialect == "neuron" and d.base.startswith(".neffcache") and bool(d.mount)
+    if e is None or e.dialect != "neuron" or not d.mount:
+        return False
+    if d.base == NEFFCACHE_RECORD:
+        return True
+    return d.base == NEFFCACHE_COMPILE_LOG and d.context.get("mount_compiles", {}).get("daemon", 0) > 0
 
 
 # -- dead-client-lock ----------------------------------------------------------------------
@@ -120,8 +130,9 @@ def dead_client_lock(d):
 
 # -- interrupted-publish -------------------------------------------------------------------
 def finished_marker(e, value):
-    """A marker our finished publish wrote: a stat of it has the attributes our publish gives
-    (mode 0644, the HLO's owner), and an LNL marker has content. A placeholder is not one."""
+    """A marker of the finished publish: a stat of it has the attributes our publish gives
+    (mode 0644, the HLO's owner), and it is the written marker (an LNL one has content) or,
+    before the daemon wrote it, the placeholder a lookup finds (size 0, the HLO's mtime)."""
     if not value:
         return False
     if not isinstance(value, dict):
@@ -129,7 +140,8 @@ def finished_marker(e, value):
     if "mode" in value and (value["mode"] != MODE or (value.get("uid"), value.get("gid")) !=
                             (e.hlo_attrs["uid"], e.hlo_attrs["gid"])):
         return False
-    return e.dialect == "neuron" or value.get("size") != 0
+    placeholder = value.get("size") == 0 and value.get("mtime_ns", e.hlo_attrs["mtime_ns"]) == e.hlo_attrs["mtime_ns"]
+    return e.dialect == "neuron" or value.get("size") != 0 or placeholder
 
 
 def interrupted_publish(d):

@@ -183,8 +183,9 @@ def judge(case, shown_per_rule=5):
     if case.error:
         return False, [f"harness: {case.error}"]
     try:
-        found = cases.differences(case, cases.count_compiles(case))
-        failures = cases.checks(case)
+        compiles = cases.count_compiles(case)
+        found = cases.differences(case, compiles)
+        failures = cases.checks(case, compiles)
     except Exception as e:  # an observation missing: the harness failed, not the comparison
         return False, [f"harness: cannot compare: {type(e).__name__}: {e}"]
     unexplained, allowed = [], {}
@@ -248,7 +249,12 @@ def run(a, work):
         pool.shutdown(cancel_futures=True)
         raise
     pool.shutdown()
-    time.sleep(0.3)  # a compile the daemon starts late (eagerly) is counted too
+    # A compile the daemon starts late (eagerly, or a publish it finishes) is counted too:
+    # every daemon of a variant that ran cases must be idle first.
+    time.sleep(0.3)
+    for v in used:
+        if v.mount and v.mount.proc:
+            harness.wait_until(v.mount.idle, a.hang_guard)
     phases.done("cases")
     return table, todo, phases
 

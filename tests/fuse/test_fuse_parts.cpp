@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/record.hpp>
 #include <neffcache/store/directory.hpp>
 
 #include "cache_policy.hpp"
@@ -209,7 +210,7 @@ TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
   auto stage_of = [&](const std::string& dir, std::optional<std::string> compiler_dir = "neuronxcc-2") {
     UniqueFd fd(::open((d / dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     REQUIRE(fd);
-    return entry_stage_at(fd.get(), compiler_dir);
+    return entry_stage_at(fd.get(), compiler_dir, /*writable=*/true);
   };
   CHECK(stage_of("neuronxcc-2/e") == EntryStage::pending);
   CHECK(stage_of("neuronxcc-2/e", "neuronxcc-3") == EntryStage::another_compiler);
@@ -220,8 +221,13 @@ TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
     struct stat in {};
     REQUIRE(::stat(hlo.c_str(), &in) == 0);
     UniqueFd fd(::open((d / "neuronxcc-2/e").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    auto placeholder_at = [&](const char* name, mode_t umask) {
+      auto look = look_at(fd.get(), "neuronxcc-2", /*writable=*/true);
+      REQUIRE(look.has_value());
+      return placeholder_attr(fd.get(), *look, name, /*retry_failed=*/false, umask);
+    };
     for (const char* name : {"model.neff", "model.done"}) {
-      auto st = placeholder_at(fd.get(), name, false, "neuronxcc-2", 022);
+      auto st = placeholder_at(name, 022);
       REQUIRE(st.has_value());
       CHECK(st->st_mode == (S_IFREG | 0644));
       CHECK(st->st_size == 0);
@@ -231,13 +237,38 @@ TEST_CASE("entry view: read from a backing folder", "[fuse-unit]") {
       CHECK(st->st_mtim.tv_nsec == in.st_mtim.tv_nsec);
     }
     // The daemon's umask: what the published NEFF loses.
-    CHECK(placeholder_at(fd.get(), "model.neff", false, "neuronxcc-2", 077)->st_mode == (S_IFREG | 0600));
-    CHECK_FALSE(placeholder_at(fd.get(), "model.log", false, "neuronxcc-2", 022));
+    CHECK(placeholder_at("model.neff", 077)->st_mode == (S_IFREG | 0600));
+    CHECK_FALSE(placeholder_at("model.log", 022));
     // Beside a leftover NEFF: none at all.
     test::spit(d / "neuronxcc-2" / "e" / "model.neff", "x");
     CHECK(stage_of("neuronxcc-2/e") == EntryStage::partial);
-    CHECK_FALSE(placeholder_at(fd.get(), "model.done", false, "neuronxcc-2", 022));
+    CHECK_FALSE(placeholder_at("model.done", 022));
     test::fs::remove(d / "neuronxcc-2" / "e" / "model.neff");
+  }
+  SECTION("our own publish, interrupted after its NEFF went in place: unfinished where the daemon may write, its "
+          "marker a placeholder; a leftover NEFF is partial") {
+    const auto e = d / "neuronxcc-2" / "e";
+    test::spit(e / "model.neff", "a NEFF we published");
+    struct stat neff {};
+    REQUIRE(::stat((e / "model.neff").c_str(), &neff) == 0);
+    nlohmann::ordered_json record{{"xxh3", "0123456789abcdef"}};
+    neffcache::detail::describe_neff(record, neff);
+    test::spit(e / ".neffcache-meta.json", record.dump());
+    UniqueFd fd(::open(e.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    auto look = look_at(fd.get(), "neuronxcc-2", /*writable=*/true);
+    REQUIRE(look.has_value());
+    CHECK(look->stage == EntryStage::unfinished);
+    CHECK(names_of(look->files, look->stage) == std::vector<std::string>{"model.done"});
+    CHECK(placeholder_attr(fd.get(), *look, "model.done", false, 022).has_value());
+    CHECK_FALSE(placeholder_attr(fd.get(), *look, "model.neff", false, 022).has_value());
+    CHECK(placeholder_open(EntryStage::unfinished, false) == PlaceholderOpen::compile);
+    // In a read-only layer (or a scratch mount) nothing is finished: shown as it is.
+    CHECK(look_at(fd.get(), "neuronxcc-2", /*writable=*/false)->stage == EntryStage::partial);
+    // Another file in its place (another mtime): a leftover.
+    test::fs::last_write_time(e / "model.neff", test::fs::file_time_type::clock::now() - std::chrono::hours(1));
+    CHECK(stage_of("neuronxcc-2/e") == EntryStage::partial);
+    test::fs::remove(e / "model.neff");
+    test::fs::remove(e / ".neffcache-meta.json");
   }
   test::spit(d / "neuronxcc-2" / "e" / "model.log", "error");
   CHECK(stage_of("neuronxcc-2/e") == EntryStage::failed);

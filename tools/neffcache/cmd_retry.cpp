@@ -17,8 +17,8 @@ void check_retry(const RetryOptions& opts) {
 
 void setup_retry(CLI::App& app, int& exit_code) {
   auto [sub, opts] = add_command(app, exit_code, "retry",
-                                 "Clear recorded failures (model.log; LNL: .neffcache-failed.log) so those entries "
-                                 "compile again",
+                                 "Clear recorded failures (model.log; LNL: ours, in the cache's .neffcache/lnl/) "
+                                 "so those entries compile again",
                                  run_retry,
                                  check_retry);
   sub->add_option("ENTRY", opts->entries, "entry folders (MODULE_*, or an LNL entry's 32-hex key folder), or files in them; paths or relative to "

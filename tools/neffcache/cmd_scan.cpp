@@ -93,9 +93,9 @@ int run_scan(const ScanOptions& opts) {
   fmt::print("INFO ||NEURON_CACHE||: Counting {} ({}){}\n",
              scope.dirs.empty() ? std::string("no compiler folder") : fmt::format("{}", fmt::join(scope.dirs, ", ")),
              scope.why, lnl ? fmt::format(", and {} LNL entr{}", lnl, lnl == 1 ? "y" : "ies") : "");
-  // Remaining counts them; said apart, since the Neuron cache has no such state.
+  // Remaining counts them; said apart, since the Neuron tool has no such state.
   if (c.partial)
-    fmt::print("INFO ||NEURON_CACHE||: Of the remaining items {} are partial (an interrupted LNL compile's output, "
+    fmt::print("INFO ||NEURON_CACHE||: Of the remaining items {} are partial (a NEFF or marker without the rest, "
                "compiled again)\n",
                c.partial);
   fmt::print("INFO ||NEURON_CACHE||: Current remaining items are {}, locked are {}, failed are {}, done are {}, total is {}\n",

@@ -97,7 +97,8 @@ int run_stats(const StatsOptions& opts) {
     return k_exit_ok;
   }
   fmt::print("cache                   {}\n", cache->name());
-  // (Partial: what an interrupted LNL compile left; compiled again like a pending one.)
+  // (Partial: a product without the rest, what an interrupted compile, copy or publish
+  // left; compiled again like a pending one.)
   fmt::print("entries                 {} ({} pending, {} compiling, {} done, {} failed, {} stale locks, {} partial)\n",
              c.total(), c.pending, c.compiling, c.done, c.failed, c.stale, c.partial);
   if (lnl > 0) fmt::print("dialects                {} Neuron, {} LNL (vLLM Neuron, TorchNeuron)\n", c.total() - lnl, lnl);

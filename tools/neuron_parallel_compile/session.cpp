@@ -74,7 +74,7 @@ Result<int> Session::finish(const std::chrono::steady_clock::time_point t0) {
   auto entries = (*c)->list(store::IfMissing::empty);  // a run that extracted nothing made no folder
   if (!entries) return entries.error();
   for (const auto& e : *entries)
-    if (e.state == EntryState::pending || e.state == EntryState::stale_lock)
+    if (e.state == EntryState::pending || e.state == EntryState::partial || e.state == EntryState::stale_lock)
       batch_->add((*c)->entry(e).view(), dynamic_share(e.path, plan));
   tools::ProgressDisplay display;
   while (!batch_->wait_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(250)))

@@ -60,7 +60,7 @@ inline constexpr std::string_view k_lnl_log_file = "log-neuron-cc.txt";
 inline constexpr std::string_view k_lnl_fxgraph_file = "fxgraph.txt";
 inline constexpr std::string_view k_lnl_example_inputs_file = "example_inputs.txt";
 // The name of our record of a compiler's failure in an LNL entry of a bucket (and, in a
-// folder, where versions before 0.2 kept it: own_files says where it is now).
+// folder, where earlier versions kept it: own_files says where it is now).
 inline constexpr std::string_view k_lnl_failure_file = ".neffcache-failed.log";
 // Ours: on S3, where LNL has no lock of its own, an LNL entry's lease (s3/lease.hpp) is
 // this object in the entry. It is never a file of a local entry.
@@ -225,7 +225,7 @@ struct EntryFiles {
 //
 // Temporaries are renamed into the entry, so they are made on its file system. The record
 // (cache/record.hpp) names the NEFF it describes, since a folder may be replaced under it.
-// Versions before 0.2 kept an LNL entry's files inside its folder under the Neuron names
+// Earlier versions kept an LNL entry's files inside its folder under the Neuron names
 // (k_meta_file, k_lnl_failure_file, k_compile_log_file, .neffcache-neff-*): readers still
 // find those, and move_own_files_out (maintenance.hpp) moves them out.
 struct OwnFiles {
@@ -243,6 +243,9 @@ struct OwnFiles {
 
 // The own files of the entry folder `entry_dir` (its dialect by its name).
 NEFFCACHE_DECL OwnFiles own_files(std::string_view entry_dir);
+// The folder of our files of the LNL entries of the cache `root` (<root>/.neffcache/lnl;
+// with an empty `root`, that path relative to the cache).
+NEFFCACHE_DECL std::string lnl_own_dir(std::string_view root);
 
 // The failure record of an LNL entry relative to its folder ("../.neffcache/lnl/<key>.failed.log"),
 // for a look from a descriptor of the folder; empty for a Neuron entry, whose model.log a
@@ -250,7 +253,7 @@ NEFFCACHE_DECL OwnFiles own_files(std::string_view entry_dir);
 NEFFCACHE_DECL std::string own_failure_from_entry(const EntryFiles& files);
 
 // The failure record of the entry folder `entry_dir` where it is now: own_files' (Neuron:
-// model.log), or, for an LNL entry of a version before 0.2 that has only that one, the
+// model.log), or, for an LNL entry of an earlier version that has only that one, the
 // one inside its folder. (Whether there is one at all: EntryFiles::failed.)
 NEFFCACHE_DECL std::string failure_record(std::string_view entry_dir);
 
@@ -260,8 +263,9 @@ NEFFCACHE_DECL std::string failure_record(std::string_view entry_dir);
 NEFFCACHE_DECL bool done_at(int entry_fd, std::string_view folder_name);
 
 // Notes in `files` (listed from the entry folder open as `entry_fd`) the files of its own
-// that its listing does not show: an LNL entry's failure record. Every reader of a local
-// entry's files calls it once it has listed the folder.
+// that its listing does not show: an LNL entry's failure record, while it is no older
+// than its graph.hlo. Every reader of a local entry's files calls it once it has listed
+// the folder.
 NEFFCACHE_DECL void note_own_files(int entry_fd, EntryFiles& files);
 
 enum class EntryState {

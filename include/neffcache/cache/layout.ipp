@@ -129,14 +129,20 @@ NEFFCACHE_DECL OwnFiles own_files(std::string_view entry_dir) {
             fmt::format("{}/{}", dir, k_compile_log_file), fmt::format("{}/{}-", dir, k_private_prefix)};
   }
   // (A bare key is an entry path: its own files' paths are then relative to the cache.)
-  const std::string root = slash == std::string_view::npos ? std::string() : slash == 0 ? "/" : fmt::format("{}/", entry_dir.substr(0, slash));
-  const std::string dir = fmt::format("{}{}/lnl", root, k_private_prefix);
+  const std::string dir = lnl_own_dir(slash == std::string_view::npos ? std::string_view()
+                                      : slash == 0                    ? std::string_view("/")
+                                                                      : entry_dir.substr(0, slash));
   return {dir, fmt::format("{}/{}.meta.json", dir, name), fmt::format("{}/{}.failed.log", dir, name),
           fmt::format("{}/{}.compile.log", dir, name), fmt::format("{}/{}.", dir, name)};
 }
 
+NEFFCACHE_DECL std::string lnl_own_dir(std::string_view root) {
+  if (root.empty()) return fmt::format("{}/lnl", k_private_prefix);
+  return fmt::format("{}{}{}/lnl", root, root.ends_with('/') ? "" : "/", k_private_prefix);
+}
+
 NEFFCACHE_DECL std::string own_failure_from_entry(const EntryFiles& files) {
-  return files.is_lnl() ? fmt::format("../{}/lnl/{}.failed.log", k_private_prefix, files.key) : std::string();
+  return files.is_lnl() ? "../" + own_files(files.key).failure : std::string();
 }
 
 NEFFCACHE_DECL std::string failure_record(std::string_view entry_dir) {
@@ -161,8 +167,14 @@ NEFFCACHE_DECL bool done_at(int entry_fd, std::string_view folder_name) {
 
 NEFFCACHE_DECL void note_own_files(int entry_fd, EntryFiles& files) {
   if (!files.is_lnl()) return;
-  if (::faccessat(entry_fd, own_failure_from_entry(files).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-    files.add(EntryFile::log);
+  struct stat failure {}, hlo {};
+  if (::fstatat(entry_fd, own_failure_from_entry(files).c_str(), &failure, AT_SYMLINK_NOFOLLOW) != 0) return;
+  // A failure of the graph that is there now: one recorded before graph.hlo was written
+  // again (a rank compiling the key itself, a folder made anew) says nothing of it.
+  if (::fstatat(entry_fd, std::string(k_lnl_hlo_file).c_str(), &hlo, AT_SYMLINK_NOFOLLOW) == 0 &&
+      detail::to_time_point(hlo.st_mtim) > detail::to_time_point(failure.st_mtim))
+    return;
+  files.add(EntryFile::log);
 }
 
 NEFFCACHE_DECL const char* to_string(EntryState s) {

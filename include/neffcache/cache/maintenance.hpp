@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <neffcache/cache/layout.hpp>
@@ -60,17 +62,35 @@ NEFFCACHE_DECL std::vector<std::string> result_names(const EntryFiles& files);
 
 }  // namespace detail
 
-// An LNL entry written by a version before 0.2 keeps our files inside its folder, under
-// the Neuron entry's names (k_meta_file, k_lnl_failure_file, k_compile_log_file, and
-// temporaries named .neffcache-*): its record and failure record move out to own_files
-// (layout.hpp; unless newer ones are there already), the rest goes. The caller holds the
-// entry's lock. Nothing for a Neuron entry, whose layout leaves those names to us.
+namespace detail {
+
+// Whether `name`, in an entry folder of `files`' dialect, is a temporary that a publisher
+// of an earlier version left there: a NEFF or log being copied in (.neffcache-neff-*,
+// .neffcache-log-*), a marker or record being written (<its name>.neffcache-tmp.<hex>).
+// Nothing else: other names of ours (a lock being made, a layer's whiteout, an S3 lease,
+// a download's temporary) belong to someone at work.
+NEFFCACHE_DECL bool is_old_publish_temporary(std::string_view name, const EntryFiles& files);
+
+// Whether `name` in an LNL key folder is one of ours an earlier version kept there
+// (move_legacy_own_files).
+NEFFCACHE_DECL bool has_legacy_own_files(std::string_view name, const EntryFiles& files);
+
+}  // namespace detail
+
+// An LNL entry written by an earlier version keeps our files inside its folder, under the
+// Neuron entry's names (k_meta_file, k_lnl_failure_file, k_compile_log_file, and the
+// temporaries of is_old_publish_temporary): its record and failure record move out to
+// own_files (layout.hpp; one that a newer one replaces is removed, one that cannot move
+// stays and is read where it is), its compile log and temporaries are removed. The caller
+// holds the entry's lock. Nothing for a Neuron entry, whose layout leaves those names to us.
 NEFFCACHE_DECL void move_legacy_own_files(const std::string& entry_dir);
 
-// Does it for every LNL entry of the cache `root` (its key folders) that holds such files, each under its
-// lock (an entry whose lock is held keeps them until its next compile, which moves them).
-// Returns how many entries it cleaned.
-NEFFCACHE_DECL std::size_t move_own_files_out(const std::string& root, const LockOptions& opts = {});
+// Does it for every LNL entry of the cache `root` (its key folders) that holds such files,
+// each under its lock (an entry whose lock is held keeps them until its next compile,
+// which moves them), until `stop` says so. A pass that found every entry clean leaves
+// .neffcache/lnl/.moved-out, and later calls do nothing. Returns how many entries it cleaned.
+NEFFCACHE_DECL std::size_t move_own_files_out(const std::string& root, const std::function<bool()>& stop = {},
+                                              const LockOptions& opts = {});
 
 // Forgets a recorded failure (model.log without model.neff; LNL: our failure record,
 // own_files, without the marker) so that the entry compiles again. False when there was

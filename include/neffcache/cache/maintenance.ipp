@@ -49,15 +49,36 @@ NEFFCACHE_DECL std::vector<std::string> result_names(const EntryFiles& files) {
 
 }  // namespace detail
 
+namespace detail {
+
+NEFFCACHE_DECL bool is_old_publish_temporary(std::string_view name, const EntryFiles& files) {
+  for (std::string_view copied : {"-neff-", "-log-"})  // a NEFF or a log being copied in
+    if (name.starts_with(k_private_prefix) && name.substr(k_private_prefix.size()).starts_with(copied)) return true;
+  // A marker or a record being written whole ("<its name>.neffcache-tmp.<hex>").
+  for (std::string_view written : {files.done_name(), k_meta_file})
+    if (name.starts_with(written) && name.substr(written.size()).starts_with(".neffcache-tmp.")) return true;
+  return false;
+}
+
+NEFFCACHE_DECL bool has_legacy_own_files(std::string_view name, const EntryFiles& files) {
+  return files.is_lnl() && (name == k_meta_file || name == k_lnl_failure_file || name == k_compile_log_file ||
+                            is_old_publish_temporary(name, files));
+}
+
+}  // namespace detail
+
 NEFFCACHE_DECL void move_legacy_own_files(const std::string& entry_dir) {
-  if (!EntryFiles::of_entry_path(entry_dir).is_lnl()) return;
+  const EntryFiles names = EntryFiles::of_entry_path(entry_dir);
+  if (!names.is_lnl()) return;
   const OwnFiles own = own_files(entry_dir);
+  // A record moves out unless a newer one is there; one that cannot move stays (and is read
+  // where it is).
   auto move_out = [&](std::string_view name, const std::string& to) {
     const std::string from = fmt::format("{}/{}", entry_dir, name);
     struct stat st {};
     if (::lstat(from.c_str(), &st) != 0) return;
-    if (::lstat(to.c_str(), &st) == 0 || !own.make() || sys::rename(from.c_str(), to.c_str()) != 0)
-      sys::unlink(from.c_str());
+    if (::lstat(to.c_str(), &st) == 0) sys::unlink(from.c_str());
+    else if (own.make()) sys::rename(from.c_str(), to.c_str());
   };
   move_out(k_meta_file, own.record);
   move_out(k_lnl_failure_file, own.failure);
@@ -65,39 +86,47 @@ NEFFCACHE_DECL void move_legacy_own_files(const std::string& entry_dir) {
   if (fd < 0) return;
   std::vector<std::string> doomed;
   (void)detail::list_dir(fd, entry_dir, [&](std::string_view name, bool) {
-    if (name.starts_with(k_private_prefix) || name.find(".neffcache-tmp.") != std::string_view::npos)
-      doomed.emplace_back(name);
+    if (name == k_compile_log_file || detail::is_old_publish_temporary(name, names)) doomed.emplace_back(name);
   });
   for (const auto& name : doomed) sys::unlink(fmt::format("{}/{}", entry_dir, name).c_str());
 }
 
-NEFFCACHE_DECL std::size_t move_own_files_out(const std::string& root, const LockOptions& opts) {
+NEFFCACHE_DECL std::size_t move_own_files_out(const std::string& root, const std::function<bool()>& stop,
+                                              const LockOptions& opts) {
+  // Once a pass found every entry clean, no later start walks them again: what we write
+  // now goes where own_files says.
+  const std::string done = fmt::format("{}/.moved-out", lnl_own_dir(root));
+  struct stat st {};
+  if (::lstat(done.c_str(), &st) == 0) return 0;
   // (LNL entries are the root's key folders: no walk of the Neuron entries.)
-  std::vector<std::string> keys, found;
+  std::vector<std::string> keys;
   int root_fd = detail::open_dir_at(AT_FDCWD, root.c_str());
   if (root_fd < 0) return 0;
   (void)detail::list_dir(root_fd, root, [&](std::string_view name, bool is_dir) {
     if (is_dir && is_lnl_key(name)) keys.emplace_back(name);
   });
+  std::size_t moved = 0;
+  bool whole = true;
   for (const auto& key : keys) {
+    if (stop && stop()) return moved;
     const std::string dir = fmt::format("{}/{}", root, key);
+    const EntryFiles names = EntryFiles::lnl(key);
     int fd = detail::open_dir_at(AT_FDCWD, dir.c_str());
     if (fd < 0) continue;
     bool any = false;
-    (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) {
-      any = any || name.starts_with(k_private_prefix) || name.find(".neffcache-tmp.") != std::string_view::npos;
-    });
-    if (any) found.push_back(dir);
-  }
-  std::size_t moved = 0;
-  for (const auto& dir : found) {
+    (void)detail::list_dir(fd, dir, [&](std::string_view name, bool) { any = any || detail::has_legacy_own_files(name, names); });
+    if (!any) continue;
     auto files = read_entry_files(dir);
     if (!files) continue;
     auto lock = EntryLock::try_acquire_entry(dir, *files, opts);
-    if (!lock) continue;
+    if (!lock) {
+      whole = false;  // its next compile moves them
+      continue;
+    }
     move_legacy_own_files(dir);
     ++moved;
   }
+  if (whole && !keys.empty() && detail::make_dirs(lnl_own_dir(root))) (void)detail::write_file_atomic(done, "");
   return moved;
 }
 
@@ -105,7 +134,7 @@ NEFFCACHE_DECL Result<bool> clear_failure(const EntryPaths& e, const LockOptions
   auto locked = detail::lock_entry(e, opts);
   if (!locked) return locked.error();
   if (!locked->files.failed()) return false;
-  // (An LNL entry of a version before 0.2 may have its record in the folder.)
+  // (An LNL entry of an earlier version may have its record in the folder.)
   if (auto r = detail::unlink_all(e.view, {std::string(locked->files.failure_name())}); !r) return r.error();
   if (locked->files.is_lnl()) sys::unlink(own_files(e.backing).failure.c_str());
   return true;
@@ -180,9 +209,6 @@ NEFFCACHE_DECL NeffVerdict verify_neff(const std::string& entry_dir, const Entry
     return {NeffCheck::broken, fmt::format("{} has {} bytes, its {} says {}", name, size, files.done_name(), *marked)};
   const auto meta = detail::read_entry_meta(entry_dir);
   bool recorded = meta.contains("size") && meta.contains("xxh3") && meta["xxh3"].is_string();
-  // (A record of another file, a NEFF a client compiled or copied in since, says nothing
-  // of this one; the file it names, changed since, is broken.)
-  if (recorded && meta.contains("ino") && meta["ino"] != static_cast<uint64_t>(st.st_ino)) recorded = false;
   if (recorded && marked && meta["size"] != *marked) recorded = false;
   if (!recorded) {
     if (size == 0) return {NeffCheck::broken, fmt::format("{} is empty", name)};

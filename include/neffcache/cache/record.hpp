@@ -2,16 +2,18 @@
 // (compile/publish.hpp writes it), read by the content index, `neffcache ls` and
 // `verify`, and by whoever must tell our own interrupted publish from a leftover NEFF.
 // It is a JSON object in the file own_files names (layout.hpp; for an LNL entry written
-// by a version before 0.2, the one inside its folder):
+// by an earlier version, the one inside its folder):
 //   size, xxh3          the NEFF's bytes and checksum (16 hex digits)
-//   ino, mtime_ns       the NEFF's inode and mtime: the very file it was written for
-//                       (written before the NEFF is renamed into place, which keeps both)
+//   mtime_ns, ino       the NEFF's mtime and inode: the file it was written for (written
+//                       before the NEFF is renamed into place, which keeps both)
 //   compiler, flags, compile_seconds, peak_rss_kib, predicted_peak_kib, oom_retries,
 //   attempts, host      the compile
 //   copied_from, copy, compile_seconds_saved   a twin's (compile/twin.hpp)
 //   compiler_version    of an LNL entry, which has no compiler folder
-// A record describes only the file it was written for: LNL ranks replace a key folder by
-// a rename and compile an entry again in place, leaving our record behind.
+// A record describes only the file it was written for, by its size and mtime: LNL ranks
+// replace a key folder by a rename and compile an entry again in place, leaving our record
+// behind, and either gives the NEFF another mtime. A faithful copy of a cache (cp -a,
+// rsync -a, a restore) keeps both, and its NEFFs are still those the records describe.
 #pragma once
 
 #include <sys/stat.h>
@@ -36,9 +38,8 @@ inline int64_t mtime_ns(const struct stat& st) {
 NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, struct stat* st = nullptr);
 
 // Whether `meta` (read_entry_meta, `meta_st` its file's status) describes the NEFF whose
-// status is `neff`: the file it was written for (same inode, size and mtime). A record of
-// a version before 0.2 names no inode: then a NEFF of the recorded size that is no newer
-// than the record.
+// status is `neff`: the recorded size and mtime. A record of an earlier version names no
+// mtime: then a NEFF of the recorded size that is no newer than the record.
 NEFFCACHE_DECL bool record_describes(const nlohmann::json& meta, const struct stat& meta_st, const struct stat& neff);
 
 // The fields that tie a record to the NEFF `neff` (its status) it is written for.

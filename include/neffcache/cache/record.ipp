@@ -28,8 +28,7 @@ NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, stru
 
 NEFFCACHE_DECL bool record_describes(const nlohmann::json& meta, const struct stat& meta_st, const struct stat& neff) {
   if (!meta.contains("size") || meta["size"] != neff.st_size) return false;
-  if (meta.contains("ino") && meta.contains("mtime_ns"))
-    return meta["ino"] == static_cast<uint64_t>(neff.st_ino) && meta["mtime_ns"] == mtime_ns(neff);
+  if (meta.contains("mtime_ns")) return meta["mtime_ns"] == mtime_ns(neff);
   return mtime_ns(meta_st) >= mtime_ns(neff);
 }
 

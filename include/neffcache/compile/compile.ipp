@@ -53,14 +53,18 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
   HeldCompile how;
   how.look = [&](const EntryFiles& files, bool held) -> std::optional<CompileResult> {
     if (auto o = settled_outcome(files, s.retry_failed)) return CompileResult::of(*o);
-    // Our own publish, interrupted after its NEFF went in place: finished, not compiled again.
-    if (held && publish_interrupted(entry_dir, files)) {
+    // Our own publish, interrupted after its NEFF went in place: finished under the hold
+    // (compiles off or not), not compiled again. A NEFF whose bytes are not the recorded
+    // ones is a leftover: the checks below decide whether it compiles.
+    if (publish_interrupted(entry_dir, files)) {
+      if (!held) return std::nullopt;
       const auto owner = files.hlo_name() ? detail::entry_owner(fmt::format("{}/{}", entry_dir, *files.hlo_name()))
                                           : std::nullopt;
       if (auto finished = finish_publish(entry_dir, files, owner); finished && *finished)
         return CompileResult::of(CompileOutcome::already_done);
+    } else if (held) {
+      return std::nullopt;
     }
-    if (held) return std::nullopt;
     if (!files.has_job())
       return transient(fmt::format("{}: {}", entry_dir,
                                    files.is_lnl() ? "no graph.hlo with LNL's metadata: its client compiles it"

@@ -88,7 +88,7 @@ NEFFCACHE_DECL std::optional<FileOwner> entry_owner(const std::string& hlo_path)
 NEFFCACHE_DECL void fsync_dir(const std::string& dir);
 // Puts `tmp`, a whole NEFF already on the entry's file system (neff_tmp_name), in place
 // as its NEFF (`names`: model.neff, or LNL's graph_<key>.neff): first our record (`meta`
-// plus `xxh3` and what ties it to this very file: size, inode, mtime; record.hpp), synced,
+// plus `xxh3` and what ties it to this file: size, mtime, inode; record.hpp), synced,
 // then the rename (which keeps inode and mtime), then the done marker, last (model.done,
 // empty; or LNL's .compilation_complete, with the time and the NEFF's size). Readers see
 // no NEFF, or a whole one, and never the marker without it; a crash after the rename
@@ -118,16 +118,16 @@ NEFFCACHE_DECL Result<std::string> publish(const std::string& entry_dir, const s
 
 }  // namespace detail
 // Removes the half-written copies of a NEFF, a log, a record or a marker that a publisher
-// left (own_files) when it died mid-copy. Only the entry's lock holder writes them, so the
-// caller must hold the lock; other private files (a lock being created) stay. Of an LNL
-// entry, what a version before 0.2 kept in its folder goes too: its record and failure
-// record are moved out (unless newer ones are there), its logs and temporaries removed.
+// left (own_files, and an earlier version's: is_old_publish_temporary) when it died
+// mid-copy. Only the entry's lock holder writes them, so the caller must hold the lock;
+// other private files (a lock being created) stay. Of an LNL entry, what an earlier
+// version kept in its folder moves out too (move_legacy_own_files).
 NEFFCACHE_DECL void remove_publish_leftovers(const std::string& entry_dir);
 
 // Whether the entry `entry_dir` (files `files`) holds a publish of ours interrupted after
 // its NEFF was renamed into place: a NEFF and no marker, and our record describing that
-// very file (record_describes). A stat and the record, no hashing: finish_publish checks
-// the bytes.
+// file (record_describes: its size and mtime). A stat and the record, no hashing:
+// finish_publish checks the bytes.
 NEFFCACHE_DECL bool publish_interrupted(const std::string& entry_dir, const EntryFiles& files);
 
 // Finishes a publish that publish_interrupted found: when the NEFF's bytes have the

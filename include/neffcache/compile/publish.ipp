@@ -184,9 +184,9 @@ NEFFCACHE_DECL void remove_publish_leftovers(const std::string& entry_dir) {
       if (name.substr(prefix.size()).starts_with(what)) return true;
     return false;
   });
-  // (The temporaries of a version before 0.2: "<file>.neffcache-tmp.<hex>", beside a
-  // marker or record it was writing.)
-  remove_in(entry_dir, [](std::string_view name) { return name.find(".neffcache-tmp.") != std::string_view::npos; });
+  // What an earlier version's publisher left in the entry, and (LNL) our files it kept there.
+  const EntryFiles names = EntryFiles::of_entry_path(entry_dir);
+  remove_in(entry_dir, [&](std::string_view name) { return detail::is_old_publish_temporary(name, names); });
   move_legacy_own_files(entry_dir);
 }
 
@@ -196,9 +196,9 @@ NEFFCACHE_DECL bool publish_interrupted(const std::string& entry_dir, const Entr
   if (::lstat(fmt::format("{}/{}", entry_dir, files.neff_name()).c_str(), &neff) != 0 || !S_ISREG(neff.st_mode))
     return false;
   const auto meta = detail::read_entry_meta(entry_dir, &meta_st);
-  // (Only a record that names its file: one of an earlier version, written after the
-  // rename, may describe a leftover of the same size.)
-  return meta.contains("ino") && meta.contains("xxh3") && detail::record_describes(meta, meta_st, neff);
+  // (Only a record that names its file's mtime: one of an earlier version, written after
+  // the rename, may describe a leftover of the same size.)
+  return meta.contains("mtime_ns") && meta.contains("xxh3") && detail::record_describes(meta, meta_st, neff);
 }
 
 NEFFCACHE_DECL Result<bool> finish_publish(const std::string& entry_dir, const EntryFiles& files,

@@ -148,8 +148,10 @@ NEFFCACHE_DECL EntryListing local_entry_files(std::string_view rel, int dir_fd);
 // Where the file `file` (an entry path, '/', the file's name in a bucket) of the cache
 // `root` is kept locally: in its entry folder, but for an LNL entry's failure record,
 // which a bucket keeps in the entry (k_lnl_failure_file) and a folder with our own files
-// (own_files, layout.hpp). `to_write`: its folder is made when missing.
-NEFFCACHE_DECL std::string local_file(const std::string& root, std::string_view file, bool to_write = false);
+// (own_files, layout.hpp): to read, where it is (failure_record); to write, where it goes,
+// its folder made.
+enum class LocalUse { read, write };
+NEFFCACHE_DECL std::string local_file(const std::string& root, std::string_view file, LocalUse use = LocalUse::read);
 
 }  // namespace detail
 

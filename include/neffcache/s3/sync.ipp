@@ -57,16 +57,15 @@ NEFFCACHE_DECL EntryListing local_entry_files(std::string_view rel, int dir_fd) 
   return out;
 }
 
-NEFFCACHE_DECL std::string local_file(const std::string& root, std::string_view file, bool to_write) {
+NEFFCACHE_DECL std::string local_file(const std::string& root, std::string_view file, LocalUse use) {
   const auto slash = file.rfind('/');
-  const std::string entry = fmt::format("{}/{}", root, file.substr(0, slash));
-  if (slash == std::string_view::npos || file.substr(slash + 1) != k_lnl_failure_file ||
-      !EntryFiles::of_entry_path(entry).is_lnl())
+  if (slash == std::string_view::npos || file.substr(slash + 1) != k_lnl_failure_file)
     return fmt::format("{}/{}", root, file);
+  const std::string entry = fmt::format("{}/{}", root, file.substr(0, slash));
+  if (!EntryFiles::of_entry_path(entry).is_lnl()) return fmt::format("{}/{}", root, file);
+  if (use == LocalUse::read) return failure_record(entry);
   const OwnFiles own = own_files(entry);
-  struct stat st {};
-  if (!to_write && ::lstat(own.failure.c_str(), &st) != 0) return fmt::format("{}/{}", root, file);  // an earlier version's
-  if (to_write) (void)make_dirs(own.dir);
+  (void)own.make();  // (a folder that cannot be made fails the download, which says why)
   return own.failure;
 }
 
@@ -231,7 +230,7 @@ NEFFCACHE_DECL Result<SyncStats> sync_pull(const std::string& root, S3Client& s3
       have = detail::local_entry_files(rel, fd.get());
     detail::sync_entry(rel, files, have,
                        [&](const std::string& file) -> Result<void> {
-                         auto r = s3.download(s3_key(prefix, file), detail::local_file(root, file, true));
+                         auto r = s3.download(s3_key(prefix, file), detail::local_file(root, file, detail::LocalUse::write));
                          if (!r) return r.error();
                          return {};
                        },

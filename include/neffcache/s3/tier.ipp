@@ -140,7 +140,7 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
     if (here && here->failed() && !s.retry_failed) {
       if (client_lease) (void)client_lease->release();
       return CompileResult::of(CompileOutcome::failed_cached,
-                               fmt::format("{}: a failed compile is recorded ({})", entry_dir, here->failure_name()));
+                               fmt::format("{}: a failed compile is recorded ({})", entry_dir, failure_record(entry_dir)));
     }
   }
   if (client_lease) (void)client_lease->release();  // the client gave up: compiled below, under the lease again

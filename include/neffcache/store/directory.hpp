@@ -1,7 +1,7 @@
 // A cache in a local directory, plain or a neffcachefs mount. On a mount, entries are
 // read and locked in the mount's backing folder (found in the daemon's stats.json):
-// through the mount a pending entry already lists the model.neff that opening it will
-// produce. Files are removed and written through the mount, so the kernel and the
+// through the mount a lookup in a pending entry finds the model.neff that opening it will
+// produce, and our files of LNL entries are hidden. Files are removed and written through the mount, so the kernel and the
 // daemon see the change at once. On a plain cache both are the same folder.
 //
 // A mount over layers (neffcachefs --upper/--lower, or a read-only cache: layers.hpp)

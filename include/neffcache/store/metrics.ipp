@@ -135,7 +135,8 @@ NEFFCACHE_DECL const std::vector<MetricSpec>& cache_metrics() {
       {"neffcache_cache_entries", "gauge",
        "Entries of the cache by state: pending (a graph without its NEFF), compiling, done, "
        "failed, stale (a lock "
-       "nobody holds), empty, partial (what an interrupted LNL compile left).",
+       "nobody holds), empty, partial (a NEFF or marker without the rest: what an interrupted compile, copy or "
+       "publish left).",
        "/states", "state"},
       {"neffcache_cache_bytes", "gauge", "Bytes of every entry's files.", "/bytes"},
       {"neffcache_cache_neff_bytes", "gauge", "Bytes of the entries' NEFFs.", "/neff_bytes"},
