@@ -251,6 +251,8 @@ void CompileOnOpen::prepare_loop() {
     if (!opts_.store->copies_equal_graphs()) spec.dedup_key.clear();
     // No lock is held here; the callback may run on this thread (see the header).
     scheduler_->submit(spec, item->prio, [this, w = item->waiter, entry = spec.entry_dir](const CompileResult& r) {
+      // (The kernel forgets the folders first: a waiter answered may list them at once.)
+      if (ended_) ended_(entry);
       if (w) answer(w, &r, 0);
       answer_queued(entry, r);
     });

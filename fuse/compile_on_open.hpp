@@ -128,6 +128,9 @@ class CompileOnOpen {
   CompileOnOpen& operator=(const CompileOnOpen&) = delete;
 
   void set_session(fuse_session* se) { session_ = se; }
+  // Called with an entry's folder each time a job of it ends (a NEFF published, a failure
+  // recorded, a publish finished, nothing): off the handler threads. Set once, before start.
+  void when_ended(std::function<void(const std::string& entry_dir)> f) { ended_ = std::move(f); }
   // Starts the scheduler's workers, the prepare thread and (with --wait-timeout) the
   // deadline thread.
   void start();
@@ -157,6 +160,7 @@ class CompileOnOpen {
   const Options& opts_;
   Stats& stats_;
   fuse_session* session_ = nullptr;
+  std::function<void(const std::string&)> ended_;
   std::unique_ptr<neffcache::Scheduler> scheduler_;
   PrepareQueue queue_;
   Deadlines deadlines_;

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -40,6 +41,17 @@ Filesystem::Filesystem(Options opts)
   // Our publish, interrupted after its NEFF went in place: finished by a job as any compile
   // (compile_entry checks the NEFF's bytes under the entry's lock, then writes the marker).
   ns_.when_unfinished([this](const std::string& entry_dir) { compile_.request(entry_dir, Priority::background, nullptr); });
+  compile_.when_ended([this](const std::string& entry_dir) { entry_changed(entry_dir); });
+}
+
+void Filesystem::entry_changed(const std::string& entry_dir) {
+  auto tell = [&](const std::string& dir) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0)
+      if (auto id = inodes_.known(st)) notify_changed(session_, *id);
+  };
+  tell(entry_dir);
+  if (EntryFiles::of_entry_path(entry_dir).is_lnl()) tell(std::filesystem::path(entry_dir).parent_path().string());
 }
 
 void Filesystem::start() {

@@ -68,7 +68,10 @@ class Filesystem {
   // The operation table to hand to fuse_session_new; userdata must be this object
   // (defined in lowlevel.cpp).
   static const fuse_lowlevel_ops& ops();
-  void set_session(fuse_session* se) { compile_.set_session(se); }
+  void set_session(fuse_session* se) {
+    session_ = se;
+    compile_.set_session(se);
+  }
   // Starts the threads (compile workers, prepare, reap, deadline). After daemonizing:
   // the fork keeps only the thread that calls it.
   void start();
@@ -143,6 +146,10 @@ class Filesystem {
   Answer<fuse_entry_param> lookup_entry(Inode& parent, const char* name);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
+  // A job of the entry folder `entry_dir` ended: the kernel forgets what it keeps of the
+  // folders it may have changed behind the kernel's back (the entry; an LNL key's root,
+  // which holds its lock and holder files), so that no listing outlives what it shows.
+  void entry_changed(const std::string& entry_dir);
   // Before the folder `name` of `from_dir` is renamed to the LNL key `newname` in the
   // root (`to_dir`) of a tier: publishes it through the store; 0, or the rename's errno.
   int promote(int from_dir, const char* name, int to_dir, const char* newname, unsigned flags);
@@ -159,6 +166,7 @@ class Filesystem {
   Indexer indexer_;
   Passthrough passthrough_;
   bool no_opendir_ = false;  // set once in init, before any request
+  fuse_session* session_ = nullptr;  // set once, before the loop starts
   std::atomic<bool> stopped_{false};
 };
 

@@ -64,6 +64,14 @@ InodeTable::~InodeTable() {
   placeholders_.clear();
 }
 
+std::optional<fuse_ino_t> InodeTable::known(const struct stat& st) {
+  std::lock_guard lk(inodes_mu_);
+  if (root_->dev == st.st_dev && root_->ino == st.st_ino) return FUSE_ROOT_ID;
+  auto it = inodes_.find({st.st_dev, st.st_ino});
+  if (it == inodes_.end() || it->second->nlookup == 0) return std::nullopt;
+  return id_of(it->second);
+}
+
 std::string InodeTable::name_of(Inode& i) {
   std::lock_guard lk(inodes_mu_);  // a rename may change it
   return i.name;

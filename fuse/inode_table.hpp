@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,9 @@ class InodeTable {
   // After a rename through the mount: the inode now at `name` in `parent` is known there.
   void moved(Inode& parent, int parent_fd, const char* name);
   std::string name_of(Inode& i);
+  // The inode number of the backing file `st`, if the kernel knows it (a lookup gave it
+  // out and no FORGET took it back yet): what a notification names.
+  std::optional<fuse_ino_t> known(const struct stat& st);
   // The backing path of the inode; empty when it cannot be opened.
   std::string path_of(Inode& i);
 

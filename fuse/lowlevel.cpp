@@ -181,6 +181,10 @@ void notify_produced(fuse_session* se, fuse_ino_t ino, fuse_ino_t parent, const 
   fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
 }
 
+void notify_changed(fuse_session* se, fuse_ino_t ino) {
+  if (se) fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
+}
+
 const fuse_lowlevel_ops& Filesystem::ops() {
   static const fuse_lowlevel_ops table = [] {
     fuse_lowlevel_ops o{};

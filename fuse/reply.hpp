@@ -66,5 +66,8 @@ class Later {
 // file. Never from inside a handler (libfuse documents that as a deadlock); a null
 // session (no mount, in tests) does nothing.
 void notify_produced(fuse_session* se, fuse_ino_t ino, fuse_ino_t parent, const std::string& name);
+// Tells the kernel that the folder `ino` changed behind its back: it drops the folder's
+// attributes and the listing it keeps. Not from a handler (libfuse: a deadlock).
+void notify_changed(fuse_session* se, fuse_ino_t ino);
 
 }  // namespace neffcachefs

@@ -8,6 +8,8 @@
 #include <set>
 #include <thread>
 
+#include <neffcache/cache/layout.hpp>
+
 #include "fuse_test.hpp"
 #include "lnl.hpp"
 

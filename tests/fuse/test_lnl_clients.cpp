@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/layout.hpp>
+
 #include "fuse_test.hpp"
 #include "lnl.hpp"
 

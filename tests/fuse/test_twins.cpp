@@ -1,6 +1,8 @@
 // Twins through the mount (the content index): a graph compiled once under one name is
 // read under any other with no compile, across a restart of the daemon and for entries
 // written straight into the backing folder by another tool; another graph compiles.
+#include <neffcache/cache/record.hpp>
+
 #include "fuse_test.hpp"
 #include "hlo_variants.hpp"
 #include "lnl.hpp"

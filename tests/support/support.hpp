@@ -147,9 +147,10 @@ struct ToolRun {
   std::string output;
 };
 
-// Runs a command with stdout and stderr merged; argv[0] is looked up on PATH.
-inline ToolRun run(const std::vector<std::string>& argv) {
-  auto r = neffcache::detail::run_capture(argv, std::chrono::seconds(60));
+// Runs a command with stdout and stderr merged; argv[0] is looked up on PATH. `limit`: a
+// guard against a hang, never a timing goal (those belong in bench/).
+inline ToolRun run(const std::vector<std::string>& argv, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  auto r = neffcache::detail::run_capture(argv, limit);
   REQUIRE(r.has_value());
   return {r->exit_code, r->output};
 }

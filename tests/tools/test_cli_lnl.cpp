@@ -14,6 +14,7 @@
 
 #include <neffcache/cache/lnl.hpp>
 #include <neffcache/cache/layout.hpp>
+#include <neffcache/cache/record.hpp>
 
 #include "fake_neuronx_cc/fake_neff.hpp"
 #include "lnl.hpp"

@@ -62,7 +62,9 @@ test::ToolRun compile_in(const test::MemoryCgroup& cg, const fs::path& cache, co
                                 "NEFFCACHE_FAKE_SECONDS=2", "NEFFCACHE_FAKE_IDLE=1", test::k_tool, "compile", "--cache",
                                 cache.string(), "-j", "8", "--compiler", compiler, "--json"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  return test::run(cg.wrap(argv));
+  // (About 20 s alone; twice seen over a minute beside the other tests of a stage, 4 at once,
+  // under ASan and in Release.)
+  return test::run(cg.wrap(argv), std::chrono::seconds(240));
 }
 
 // A 1.5 GiB memory cgroup, or the test is skipped with the reason.
