@@ -16,6 +16,8 @@ COUNT requests fail by MODE, the later ones pass:
             (a server gone for good after COUNT requests)
   delay     every request passes, COUNT milliseconds after it arrived (a server a
             region away)
+  lose-answer  the first COUNT requests pass; the next one reaches the server, whose
+              answer is dropped and the connection closed; every later one passes
 Every request is logged to stderr as "<n> <method> <path> <fate>".
 """
 import socket
@@ -54,7 +56,12 @@ class Handler(socketserver.StreamRequestHandler):
         with lock:
             seen += 1
             n = seen
-        failing = n > count if mode == "stop" else n <= count and mode != "delay"
+        if mode == "stop":
+            failing = n > count
+        elif mode == "lose-answer":
+            failing = n == count + 1
+        else:
+            failing = n <= count and mode != "delay"
         if mode == "delay":
             time.sleep(count / 1000)
         method, path = head[0].split()[:2]
@@ -80,6 +87,12 @@ class Handler(socketserver.StreamRequestHandler):
         up = socket.create_connection(("127.0.0.1", upstream_port))
         kept = [h for h in head[1:] if not h.lower().startswith(b"connection:")]
         up.sendall(b"".join([head[0]] + kept) + b"Connection: close\r\n\r\n" + body)
+        if failing and mode == "lose-answer":
+            while up.recv(1 << 20):
+                pass
+            up.close()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         if not (failing and mode == "cut-download"):
             # Streamed as it comes: a large object costs no memory and no copies here.
             while True:

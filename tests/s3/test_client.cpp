@@ -295,36 +295,10 @@ TEST_CASE("S3 requests to a server that is not there are retried, then fail", "[
   CHECK(s3.retries() == 3);
 }
 
-namespace {
-
-// The fault-injecting proxy (tests/s3/faulty_proxy.py) in front of the test server.
-struct FaultyProxy {
-  FaultyProxy(const std::string& mode, int count)
-      : child({"python3", std::string(test::path::s3_scripts) + "/faulty_proxy.py", upstream_port(), mode, std::to_string(count)}) {
-    port = child.line();
-    REQUIRE(!port.empty());
-  }
-  static std::string upstream_port() {
-    const auto& e = test::s3_server().endpoint;
-    return e.substr(e.rfind(':') + 1);
-  }
-  // A client of `bucket` that goes through the proxy, with quick retries.
-  std::unique_ptr<S3Client> client(const std::string& bucket, int attempts = 6) {
-    const auto& s = test::s3_server();
-    S3Settings settings{.endpoint = "http://127.0.0.1:" + port, .max_attempts = attempts,
-                        .backoff_base = std::chrono::milliseconds(5), .multipart_threshold = 8u << 20,
-                        .part_size = 5u << 20};
-    return std::make_unique<S3Client>(bucket, settings, S3Credentials{s.access_key, s.secret_key, "", {}, "test"});
-  }
-  test::Child child;
-  std::string port;
-};
-
-}  // namespace
 
 TEST_CASE("S3 answers 503 SlowDown are retried with backoff until one passes", "[s3][faults]") {
   auto direct = test::fresh_bucket("slowdown");
-  FaultyProxy proxy("503", 3);
+  test::FaultyProxy proxy("503", 3);
   auto s3 = proxy.client(direct->bucket());
   auto r = s3->put("k", "value");
   INFO((r ? "" : r.error().message));
@@ -335,7 +309,7 @@ TEST_CASE("S3 answers 503 SlowDown are retried with backoff until one passes", "
 
 TEST_CASE("S3 answers 503 that never stop end in a clean error", "[s3][faults]") {
   auto direct = test::fresh_bucket("slowdown2");
-  FaultyProxy proxy("503", 1000);
+  test::FaultyProxy proxy("503", 1000);
   auto s3 = proxy.client(direct->bucket(), 3);
   auto r = s3->put("k", "value");
   REQUIRE_FALSE(r.has_value());
@@ -347,7 +321,7 @@ TEST_CASE("S3 answers 503 that never stop end in a clean error", "[s3][faults]")
 TEST_CASE("S3 connections cut before the answer are retried", "[s3][faults]") {
   auto direct = test::fresh_bucket("cut");
   REQUIRE(direct->put("k", "value").has_value());
-  FaultyProxy proxy("cut", 2);
+  test::FaultyProxy proxy("cut", 2);
   auto s3 = proxy.client(direct->bucket());
   auto r = s3->get("k");
   REQUIRE(r.has_value());
@@ -360,7 +334,7 @@ TEST_CASE("an S3 upload cut halfway is retried and the object arrives whole", "[
   test::TempDir dir;
   std::string bytes = pattern(3u << 20);
   test::spit(dir / "model.neff", bytes);
-  FaultyProxy proxy("cut-upload", 2);
+  test::FaultyProxy proxy("cut-upload", 2);
   auto s3 = proxy.client(direct->bucket());
   auto r = s3->upload("e/model.neff", (dir / "model.neff").string());
   INFO((r ? "" : r.error().message));
@@ -375,7 +349,7 @@ TEST_CASE("an S3 download cut halfway is retried and the file is whole", "[s3][f
   std::string bytes = pattern(3u << 20);
   test::spit(dir / "up", bytes);
   REQUIRE(direct->upload("e/model.neff", (dir / "up").string()).has_value());
-  FaultyProxy proxy("cut-download", 2);
+  test::FaultyProxy proxy("cut-download", 2);
   auto s3 = proxy.client(direct->bucket());
   auto r = s3->download("e/model.neff", (dir / "model.neff").string());
   INFO((r ? "" : r.error().message));
@@ -389,7 +363,7 @@ TEST_CASE("an S3 server that stops mid-upload leaves no object, only a clean err
   test::TempDir dir;
   test::spit(dir / "model.neff", pattern(12u << 20));  // three parts of 5 MiB
   SECTION("a single PUT") {
-    FaultyProxy proxy("stop", 0);
+    test::FaultyProxy proxy("stop", 0);
     auto s3 = proxy.client(direct->bucket(), 3);
     test::spit(dir / "small.neff", pattern(1u << 20));
     auto r = s3->upload("e/model.neff", (dir / "small.neff").string());
@@ -397,7 +371,7 @@ TEST_CASE("an S3 server that stops mid-upload leaves no object, only a clean err
     CHECK_THAT(r.error().message, ContainsSubstring("after 3 tries"));
   }
   SECTION("a multipart upload, gone after its first part") {
-    FaultyProxy proxy("stop", 2);  // the start and part 1 pass
+    test::FaultyProxy proxy("stop", 2);  // the start and part 1 pass
     auto s3 = proxy.client(direct->bucket(), 3);
     auto r = s3->upload("e/model.neff", (dir / "model.neff").string());
     REQUIRE_FALSE(r.has_value());

@@ -215,3 +215,49 @@ TEST_CASE("the lease a tier holds for a client that compiles an entry itself is 
   REQUIRE_FALSE(other.has_value());
   CHECK(other.error().code == Errc::busy);
 }
+
+TEST_CASE("a renewal whose answer was lost, retried, keeps the lease", "[s3][lease][faults]") {
+  auto direct = test::fresh_bucket("renew-lost-answer");
+  // The acquire passes; the renewal reaches the server, its answer is lost, and the
+  // client tries again with the ETag the server no longer has.
+  test::FaultyProxy proxy("lose-answer", 1);
+  auto s3 = proxy.client(direct->bucket());
+  auto a = S3Lease::acquire(*s3, k_key, 60s, "host-a");
+  REQUIRE(a.has_value());
+  auto renewed = a->renew();
+  INFO((renewed ? "" : renewed.error().message));
+  CHECK(renewed.has_value());
+  CHECK_FALSE(a->lost());
+  CHECK(s3->retries() >= 1);
+  // Still ours: the next renewal holds, and another host waits.
+  CHECK(a->renew().has_value());
+  auto b = S3Lease::acquire(*direct, k_key, 60s, "host-b");
+  REQUIRE_FALSE(b.has_value());
+  CHECK(b.error().code == Errc::busy);
+  CHECK(a->release().has_value());
+  CHECK(S3Lease::acquire(*direct, k_key, 60s, "host-b").has_value());
+}
+
+TEST_CASE("a second lease held for one client's entry is given back, not dropped", "[s3][lease]") {
+  auto s3 = test::fresh_bucket("standin-put");
+  // Two leases of one entry under the two names its HLO may have (taken at two looks,
+  // before and after the bucket had its HLO).
+  const std::string first = "neuronxcc-2.15/MODULE_1+abc/model.hlo_module.pb.lock";
+  const std::string second = "neuronxcc-2.15/MODULE_1+abc/model.hlo.pb.lock";
+  auto a = S3Lease::acquire(*s3, first, 60s, "host-a");
+  auto b = S3Lease::acquire(*s3, second, 60s, "host-a");
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  {
+    detail::StandIns held;
+    held.put("/tier/entry", detail::StandIns::Held(std::move(*a)));
+    held.put("/tier/entry", detail::StandIns::Held(std::move(*b)));
+    CHECK(held.live("/tier/entry") == std::optional<bool>(true));
+    // The one held first stays, the other is free at once (not after its ttl).
+    auto other = S3Lease::acquire(*s3, first, 60s, "host-b");
+    CHECK_FALSE(other.has_value());
+    CHECK(S3Lease::acquire(*s3, second, 60s, "host-b").has_value());
+  }
+  // The one kept is given back with the rest when the tier goes.
+  CHECK(S3Lease::acquire(*s3, first, 60s, "host-b").has_value());
+}

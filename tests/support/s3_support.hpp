@@ -18,6 +18,7 @@
 #include <neffcache/s3/cache.hpp>
 
 #include "paths.hpp"
+#include "process.hpp"
 #include "support.hpp"
 
 namespace test {
@@ -151,5 +152,28 @@ inline std::unique_ptr<neffcache::S3Client> fresh_bucket(std::string_view what, 
   REQUIRE(made.has_value());
   return std::move(*client);
 }
+
+// The fault-injecting proxy (tests/s3/faulty_proxy.py) in front of the test server.
+struct FaultyProxy {
+  FaultyProxy(const std::string& mode, int count)
+      : child({"python3", std::string(path::s3_scripts) + "/faulty_proxy.py", upstream_port(), mode, std::to_string(count)}) {
+    port = child.line();
+    REQUIRE(!port.empty());
+  }
+  static std::string upstream_port() {
+    const auto& e = s3_server().endpoint;
+    return e.substr(e.rfind(':') + 1);
+  }
+  // A client of `bucket` that goes through the proxy, with quick retries.
+  std::unique_ptr<neffcache::S3Client> client(const std::string& bucket, int attempts = 6) {
+    const auto& s = s3_server();
+    neffcache::S3Settings settings{.endpoint = "http://127.0.0.1:" + port, .max_attempts = attempts,
+                        .backoff_base = std::chrono::milliseconds(5), .multipart_threshold = 8u << 20,
+                        .part_size = 5u << 20};
+    return std::make_unique<neffcache::S3Client>(bucket, settings, neffcache::S3Credentials{s.access_key, s.secret_key, "", {}, "test"});
+  }
+  Child child;
+  std::string port;
+};
 
 }  // namespace test

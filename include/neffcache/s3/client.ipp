@@ -217,6 +217,20 @@ NEFFCACHE_DECL ObjectInfo S3Client::info_from(const std::string& key, const deta
   return o;
 }
 
+NEFFCACHE_DECL std::unique_ptr<S3Client> S3Client::quick() {
+  S3Settings s = settings_;
+  s.max_attempts = 2;
+  s.backoff_base = std::chrono::milliseconds(50);
+  s.connect_timeout = std::chrono::milliseconds(1000);
+  s.stall_timeout = std::chrono::seconds(2);
+  s.request_timeout = std::chrono::milliseconds(2000);
+  std::unique_ptr<S3Client> q(new S3Client(bucket_, std::move(s)));
+  std::lock_guard lock(creds_mu_);
+  q->creds_ = creds_;
+  q->refreshable_ = refreshable_;
+  return q;
+}
+
 NEFFCACHE_DECL Result<S3Credentials> S3Client::credentials() {
   std::lock_guard lock(creds_mu_);
   if (refreshable_ && creds_.expires &&
@@ -271,7 +285,7 @@ NEFFCACHE_DECL Result<detail::HttpReply> S3Client::request(Call c) {
     detail::HttpCall call{.method = c.method, .url = url, .headers = std::move(headers), .body = c.body,
                           .body_fd = c.body_fd, .body_offset = c.body_offset, .body_size = c.body_size,
                           .sink_fd = c.sink_fd, .connect_timeout = settings_.connect_timeout,
-                          .stall_timeout = settings_.stall_timeout};
+                          .stall_timeout = settings_.stall_timeout, .total_timeout = settings_.request_timeout};
     if (c.sink_fd >= 0 && ::ftruncate(c.sink_fd, 0) != 0) return sys_error("truncate", "download");
     auto outcome = pool_.perform(call);
     requests_.fetch_add(1);

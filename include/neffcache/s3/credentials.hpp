@@ -36,6 +36,7 @@ struct S3Settings {
   std::chrono::milliseconds backoff_cap{10000};  // never more than the cap (full jitter)
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::seconds stall_timeout{30};  // a transfer moving no byte this long is cut
+  std::chrono::milliseconds request_timeout{0};  // one try's whole time (0: none, as large transfers need)
   std::uint64_t multipart_threshold = 64ull << 20;  // files larger go up in parts
   std::uint64_t part_size = 16ull << 20;
   std::string imds_endpoint = "http://169.254.169.254";

@@ -93,6 +93,13 @@ NEFFCACHE_DECL Result<void> S3Lease::renew() {
   auto r = s3_->put(key_, detail::lease_json(record_), {.if_match = etag_});
   if (!r) {
     if (r.error().code == Errc::precondition_failed || r.error().code == Errc::not_found) {
+      // A try whose answer was lost may have renewed it, and its retry then met the new
+      // ETag: the lease holds what we just wrote, ours still.
+      if (auto found = read_lease(*s3_, key_);
+          found && found->record && found->record->instance == record_.instance && found->record->seq == record_.seq) {
+        etag_ = found->etag;
+        return {};
+      }
       lost_ = true;
       return Error{Errc::precondition_failed,
                    fmt::format("{}: lease lost: it expired and another host took it over, or it was removed",

@@ -310,16 +310,15 @@ NEFFCACHE_DECL CompileResult S3Tier::publish_here(const std::string& entry_dir, 
 NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, const std::string& rel,
                                               const EntryFiles& remote, const EntryFiles& here, std::string why) {
   CompileResult busy = CompileResult::of(CompileOutcome::busy, std::move(why));
-  std::optional<detail::StandIns::Held> mine = stand_ins_.take(entry_dir);
-  if (mine && mine->hold->lost()) return busy;  // another host has it now: ours goes
-  if (!mine) {
+  const std::optional<bool> live = stand_ins_.live(entry_dir);
+  if (live && !*live) return busy;  // another host has it now: ours went
+  if (!live) {
     auto lease = S3Lease::acquire(*s3_, fmt::format("{}/{}", s3_key(o_.prefix, rel), lease_name(remote, here)),
                                   o_.compile.lease_ttl, o_.compile.host);
     if (!lease) return busy;
-    mine.emplace(std::move(*lease));
+    stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
   }
   (void)upload_missing_inputs(entry_dir, rel, remote);  // (a failure is tried again at the next look)
-  stand_ins_.put(entry_dir, std::move(*mine));
   return busy;
 }
 

@@ -110,13 +110,15 @@ class StandIns {
   StandIns(const StandIns&) = delete;
   StandIns& operator=(const StandIns&) = delete;
 
-  // The lease held for `entry_dir`, no longer held here (the caller puts it back or
-  // ends it).
+  // The lease held for `entry_dir`, no longer held here (the caller ends it).
   std::optional<Held> take(const std::string& entry_dir);
-  void put(const std::string& entry_dir, Held held) {
-    std::lock_guard lk(mu_);
-    held_.emplace(entry_dir, std::move(held));
-  }
+  // Holds `held` for `entry_dir`. One lease per entry: the one held already stays unless
+  // a renewal found it lost, and the other is given back at once (other hosts need not
+  // wait out its ttl).
+  NEFFCACHE_DECL void put(const std::string& entry_dir, Held held);
+  // Whether a lease is held for `entry_dir`: nullopt when none, false when a renewal
+  // found it lost (it is no longer held then: another host has the entry).
+  NEFFCACHE_DECL std::optional<bool> live(const std::string& entry_dir);
   bool holds(const std::string& entry_dir) const {
     std::lock_guard lk(mu_);
     return held_.contains(entry_dir);

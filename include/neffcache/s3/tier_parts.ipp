@@ -92,6 +92,36 @@ NEFFCACHE_DECL std::optional<StandIns::Held> StandIns::take(const std::string& e
   return held;
 }
 
+NEFFCACHE_DECL void StandIns::put(const std::string& entry_dir, Held held) {
+  std::optional<Held> dropped;
+  {
+    std::lock_guard lk(mu_);
+    auto it = held_.find(entry_dir);
+    if (it == held_.end()) {
+      held_.emplace(entry_dir, std::move(held));
+    } else if (it->second.hold->lost()) {
+      dropped.emplace(std::move(it->second));
+      it->second = std::move(held);
+    } else {
+      dropped.emplace(std::move(held));
+    }
+  }
+  // (Given back without the mutex: a release is a request to S3.)
+  if (dropped)
+    if (auto lease = dropped->end()) (void)lease->release();
+}
+
+NEFFCACHE_DECL std::optional<bool> StandIns::live(const std::string& entry_dir) {
+  std::optional<Held> lost;
+  std::lock_guard lk(mu_);
+  auto it = held_.find(entry_dir);
+  if (it == held_.end()) return std::nullopt;
+  if (!it->second.hold->lost()) return true;
+  lost.emplace(std::move(it->second));  // (ended after the mutex: its KeepAlive thread is joined)
+  held_.erase(it);
+  return false;
+}
+
 NEFFCACHE_DECL std::optional<CompileSlots::Slot> CompileSlots::take(const std::function<bool()>& cancelled) {
   std::unique_lock lk(mu_);
   while (free_ == 0) {
