@@ -22,7 +22,8 @@ namespace neffcachefs {
 
 using neffcache::detail::UniqueFd;
 
-ClientLocks::ClientLocks() : wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+ClientLocks::ClientLocks(std::function<void(const std::string& path)> removed)
+    : removed_(std::move(removed)), wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 ClientLocks::~ClientLocks() { stop(); }
 
@@ -91,7 +92,8 @@ void ClientLocks::reap_loop() {
     ::poll(fds.data(), fds.size(), -1);
     uint64_t drained;
     (void)!::read(wake_fd_.get(), &drained, sizeof drained);
-    std::lock_guard lk(mu_);
+    std::vector<std::string> removed;
+    std::unique_lock lk(mu_);
     for (auto it = held_.begin(); it != held_.end();) {
       pollfd probe{it->pidfd.get(), POLLIN, 0};
       bool exited = !it->pidfd || (::poll(&probe, 1, 0) == 1);
@@ -104,9 +106,13 @@ void ClientLocks::reap_loop() {
       if (!it->path.empty() && ::lstat(it->path.c_str(), &st) == 0 && st.st_dev == it->dev && st.st_ino == it->ino) {
         ::unlink(it->path.c_str());
         fmt::print(stderr, "neffcachefs: removed {}: its creator exited without removing it\n", it->path);
+        removed.push_back(it->path);
       }
       it = held_.erase(it);
     }
+    lk.unlock();
+    if (removed_)
+      for (const auto& path : removed) removed_(path);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,7 +19,8 @@ namespace neffcachefs {
 
 class ClientLocks {
  public:
-  ClientLocks();
+  // `removed` is told the path of each lock file the reaper removed (without the mutex).
+  explicit ClientLocks(std::function<void(const std::string& path)> removed = {});
   ~ClientLocks();  // stops the reaper
   ClientLocks(const ClientLocks&) = delete;
   ClientLocks& operator=(const ClientLocks&) = delete;
@@ -53,6 +55,7 @@ class ClientLocks {
   // happen under it; never taken with another lock.
   std::mutex mu_;
   std::vector<Held> held_;
+  std::function<void(const std::string&)> removed_;
   neffcache::detail::UniqueFd wake_fd_;  // eventfd: the set changed, or stop
   std::atomic<bool> stop_{false};
   std::thread reaper_;

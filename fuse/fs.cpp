@@ -33,6 +33,10 @@ Filesystem::Filesystem(Options opts)
       ns_(opts_),
       inputs_(opts_.eager, opts_.store->remote().publishes_writes()),
       compile_(opts_, stats_),
+      client_locks_([this](const std::string& path) {
+        const std::filesystem::path p(path);
+        act(inputs_.after_unlink(p.filename().string()), p.parent_path().string());
+      }),
       indexer_(opts_.scratch ? std::string() : opts_.backing,
                opts_.scheduler.settings.content_index ? opts_.store->content_index() : nullptr, opts_.default_flags,
                opts_.index_scan) {
@@ -199,6 +203,13 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
 
 Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   Inode& i = inodes_.get(ino);
+  // The truncation that follows an open(O_TRUNC) of another host's lock shown here, which
+  // the open made for real (open_shown_lock): on its descriptor.
+  if (i.placeholder && fi && ClientLocks::is_lock_name(i.name.c_str())) {
+    if ((to_set & FUSE_SET_ATTR_SIZE) && ::ftruncate(static_cast<int>(fi->fh), attr->st_size) != 0)
+      return Errno{errno};
+    return getattr(ino, fi);
+  }
   if (i.placeholder || i.special != Inode::Special::none) return Errno{EACCES};
   if (int e = ns_.writable(i)) return Errno{e};
   int err = 0;

@@ -144,6 +144,13 @@ class Filesystem {
   fuse_entry_param entry_of(const Node& n) const;
   // Looks `name` up in `parent` (one more kernel reference on success).
   Answer<fuse_entry_param> lookup_entry(Inode& parent, const char* name);
+  // A client of this host creates its lock file `name` in the entry folder `dir_fd`: the
+  // entry is held elsewhere for it first (store::Remote::hold_for_client); says once in
+  // the log when that cannot be asked.
+  neffcache::ClientHold hold_for_client(int dir_fd, const char* name);
+  // The open of another host's lock shown here (namespace.hpp): the client takes the lock
+  // as on a disk where the file exists, so the file is made for it now.
+  Answer<fuse_file_info> open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
   // A job of the entry folder `entry_dir` ended: the kernel forgets what it keeps of the
@@ -168,6 +175,7 @@ class Filesystem {
   bool no_opendir_ = false;  // set once in init, before any request
   fuse_session* session_ = nullptr;  // set once, before the loop starts
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> told_lock_here_only_{false};  // hold_for_client's fallback is logged once
 };
 
 }  // namespace neffcachefs

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include <neffcache/cache/layout.hpp>
 
 #include "caller.hpp"
@@ -70,6 +72,7 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     }
     return opened;
   }
+  if (ClientLocks::is_lock_name(i.name.c_str())) return open_shown_lock(caller, i, fi);
   ++stats_.misses;
   if ((fi.flags & O_ACCMODE) != O_RDONLY) return Errno{EACCES};
   if (opts_.scratch) {
@@ -96,6 +99,13 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
   PathRef dir = ns_.upper_dir(p, err);
   if (!dir) return Errno{err};
   bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  // A client's lock: held elsewhere first. Another host's hold answers an exclusive create
+  // as a disk answers one for a name created meanwhile; any other create succeeds, as on a
+  // disk where the name exists, and its client compiles a second time (its NEFF never
+  // replaces the other host's: store::Remote::publish_written).
+  if (!existed && ClientLocks::is_lock_name(name) &&
+      hold_for_client(dir->get(), name).kind == ClientHold::elsewhere && (fi.flags & O_EXCL))
+    return Errno{EEXIST};
   // Never through a link: one planted in the backing directory between the kernel's
   // lookup and this create would make a root daemon create or truncate its target.
   int fd;  // handed to the kernel with the reply, so not a UniqueFd
@@ -131,6 +141,37 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
     return Errno{e};
   }
   return c;
+}
+
+ClientHold Filesystem::hold_for_client(int dir_fd, const char* name) {
+  ClientHold held = opts_.store->remote().hold_for_client(dir_fd, name);
+  if (held.kind == ClientHold::here_only && !held.why.empty() && !told_lock_here_only_.exchange(true))
+    fmt::print(stderr,
+               "neffcachefs: a client's lock {} holds on this host only: the bucket could not be asked ({}); "
+               "other hosts may compile its entry too (said once)\n",
+               name, held.why);
+  return held;
+}
+
+Answer<fuse_file_info> Filesystem::open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi) {
+  int err = 0;
+  PathRef dir = ns_.upper_dir(*i.parent, err);
+  if (!dir) return Errno{err};
+  const char* name = i.name.c_str();
+  // (Taken for the client if the other host let go meanwhile.)
+  (void)hold_for_client(dir->get(), name);
+  const bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  int fd = ::openat(dir->get(), name, (fi.flags & ~O_NOFOLLOW) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) return Errno{gone_or(errno, dir->get())};
+  ns_.made(dir->get(), name);
+  if (!existed) {
+    give_to_caller(caller, as_root_, dir->get(), fd);
+    client_locks_.track(caller.pid, dir->get(), name);
+  }
+  fuse_file_info opened = fi;
+  opened.fh = static_cast<uint64_t>(fd);
+  set_open_caching(opened, NodeKind::placeholder, !opens_to_write(fi.flags));
+  return opened;
 }
 
 std::optional<std::string> Filesystem::read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi) {

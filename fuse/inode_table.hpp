@@ -54,7 +54,7 @@ struct Inode {
   dev_t dev = 0;
   ino_t ino = 0;
   int layer = 0;
-  bool placeholder = false;  // model.neff or model.done of a pending entry
+  bool placeholder = false;  // model.neff or model.done of a pending entry; another host's lock file
   // A file of a done Neuron entry (seen so by a lookup): its content never changes, so
   // its pages may stay cached across opens (namespace.cpp says why LNL's are not).
   std::atomic<bool> finished{false};

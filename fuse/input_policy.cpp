@@ -10,6 +10,7 @@
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/cache/layout.hpp>
 
+#include "client_locks.hpp"
 #include "entry_view.hpp"
 
 namespace neffcachefs {
@@ -75,6 +76,12 @@ InputAction InputPolicy::after_close(const std::string& path) const {
   if (eager_ && is_hlo_name(name)) return InputAction::compile;
   if (s3_ && (is_hlo_name(name) || name == k_compile_flags_file)) return InputAction::upload;
   return InputAction::none;
+}
+
+InputAction InputPolicy::after_unlink(std::string_view name) const {
+  // A client let go of its lock: what it wrote goes up, and what was held elsewhere for it
+  // is given back (store::Remote::publish_written).
+  return s3_ && ClientLocks::is_lock_name(std::string(name).c_str()) ? InputAction::upload : InputAction::none;
 }
 
 InputAction InputPolicy::after_rename(std::string_view name) const {

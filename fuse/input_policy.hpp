@@ -40,6 +40,9 @@ class InputPolicy {
   InputAction after_close(const std::string& path) const;
   // A client renamed a file to `name` in a folder: what to start for that folder.
   InputAction after_rename(std::string_view name) const;
+  // A client removed `name` from a folder (or it died, and its lock file was removed for
+  // it): what to start for that folder.
+  InputAction after_unlink(std::string_view name) const;
 
  private:
   const bool eager_, s3_;

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/cache/maintenance.hpp>
 
+#include "client_locks.hpp"
 #include "entry_view.hpp"
 #include "layers.hpp"
 #include "stats.hpp"
@@ -98,6 +100,14 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
     // publish only ever adds the name: one more look settles it.
     err = find(parent, name, found = {});
   }
+  // Another host holds the entry: its lock file, which a client here polls, as on a folder
+  // both hosts share. (Asked of the remote at each lookup: the kernel keeps none.)
+  if (err == ENOENT && found.dir && ClientLocks::is_lock_name(name))
+    if (auto attr = shown_lock_attr(found.dir->get(), name)) {
+      Node n{inodes_.intern_placeholder(parent, name), NodeKind::placeholder, *attr};
+      n.attr.st_ino = static_cast<ino_t>(inodes_.id_of(n.inode) & 0x7fffffffffffULL);
+      return n;
+    }
   PathRef dir = std::move(found.dir);
   UniqueFd fd = std::move(found.fd);
   if (err) {
@@ -178,8 +188,13 @@ std::shared_ptr<const Listing> Namespace::list(Inode& i, int& err) {
     files.note(e->d_name);
   }
   ::closedir(d);
-  // Placeholders are found by lookups, never listed (entry_view.hpp).
-  if (!files.has_job()) return h;
+  // Placeholders are found by lookups, never listed (entry_view.hpp). An entry folder with
+  // no graph yet (a client made it) shows another host's lock, as a shared folder would.
+  if (!files.has_job()) {
+    if (is_entry_folder(std::filesystem::path(path).filename().string()))
+      for (auto& name : opts_.store->remote().names_elsewhere(dir->get())) h->push_back({std::move(name), 0, DT_REG});
+    return h;
+  }
   note_own_files(dir->get(), files);
   // (An unfinished publish of ours is finished at a lookup of its marker, a client's look,
   // never at a listing: a walker that removes or copies the folder must find it as it is.)
@@ -210,15 +225,31 @@ int Namespace::remove(Inode& p, const char* name, bool dir, const std::function<
 }
 
 bool Namespace::is_placeholder(Inode& p, const char* name) {
-  if (!is_product_name(name)) return false;
+  if (!is_product_name(name) && !ClientLocks::is_lock_name(name)) return false;
   Found found;
   return find(p, name, found) == ENOENT && found.dir && placeholder_attr(p, found.dir->get(), name).has_value();
 }
 
 std::optional<struct stat> Namespace::placeholder_attr(Inode& parent, int dir_fd, const std::string& name) {
+  if (ClientLocks::is_lock_name(name.c_str())) return shown_lock_attr(dir_fd, name.c_str());
   const auto look = look_at(dir_fd, opts_.compiler_dir, may_finish(parent));
   if (!look) return std::nullopt;
   return neffcachefs::placeholder_attr(dir_fd, *look, name, opts_.retry_failed, umask_);
+}
+
+std::optional<struct stat> Namespace::shown_lock_attr(int dir_fd, const char* name) {
+  if (!opts_.store->remote().held_elsewhere(dir_fd, name)) return std::nullopt;
+  // A lock file as a client of this host would have made it (open_shown_lock makes it so):
+  // empty, the daemon's mode less its umask; the folder's owner and times.
+  struct stat dir {}, st {};
+  if (::fstat(dir_fd, &dir) != 0) return std::nullopt;
+  st.st_mode = S_IFREG | (0666 & ~umask_);
+  st.st_nlink = 1;
+  st.st_uid = dir.st_uid;
+  st.st_gid = dir.st_gid;
+  st.st_atim = st.st_mtim = st.st_ctim = dir.st_mtim;
+  st.st_blksize = dir.st_blksize;
+  return st;
 }
 
 bool Namespace::may_finish(Inode& folder) { return !opts_.scratch && inodes_.layer_of(folder) == 0; }

@@ -89,7 +89,8 @@ class Namespace {
   // Removes `name` from `parent` (over layers: from layer 0, with a whiteout when a lower
   // layer shows it); `forget(dir_fd)` runs before the unlink of a file. 0 or an errno.
   int remove(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
-  // Whether `name` in `parent` is a placeholder (no file behind it).
+  // Whether `name` in `parent` is a placeholder (no file behind it): a pending entry's
+  // product, or the lock file of an entry another host holds.
   bool is_placeholder(Inode& parent, const char* name);
   // The attributes of the placeholder `name` in `parent`, whose backing folder is `dir_fd`
   // (entry_view.hpp: those of the product it stands for, size 0), nullopt when it is none
@@ -118,6 +119,9 @@ class Namespace {
   // it or a whiteout hides it, or another errno.
   int find(Inode& parent, const char* name, Found& found);
   Answer<Node> lookup_backing(Inode& parent, const char* name);
+  // The attributes of the lock file `name` of the entry folder `dir_fd` while another host
+  // holds the entry (store::Remote::held_elsewhere), nullopt when none does.
+  std::optional<struct stat> shown_lock_attr(int dir_fd, const char* name);
   // Whether the daemon may finish a publish in the folder `folder` (entry_view.hpp): it is
   // in layer 0, and the mount is no scratch folder over a read-only cache.
   bool may_finish(Inode& folder);

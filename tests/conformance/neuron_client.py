@@ -7,6 +7,7 @@ suite runs the same steps on a plain folder and through a mount.
 
     neuron_client.py ROOT ENTRY --compiler PATH [--lock excl|look] [--version 2.15|2.12]
                      [--poll SECONDS] [--waiting-file PATH] [--hold SECONDS [--hold-until PATH]]
+                     [--inputs-from DIR]
 
 ENTRY is the entry folder relative to ROOT (neuronxcc-<v>/MODULE_<graph>+<flags>).
 
@@ -16,6 +17,10 @@ then for a cached failure (model.log), else takes the entry's existence lock
 (<hlo>.lock) and compiles: the HLO is read back into a private work folder, the compiler runs
 there, the NEFF is copied into the entry as model.neff, model.done is written, the lock removed.
 A rank that does not get the lock polls the lock file until it is gone and looks again.
+
+When a rank writes the HLO into the entry is not in the facts. By default the entry holds its
+inputs before the rank runs; with --inputs-from, the rank makes the entry folder, and writes the
+HLO and compile_flags.json (copied from DIR) once the entry's lock is its own, before it compiles.
 
 Prints one JSON line: {"outcome": hit|waited|compiled|cached_failure, "neff_bytes", "neff_sha256"}.
 An error prints {"outcome": "error", "error": <exception class>, "errno": n, "message": ...},
@@ -158,9 +163,14 @@ def run(a):
     if a.hold:
         hold_lock(a, lock_path, lock_file)
     else:
+        if a.inputs_from:
+            os.makedirs(entry, exist_ok=True)
         found = look_or_lock(a, entry, lock_path, lock_file)
         if found:
             return report(*found)
+        if a.inputs_from and not os.path.exists(os.path.join(entry, hlo_name)):
+            shutil.copyfile(os.path.join(a.inputs_from, "compile_flags.json"), os.path.join(entry, "compile_flags.json"))
+            shutil.copyfile(os.path.join(a.inputs_from, hlo_name), os.path.join(entry, hlo_name))
     try:
         neff = compile_entry(entry, hlo_name, a.compiler)
     except Exception:  # a failed compile releases the entry (a kill leaves the lock, as the facts say)
@@ -183,6 +193,7 @@ def main():
     ap.add_argument("--hold", type=float, default=0.0,
                     help="for tests: take the entry's lock at once (no look first), hold it this many "
                          "seconds, then compile and publish")
+    ap.add_argument("--inputs-from", help="the entry's inputs, written by the rank under its lock (see above)")
     ap.add_argument("--hold-until", help="for tests: with --hold, release the lock early once this file exists")
     ap.add_argument("--waiting-file", help="for tests: a file made once this rank waits for another's lock")
     a = ap.parse_args()

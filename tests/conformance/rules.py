@@ -206,6 +206,7 @@ RULES = {
     "stats-folder": stats_folder,
     "mount-point": mount_point,
     "bucket-products": None,  # over a bucket only
+    "other-host-lock": None,  # over a bucket only: tests/fuse/test_s3_hosts.cpp
     "layers": None,
     "read-only": None,
 }

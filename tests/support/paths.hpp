@@ -20,6 +20,7 @@ extern const char* const shim_dir;       // the folder whose neuronx-cc is neffc
 extern const char* const lock_helper;    // tests/support/lock_helper.cpp
 extern const char* const reader;         // tests/support/fuse_reader.cpp
 extern const char* const lnl_client;     // tests/support/lnl_client.py: an LNL rank written from the facts
+extern const char* const neuron_client;  // tests/conformance/neuron_client.py: a torch-xla rank, likewise
 extern const char* const docs;           // docs/
 extern const char* const promtool;       // Prometheus' checker (scripts/setup.sh unpacks it)
 

@@ -185,6 +185,17 @@ NEFFCACHE_DECL EntryState entry_state(const EntryRef& e, const LockOptions& opts
 // The lock file of an entry folder, present or not (an LNL lock beside the folder).
 NEFFCACHE_DECL std::string entry_lock_path(const std::string& entry_dir, const EntryFiles& files);
 
+// What a client's create of an entry's lock file found where other hosts share the cache
+// (store::Remote::hold_for_client, S3Tier::hold_for_client).
+struct ClientHold {
+  enum Kind {
+    here_only,  // nothing elsewhere to hold, or it could not be asked (`why` says so)
+    taken,      // held for the client until it lets go of its lock
+    elsewhere,  // another host holds the entry (`why`: who)
+  } kind = here_only;
+  std::string why = {};
+};
+
 // Whether the lock of the entry folder `entry_dir` (whose files are `files`) is held by
 // someone (lock_held_at).
 NEFFCACHE_DECL bool entry_locked(const std::string& entry_dir, const EntryFiles& files,

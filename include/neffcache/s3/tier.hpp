@@ -105,6 +105,20 @@ class S3Tier {
   // opened); none for anything else. One listing of the entry on S3.
   std::vector<std::string> names_elsewhere(const std::string& dir);
 
+  // Whether another host holds the local entry `entry_dir` (a Neuron entry): the bucket has
+  // a live lease named `lock_name` (its HLO's lock file's name) there, which this process
+  // holds neither for its own compile nor for a client. Asked of S3 at every call, no
+  // recent look reused, and within a bound (S3Client::quick): a client polls the lock
+  // file that stands for it. False when S3 cannot be asked. When false, the entry's next
+  // look at S3 is made afresh: the lease may have just ended in a publish.
+  bool held_elsewhere(const std::string& entry_dir, std::string_view lock_name);
+
+  // A client of this host creates the lock file `lock_name` in the local entry `entry_dir`
+  // (it is about to compile the entry itself): the entry's lease is taken for it first,
+  // within a bound, so that other hosts wait for its NEFF. It is given back when the client
+  // lets go (upload_written).
+  ClientHold hold_for_client(const std::string& entry_dir, std::string_view lock_name);
+
   // What a client wrote into the local entry `entry_dir` goes to S3 (nothing to a
   // read-only bucket): its inputs if S3 has no HLO for it, then, once the entry is done
   // here (the client compiled it itself, and wrote model.done after the NEFF), its NEFF
@@ -113,6 +127,8 @@ class S3Tier {
   // with our stand-in's lease (settle), so that no other host takes them for a graph
   // nobody compiles. Another host holding the entry's lease is no error: it publishes
   // the entry.
+  // A lease held for a client whose lock is gone with the entry not done here (it gave
+  // up, or died) is given back once its inputs are up.
   Result<void> upload_written(const std::string& entry_dir);
 
   // Brings the local entry `entry_dir` to its state on S3, compiling it there first if
@@ -232,9 +248,13 @@ class S3Tier {
   // k_farm_recheck (then no request is made now); else notes a look now.
   bool farm_looked_recently(const std::string& entry_dir);
 
-  // (The parts are destroyed before the client: the leases held for clients are given
-  // back through it.)
+  // Whether a lease record is this process's (our compile's, or one held for a client).
+  bool ours(const LeaseRecord& r) const;
+
+  // (The parts are destroyed before the clients: the leases held for clients are given
+  // back through them.)
   std::unique_ptr<S3Client> s3_;
+  std::unique_ptr<S3Client> quick_;  // s3_'s bucket, each request bounded: for waiting clients' questions
   Options o_;
   detail::RecentLooks looks_;
   detail::KeptNeffs kept_;

@@ -15,7 +15,11 @@
 namespace neffcache {
 
 NEFFCACHE_DECL S3Tier::S3Tier(std::unique_ptr<S3Client> s3, Options o)
-    : s3_(std::move(s3)), o_(std::move(o)), kept_(o_.cap_bytes, o_.keep_after_use), slots_(o_.compile_slots) {
+    : s3_(std::move(s3)),
+      quick_(s3_->quick()),
+      o_(std::move(o)),
+      kept_(o_.cap_bytes, o_.keep_after_use),
+      slots_(o_.compile_slots) {
   // The bucket's content index, in the compiles under its leases (a read-only bucket
   // compiles none there).
   if (!o_.compile.reuse) o_.compile.reuse = s3_index_reuse(*s3_, o_.prefix);
@@ -73,11 +77,58 @@ NEFFCACHE_DECL std::vector<std::string> S3Tier::names_elsewhere(const std::strin
   ++counters_.lookups;
   if (!names) return {};
   const EntryFiles remote = detail::files_named(*rel, *names);
-  if (!remote.done()) return {};
   std::vector<std::string> out;
-  if (!here->has(EntryFile::neff)) out.push_back(remote.neff_name());
-  if (!here->has(EntryFile::done)) out.emplace_back(remote.done_name());
+  if (remote.done()) {
+    if (!here->has(EntryFile::neff)) out.push_back(remote.neff_name());
+    if (!here->has(EntryFile::done)) out.emplace_back(remote.done_name());
+    return out;
+  }
+  // Another host's live lease shows as the lock file it stands for.
+  for (EntryFile lock : {EntryFile::lock_module, EntryFile::lock_legacy}) {
+    if (remote.is_lnl() || !remote.has(lock) || here->has(lock)) continue;
+    const std::string name = fmt::format("{}{}", lock == EntryFile::lock_module ? k_hlo_module_file : k_hlo_legacy_file,
+                                         k_lock_suffix);
+    if (held_elsewhere(dir, name)) out.push_back(name);
+  }
   return out;
+}
+
+NEFFCACHE_DECL bool S3Tier::ours(const LeaseRecord& r) const {
+  const auto self = detail::current_process();
+  return r.pid == self.pid && r.host == (o_.compile.host.empty() ? self.host : o_.compile.host);
+}
+
+NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::string_view lock_name) {
+  auto rel = relative(entry_dir);
+  if (o_.read_only || !rel || !is_entry_path(*rel) || EntryFiles::of_entry_path(*rel).is_lnl() ||
+      stand_ins_.holds(entry_dir))
+    return false;
+  auto lease = read_lease(*quick_, fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name));
+  ++counters_.lookups;
+  if (lease && !lease->expired) return !(lease->record && ours(*lease->record));
+  // No hold: a client that polled the lock looks for the finished entry next, and that
+  // look must not reuse one from before the other host published it.
+  looks_.forget(*rel);
+  return false;
+}
+
+NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, std::string_view lock_name) {
+  auto rel = relative(entry_dir);
+  if (o_.read_only || !rel || !is_entry_path(*rel) || EntryFiles::of_entry_path(*rel).is_lnl()) return {};
+  if (stand_ins_.live(entry_dir) == std::optional<bool>(true)) return {ClientHold::taken};
+  const std::string key = fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name);
+  auto lease = S3Lease::acquire(*quick_, key, o_.compile.lease_ttl, o_.compile.host);
+  if (lease) {
+    stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
+    return {ClientHold::taken};
+  }
+  if (lease.error().code == Errc::busy) {
+    // (Unless the lease is this process's own compile's: then the local lock shows it.)
+    auto found = read_lease(*quick_, key);
+    if (found && found->record && ours(*found->record)) return {};
+    return {ClientHold::elsewhere, lease.error().message};
+  }
+  return {ClientHold::here_only, lease.error().message};
 }
 
 NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir) {
@@ -89,10 +140,16 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir)
   if (!here) return here.error();
   if (!here->done()) {
     if (entry_locked(entry_dir, *here)) return {};
-    auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
-    if (!names) return names.error();
-    if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) return up.error();
-    return {};
+    // The client let go without a NEFF: its graph goes up, then its lease, so that a host
+    // waiting for the lease finds what to compile.
+    Result<void> r;
+    if (here->has_hlo()) {
+      auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
+      if (!names) r = names.error();
+      else if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) r = up.error();
+    }
+    if (auto lease = end_stand_in(entry_dir)) (void)lease->release();
+    return r;
   }
   CompileResult r = publish_here(entry_dir, *rel, end_stand_in(entry_dir));
   if (r.outcome == CompileOutcome::transient) return Error{Errc::io, r.message};

@@ -17,6 +17,7 @@
 
 #include <neffcache/core/decl.hpp>
 #include <neffcache/core/result.hpp>
+#include <neffcache/cache/lock.hpp>
 
 namespace neffcache::store {
 
@@ -37,13 +38,22 @@ class Remote {
   // and their open fetches them), so that a copy of the folder is whole, as a copy of a
   // folder on a file server would be.
   virtual std::vector<std::string> names_elsewhere(int /*dir*/) const { return {}; }
+  // The lock file `lock_name` (an entry's <hlo>.lock) is missing in the local entry folder
+  // `dir`: true while another host holds the entry, so that this host shows the lock file
+  // there, as a folder shared by both hosts would. Asked at every lookup of the name.
+  virtual bool held_elsewhere(int /*dir*/, std::string_view /*lock_name*/) const { return false; }
+  // A client of this host creates the lock file `lock_name` in the local entry folder
+  // `dir`, to compile the entry itself: the entry is held elsewhere for it first, within
+  // a bound of a few seconds.
+  virtual ClientHold hold_for_client(int /*dir*/, std::string_view /*lock_name*/) const { return {}; }
   // A reader opened the local NEFF `neff` (it is kept longest).
   virtual void neff_opened(int /*neff*/) const {}
   // True when what clients write into a local entry goes elsewhere too (publish_written).
   virtual bool publishes_writes() const { return false; }
   // A client finished writing inputs into the local entry folder `entry_dir`, or its own
-  // compile's result: they go where other hosts see them (the HLO and flags up to S3
-  // unless S3 has them; a NEFF done here up to S3 unless S3 has the entry done).
+  // compile's result, or let go of its lock: they go where other hosts see them (the HLO
+  // and flags up to S3 unless S3 has them; a NEFF done here up to S3 unless S3 has the
+  // entry done), and what was held for the client is given back.
   virtual Result<void> publish_written(const std::string& /*entry_dir*/) const { return {}; }
   // A client renames the local folder `folder`, which is no entry, to `to` (LNL's
   // save_cache() publishing an entry to a shared disk): where `to` is an entry's folder,

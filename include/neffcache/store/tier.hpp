@@ -28,6 +28,8 @@ class TierRemote final : public Remote {
   NEFFCACHE_DECL bool fill(int dir, std::string_view name) const override;
   NEFFCACHE_DECL void fill_listing(int dir) const override;
   NEFFCACHE_DECL std::vector<std::string> names_elsewhere(int dir) const override;
+  NEFFCACHE_DECL bool held_elsewhere(int dir, std::string_view lock_name) const override;
+  NEFFCACHE_DECL ClientHold hold_for_client(int dir, std::string_view lock_name) const override;
   NEFFCACHE_DECL void neff_opened(int neff) const override;
   // (A read-only bucket takes no inputs: what it lacks is compiled and kept here.)
   bool publishes_writes() const override { return !tier_->read_only(); }

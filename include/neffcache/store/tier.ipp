@@ -64,6 +64,14 @@ NEFFCACHE_DECL std::vector<std::string> TierRemote::names_elsewhere(int dir) con
   return tier_->names_elsewhere(neffcache::detail::path_of_fd(dir));
 }
 
+NEFFCACHE_DECL bool TierRemote::held_elsewhere(int dir, std::string_view lock_name) const {
+  return tier_->held_elsewhere(neffcache::detail::path_of_fd(dir), lock_name);
+}
+
+NEFFCACHE_DECL ClientHold TierRemote::hold_for_client(int dir, std::string_view lock_name) const {
+  return tier_->hold_for_client(neffcache::detail::path_of_fd(dir), lock_name);
+}
+
 NEFFCACHE_DECL void TierRemote::neff_opened(int neff) const {
   const std::string entry_dir = std::filesystem::path(neffcache::detail::path_of_fd(neff)).parent_path().string();
   if (auto e = store_.of_folder(entry_dir)) tier_->opened(store_.view(*e));

@@ -1,0 +1,276 @@
+// torch-xla ranks on two hosts whose daemons mount one bucket, with no shim: the ranks are
+// the conformance suite's client (tests/conformance/neuron_client.py, written from the
+// notes' facts), which takes an entry's lock itself and polls another's until it is gone.
+// Another host's lease on an entry shows on this host as the entry's lock file, and a
+// client's create of its lock takes the lease first (store/remote.hpp), so that a rank that
+// looked before the other host's graph was up still waits for that host's NEFF.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <neffcache/core/detail/process.hpp>
+#include <neffcache/s3/lease.hpp>
+
+#include "s3_mount.hpp"
+#include "s3_support.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The compiles of every host and rank go to one log; each takes long enough for the
+// ranks of both hosts to meet on it.
+const std::vector<std::string> k_compile_env{"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1"};
+
+struct Hosts {
+  explicit Hosts(std::string_view what, std::vector<std::string> extra = {})
+      : s3(test::fresh_bucket(what)),
+        log(dir / "compiles.log"),
+        a(url(), log, extra, k_compile_env),
+        b(url(), log, extra, k_compile_env) {}
+  std::string url() const { return fmt::format("s3://{}", s3->bucket()); }
+
+  std::unique_ptr<neffcache::S3Client> s3;
+  test::TempDir dir;
+  const fs::path log;
+  test::S3Mount a, b;
+};
+
+std::string rel_of(int g) { return test::fake_entry(g, 9100); }
+
+// The inputs of graph `g` (a corpus graph and its flags), in a folder of their own that a
+// rank copies into the entry once the entry's lock is its own.
+fs::path inputs_of(const test::TempDir& dir, int g) {
+  const fs::path in = dir / fmt::format("inputs-{}", g);
+  fs::create_directories(in);
+  test::spit(in / "model.hlo_module.pb", test::slurp(test::corpus_files()[static_cast<std::size_t>(g)]));
+  test::spit(in / "compile_flags.json", R"(["--target=trn1","-O1"])");
+  return in;
+}
+
+// A rank on graph `g` through the mount `mnt` (`more`: more of the client's options).
+std::vector<std::string> rank_argv(const fs::path& mnt, int g, const fs::path& inputs, const std::string& lock,
+                                   const fs::path& log, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> argv{"env"};
+  for (auto& w : test::s3_env_words({"NEFFCACHE_FAKE_LOG=" + log.string(), "NEFFCACHE_FAKE_SECONDS=0.4",
+                                     "NEFFCACHE_FAKE_RATE=0"}))
+    argv.push_back(w);
+  argv.insert(argv.end(), {"/usr/bin/python3", test::path::neuron_client, mnt.string(), rel_of(g), "--compiler",
+                           test::path::fake_compiler, "--lock", lock, "--poll", "0.1", "--inputs-from",
+                           inputs.string()});
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
+// A rank's JSON line in its output, or an error.
+nlohmann::json result_of(const std::string& out) {
+  const auto at = out.rfind("\n{", out.size() > 1 ? out.size() - 2 : 0);
+  auto j = nlohmann::json::parse(at == std::string::npos ? out : out.substr(at + 1), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return {{"outcome", "error"}, {"message", out}};
+  return j;
+}
+
+// One rank's run on graph `g` through the mount `mnt`: its JSON line, or its error.
+nlohmann::json rank_run(const fs::path& mnt, int g, const fs::path& inputs, const std::string& lock,
+                        const fs::path& log) {
+  auto r = neffcache::detail::run_capture(rank_argv(mnt, g, inputs, lock, log), std::chrono::seconds(120));
+  if (!r) return {{"outcome", "error"}, {"message", r.error().message}};
+  return result_of(r->output);
+}
+
+// Ranks per host on each of `graphs` new graphs, all started at once, each rank taking
+// the graphs in order. Their results, by graph.
+std::map<int, std::vector<nlohmann::json>> run_ranks(Hosts& h, int per_host, int graphs, const std::string& lock) {
+  std::vector<fs::path> inputs;
+  for (int g = 0; g < graphs; ++g) inputs.push_back(inputs_of(h.dir, g));
+  std::vector<std::vector<nlohmann::json>> per_rank(static_cast<std::size_t>(2 * per_host));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2 * per_host; ++r)
+    ranks.emplace_back([&, r] {
+      const fs::path mnt = r < per_host ? h.a.mnt() : h.b.mnt();
+      for (int g = 0; g < graphs; ++g)
+        per_rank[static_cast<std::size_t>(r)].push_back(rank_run(mnt, g, inputs[static_cast<std::size_t>(g)], lock, h.log));
+    });
+  for (auto& t : ranks) t.join();
+  std::map<int, std::vector<nlohmann::json>> by_graph;
+  for (const auto& results : per_rank)
+    for (int g = 0; g < graphs; ++g) by_graph[g].push_back(results[static_cast<std::size_t>(g)]);
+  return by_graph;
+}
+
+}  // namespace
+
+TEST_CASE("ranks on two hosts that take entry locks with O_EXCL compile each new graph once", "[s3][mount][hosts]") {
+  Hosts h("hosts-excl");
+  constexpr int k_graphs = 10;
+  auto results = run_ranks(h, 2, k_graphs, "excl");
+  for (const auto& [g, ranks] : results) {
+    INFO("graph " << g);
+    int compiled = 0;
+    for (const auto& r : ranks) {
+      INFO(r.dump());
+      CHECK(r["outcome"] != "error");
+      compiled += r["outcome"] == "compiled";
+      // Every rank holds the one NEFF the winner made.
+      CHECK(r["neff_sha256"] == ranks.front()["neff_sha256"]);
+    }
+    CHECK(compiled == 1);
+    if (compiled != 1)
+      for (const auto& r : ranks) fmt::print(stderr, "graph {}: {}\n", g, r.dump());
+  }
+  CHECK(test::count_lines(h.log) == k_graphs);
+}
+
+TEST_CASE("ranks on two hosts that look, then create their lock never fail; second compiles stay local",
+          "[s3][mount][hosts]") {
+  Hosts h("hosts-look");
+  constexpr int k_graphs = 10;
+  auto results = run_ranks(h, 2, k_graphs, "look");
+  int failed = 0;
+  for (const auto& [g, ranks] : results)
+    for (const auto& r : ranks) {
+      INFO("graph " << g << ": " << r.dump());
+      failed += r["outcome"] == "error";
+    }
+  CHECK(failed == 0);
+  const int compiles = static_cast<int>(test::count_lines(h.log));
+  CHECK(compiles >= k_graphs);
+  // A look that raced another host's create compiles again; how often is reported, not
+  // judged (the lock's create is not exclusive, as on a disk).
+  WARN(fmt::format("look-then-create: {} second compiles of {} graphs on 2 hosts x 2 ranks", compiles - k_graphs,
+                   k_graphs));
+  // The bucket holds one NEFF per graph, the first one published.
+  for (int g = 0; g < k_graphs; ++g) CHECK(h.s3->head(rel_of(g) + "/model.done").has_value());
+}
+
+TEST_CASE("another host's live lease shows as the entry's lock file; its unlink removes nothing remote",
+          "[s3][mount][hosts]") {
+  Hosts h("hosts-shown");
+  const std::string rel = rel_of(0);
+  const std::string key = rel + "/model.hlo_module.pb.lock";
+  // Host B's rank made the entry folder and found it unlocked.
+  const fs::path entry_b = h.b.mnt() / rel;
+  fs::create_directories(entry_b);
+  const fs::path lock_b = entry_b / "model.hlo_module.pb.lock";
+  CHECK_FALSE(fs::exists(lock_b));
+
+  // Another host (a third, by name) takes the entry's lease.
+  auto lease = neffcache::S3Lease::acquire(*h.s3, key, 30s, "host-c");
+  REQUIRE(lease.has_value());
+  CHECK(fs::exists(lock_b));
+  CHECK(fs::is_regular_file(lock_b));
+  CHECK(fs::file_size(lock_b) == 0);
+  // Listed as a folder shared by the hosts would list it (clear-locks globs *.lock).
+  bool listed = false;
+  for (const auto& e : fs::directory_iterator(entry_b)) listed = listed || e.path().filename() == lock_b.filename();
+  CHECK(listed);
+  // An exclusive create answers as a disk does for a name that exists.
+  errno = 0;
+  CHECK(::open(lock_b.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666) == -1);
+  CHECK(errno == EEXIST);
+  // Its unlink succeeds and leaves the lease; the name shows again while the lease lives.
+  CHECK(::unlink(lock_b.c_str()) == 0);
+  CHECK(h.s3->head(key).has_value());
+  CHECK(fs::exists(lock_b));
+
+  // The lease given back: the name goes at once (no reuse of an earlier look at S3).
+  REQUIRE(lease->release().has_value());
+  CHECK_FALSE(fs::exists(lock_b));
+  // Now a client's exclusive create takes the entry's lease for it: host C waits.
+  int fd = ::open(lock_b.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
+  CHECK(fd >= 0);
+  if (fd >= 0) ::close(fd);
+  auto c = neffcache::S3Lease::acquire(*h.s3, key, 30s, "host-c");
+  CHECK_FALSE(c.has_value());
+  // Host A shows the client's hold as a lock too.
+  fs::create_directories(h.a.mnt() / rel);
+  CHECK(fs::exists(h.a.mnt() / rel / "model.hlo_module.pb.lock"));
+  // The client lets go without a NEFF: the lease is given back.
+  CHECK(::unlink(lock_b.c_str()) == 0);
+  bool free = false;
+  for (int i = 0; i < 100 && !free; ++i) {
+    auto l = neffcache::read_lease(*h.s3, key);
+    free = !l || l->expired;
+    if (!free) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(free);
+  CHECK_FALSE(fs::exists(h.a.mnt() / rel / "model.hlo_module.pb.lock"));
+}
+
+TEST_CASE("a look-then-create rank whose create meets another host's lease opens the lock as on a disk",
+          "[s3][mount][hosts]") {
+  Hosts h("hosts-open");
+  const std::string rel = rel_of(0);
+  const std::string key = rel + "/model.hlo_module.pb.lock";
+  const fs::path entry_b = h.b.mnt() / rel;
+  fs::create_directories(entry_b);
+  auto lease = neffcache::S3Lease::acquire(*h.s3, key, 30s, "host-c");
+  REQUIRE(lease.has_value());
+  // The kernel finds the name and sends an open, not a create: Python's open(path, "w").
+  const fs::path lock_b = entry_b / "model.hlo_module.pb.lock";
+  int fd = ::open(lock_b.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  REQUIRE(fd >= 0);
+  struct stat st {};
+  CHECK(::fstat(fd, &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(st.st_size == 0);
+  ::close(fd);
+  // The file is this host's client's lock now, and the other host keeps its lease.
+  CHECK(fs::exists(h.b.local() / rel / "model.hlo_module.pb.lock"));
+  CHECK(lease->renew().has_value());
+  CHECK(::unlink(lock_b.c_str()) == 0);
+  CHECK_FALSE(fs::exists(h.b.local() / rel / "model.hlo_module.pb.lock"));
+  CHECK(fs::exists(lock_b));  // the other host's, shown again
+  CHECK(lease->release().has_value());
+}
+
+TEST_CASE("a host killed while its client holds an entry: the other host's ranks go on once the lease lapses",
+          "[s3][mount][hosts]") {
+  Hosts h("hosts-kill9", {"--lease-ttl", "2"});
+  const std::string key = rel_of(0) + "/model.hlo_module.pb.lock";
+  const fs::path inputs = inputs_of(h.dir, 0);
+  // Host A's rank takes the entry's lock and holds it (its compile is long).
+  fs::create_directories(h.a.mnt() / rel_of(0));
+  test::Child holder(rank_argv(h.a.mnt(), 0, inputs, "excl", h.log, {"--hold", "120"}), true);
+  bool leased = false;
+  for (int i = 0; i < 200 && !(leased = h.s3->head(key).has_value()); ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(leased);
+  // Host B's rank waits on the lock that stands for A's lease.
+  const fs::path waiting = h.dir / "waiting";
+  std::optional<neffcache::Result<neffcache::detail::Captured>> b;
+  std::chrono::steady_clock::time_point done;
+  std::thread rank_b([&] {
+    b = neffcache::detail::run_capture(rank_argv(h.b.mnt(), 0, inputs, "excl", h.log, {"--waiting-file", waiting.string()}),
+                                       std::chrono::seconds(120));
+    done = std::chrono::steady_clock::now();
+  });
+  bool waits = false;
+  for (int i = 0; i < 400 && !(waits = fs::exists(waiting)); ++i) std::this_thread::sleep_for(25ms);
+  CHECK(waits);
+  std::this_thread::sleep_for(1s);
+  CHECK_FALSE(b.has_value());  // (still waiting, the lease renewed)
+
+  h.a.kill9();
+  const auto killed = std::chrono::steady_clock::now();
+  rank_b.join();
+  REQUIRE(b.has_value());
+  REQUIRE(b->has_value());
+  const auto result = result_of((*b)->output);
+  INFO(result.dump());
+  CHECK(result["outcome"] == "compiled");
+  // Within the lease's ttl and 5 s, besides its own compile (0.4 s).
+  CHECK(done - killed < 2s + 5s + 1s);
+}
