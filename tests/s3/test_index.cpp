@@ -4,10 +4,13 @@
 // never served and is dropped; `neffcache index` records what others published and
 // forgets what is gone.
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/index.hpp>
@@ -84,6 +87,12 @@ TEST_CASE("a graph compiled under one S3 entry is served to its twin under anoth
   auto listing = list_s3_entries(*s3, "");
   REQUIRE(listing.has_value());
   CHECK(listing->size() == 2);
+  // The twin is one to `stats`, with the compile it saved.
+  for (const auto& e : *listing) CHECK(e.copied_from == (e.path == entry_of(1) ? std::optional(entry_of(0)) : std::nullopt));
+  auto stats = test::run(test::s3_tool_argv({"stats", "--cache", fmt::format("s3://{}", s3->bucket()), "--json"}));
+  INFO(stats.output);
+  REQUIRE(stats.exit_code == 0);
+  CHECK(nlohmann::json::parse(stats.output)["twins"] == 1);
 }
 
 TEST_CASE("an S3 index record that names another graph, or a NEFF replaced since, is dropped and never served",

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <neffcache/cache/layers.hpp>
 #include <neffcache/cache/layout.hpp>
 #include <neffcache/cache/lock.hpp>
@@ -56,6 +58,11 @@ namespace detail {
 
 // Sizes, times and recorded compile time of one walked entry.
 NEFFCACHE_DECL void measure_entry(const EntryRef& ref, EntryInfo& info);
+
+// What a done entry's publication record (cache/record.hpp; a bucket's entry holds one too
+// when it was served as a twin) says of its compile: its time, the twin it was copied
+// from and the time that saved, its memory peak.
+NEFFCACHE_DECL void note_record(EntryInfo& info, const nlohmann::json& meta);
 
 }  // namespace detail
 

@@ -50,8 +50,11 @@ NEFFCACHE_DECL void measure_entry(const EntryRef& ref, EntryInfo& info) {
   if (info.last_use == std::chrono::system_clock::time_point{}) info.last_use = newest;
   if (info.state != EntryState::done) return;
   const std::string dir = path_of_fd(ref.dir_fd);
-  const auto meta = dir.empty() ? nlohmann::json::object() : read_entry_meta(dir);
-  if (meta.empty()) return;
+  note_record(info, dir.empty() ? nlohmann::json::object() : read_entry_meta(dir));
+}
+
+NEFFCACHE_DECL void note_record(EntryInfo& info, const nlohmann::json& meta) {
+  if (!meta.is_object() || meta.empty()) return;
   if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
     info.compile_seconds = meta["compile_seconds"].get<double>();
   if (meta.contains("copied_from") && meta["copied_from"].is_string())

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace neffcache {
 
@@ -54,11 +55,17 @@ NEFFCACHE_DECL Result<std::vector<EntryInfo>> list_s3_entries(S3Client& s3, cons
     info.files = s3_entry_files(rel, objects);
     info.state = s3_entry_state(s3, prefix, rel, info.files);
     const std::string neff = info.files.neff_name();
+    bool record = false;
     for (const auto& [name, o] : objects) {
       info.bytes += o.size;
       info.last_use = std::max(info.last_use, o.modified);
       if (name == neff) info.neff_bytes = o.size;
+      record = record || name == k_meta_file;
     }
+    // A done entry's record (a twin's, or one a push carried up): one more request.
+    if (record && info.state == EntryState::done)
+      if (auto text = s3.get(fmt::format("{}/{}", s3_key(prefix, rel), k_meta_file)))
+        detail::note_record(info, nlohmann::json::parse(*text, nullptr, false));
     out.push_back(std::move(info));
   }
   return out;

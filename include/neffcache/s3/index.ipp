@@ -171,6 +171,10 @@ NEFFCACHE_DECL Result<void> serve_s3_twin(S3Client& s3, const std::string& base,
   const std::string neff = files.neff_name();
   if (auto c = s3.copy(fmt::format("{}/{}", twin_base, neff), fmt::format("{}/{}", base, neff), twin.etag); !c)
     return c.error();
+  // Its record, as a folder's twin has one (compile/twin.hpp): what `stats` counts. Best
+  // effort, before the marker: a reader of a done entry finds it whole.
+  nlohmann::ordered_json record{{"copied_from", twin.entry}, {"compile_seconds_saved", twin.compile_seconds}};
+  (void)s3.put(fmt::format("{}/{}", base, k_meta_file), record.dump() + "\n");
   return mark_s3_done(s3, base, files, {});
 }
 
