@@ -178,7 +178,11 @@ Answer<Filesystem::Attr> Filesystem::getattr(fuse_ino_t ino, fuse_file_info* fi)
     getattr_of(i, st);
     return a;
   }
-  if (i.placeholder) {
+  if (i.placeholder && fi && ClientLocks::is_lock_name(i.name.c_str())) {
+    // A shown lock opened (open_shown_lock): the file that open made or gave.
+    if (::fstat(static_cast<int>(fi->fh), &st) != 0) return Errno{errno};
+    st.st_ino = static_cast<ino_t>(ino & 0x7fffffffffffULL);
+  } else if (i.placeholder) {
     // Once produced, the real file's attributes: fstat after open shows the true size.
     // Before, those the product will have (entry_view.hpp).
     int err = 0;

@@ -2,6 +2,7 @@
 #include "fs.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,9 +104,9 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
   // as a disk answers one for a name created meanwhile; any other create succeeds, as on a
   // disk where the name exists, and its client compiles a second time (its NEFF never
   // replaces the other host's: store::Remote::publish_written).
-  if (!existed && ClientLocks::is_lock_name(name) &&
-      hold_for_client(dir->get(), name).kind == ClientHold::elsewhere && (fi.flags & O_EXCL))
-    return Errno{EEXIST};
+  const auto held = !existed && ClientLocks::is_lock_name(name) ? hold_for_client(dir->get(), name).kind
+                                                                 : ClientHold::here_only;
+  if (held == ClientHold::elsewhere && (fi.flags & O_EXCL)) return Errno{EEXIST};
   // Never through a link: one planted in the backing directory between the kernel's
   // lookup and this create would make a root daemon create or truncate its target.
   int fd;  // handed to the kernel with the reply, so not a UniqueFd
@@ -113,7 +114,12 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
     CallersMode exact;
     fd = ::openat(dir->get(), name, fi.flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
   }
-  if (fd < 0) return Errno{gone_or(errno, dir->get())};
+  if (fd < 0) {
+    const int err = errno;
+    // No lock made: what was held for it is given back, as after the client's unlink.
+    if (held == ClientHold::taken) act(inputs_.after_unlink(name), path_of_fd(dir->get()));
+    return Errno{gone_or(err, dir->get())};
+  }
   ns_.made(dir->get(), name);
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) {
@@ -158,19 +164,31 @@ Answer<fuse_file_info> Filesystem::open_shown_lock(const Caller& caller, Inode& 
   PathRef dir = ns_.upper_dir(*i.parent, err);
   if (!dir) return Errno{err};
   const char* name = i.name.c_str();
+  fuse_file_info opened = fi;
+  // A reader (cat, cp, tar) reads an empty file, and takes nothing.
+  if (!opens_to_write(fi.flags)) {
+    int fd = ::memfd_create("neffcache-shown-lock", MFD_CLOEXEC);
+    if (fd < 0) return Errno{errno};
+    opened.fh = static_cast<uint64_t>(fd);
+    set_open_caching(opened, NodeKind::placeholder, true);
+    return opened;
+  }
   // (Taken for the client if the other host let go meanwhile.)
-  (void)hold_for_client(dir->get(), name);
+  const auto held = hold_for_client(dir->get(), name).kind;
   const bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   int fd = ::openat(dir->get(), name, (fi.flags & ~O_NOFOLLOW) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0) return Errno{gone_or(errno, dir->get())};
+  if (fd < 0) {
+    const int err = errno;
+    if (held == ClientHold::taken) act(inputs_.after_unlink(name), path_of_fd(dir->get()));
+    return Errno{gone_or(err, dir->get())};
+  }
   ns_.made(dir->get(), name);
   if (!existed) {
     give_to_caller(caller, as_root_, dir->get(), fd);
     client_locks_.track(caller.pid, dir->get(), name);
   }
-  fuse_file_info opened = fi;
   opened.fh = static_cast<uint64_t>(fd);
-  set_open_caching(opened, NodeKind::placeholder, !opens_to_write(fi.flags));
+  set_open_caching(opened, NodeKind::placeholder, false);
   return opened;
 }
 

@@ -55,7 +55,9 @@ int Filesystem::unlink(fuse_ino_t parent, const char* name, bool dir) {
   Inode& p = inodes_.get(parent);
   if (p.placeholder || p.special != Inode::Special::none) return p.placeholder ? ENOTDIR : EACCES;
   const int rc = ns_.remove(p, name, dir, [&](int dir_fd) { client_locks_.forget(dir_fd, name); });
-  if (rc == 0 && !dir) act(inputs_.after_unlink(name), inodes_.path_of(p));
+  if (rc == 0 && !dir)
+    if (const InputAction action = inputs_.after_unlink(name); action != InputAction::none)
+      act(action, inodes_.path_of(p));
   // A placeholder has no file behind it: its unlink succeeds and removes nothing, as a
   // client that has just seen the name expects (an LNL rank clears a dead holder's marker
   // this way). The name shows again for as long as the entry stays pending (entry_view.hpp).

@@ -81,8 +81,9 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   if (layered() && is_layer_name(name)) return Errno{ENOENT};
   Found found;
   int err = find(parent, name, found);
-  // Not here yet: the store's remote may have it.
-  if (err == ENOENT && found.dir && opts_.store->remote().fill(found.dir->get(), name))
+  // Not here yet: the store's remote may have it. (Not a lock: held_elsewhere below asks
+  // the remote about it, within its bound.)
+  if (err == ENOENT && found.dir && !ClientLocks::is_lock_name(name) && opts_.store->remote().fill(found.dir->get(), name))
     err = find(parent, name, found = {});
   if (err == ENOENT && found.dir && is_product_name(name)) {
     const auto look = look_at(found.dir->get(), opts_.compiler_dir, may_finish(parent));

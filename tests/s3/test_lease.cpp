@@ -261,3 +261,25 @@ TEST_CASE("a second lease held for one client's entry is given back, not dropped
   // The one kept is given back with the rest when the tier goes.
   CHECK(S3Lease::acquire(*s3, first, 60s, "host-b").has_value());
 }
+
+TEST_CASE("a renewal that timed out after it reached the server leaves the lease held, not lost",
+          "[s3][lease][faults]") {
+  auto direct = test::fresh_bucket("renew-timed-out");
+  // No retries: the renewal's answer never comes, and it fails; the server has it.
+  test::FaultyProxy proxy("lose-answer", 1);
+  auto s3 = proxy.client(direct->bucket(), /*attempts=*/1);
+  auto a = S3Lease::acquire(*s3, k_key, 60s, "host-a");
+  REQUIRE(a.has_value());
+  auto failed = a->renew();
+  REQUIRE_FALSE(failed.has_value());
+  CHECK(failed.error().code != Errc::precondition_failed);
+  CHECK_FALSE(a->lost());
+  // The next renewal meets the ETag that write made: the lease holds our instance, so it
+  // is ours, and renewed.
+  auto renewed = a->renew();
+  INFO((renewed ? "" : renewed.error().message));
+  CHECK(renewed.has_value());
+  CHECK_FALSE(a->lost());
+  CHECK(a->renew().has_value());
+  CHECK_FALSE(S3Lease::acquire(*direct, k_key, 60s, "host-b").has_value());
+}

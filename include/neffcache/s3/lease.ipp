@@ -89,26 +89,29 @@ NEFFCACHE_DECL Result<S3Lease> S3Lease::acquire(S3Client& s3, const std::string&
 }
 
 NEFFCACHE_DECL Result<void> S3Lease::renew() {
-  ++record_.seq;
-  auto r = s3_->put(key_, detail::lease_json(record_), {.if_match = etag_});
-  if (!r) {
-    if (r.error().code == Errc::precondition_failed || r.error().code == Errc::not_found) {
-      // A try whose answer was lost may have renewed it, and its retry then met the new
-      // ETag: the lease holds what we just wrote, ours still.
-      if (auto found = read_lease(*s3_, key_);
-          found && found->record && found->record->instance == record_.instance && found->record->seq == record_.seq) {
-        etag_ = found->etag;
-        return {};
-      }
+  for (int round = 0; round < 2; ++round) {
+    ++record_.seq;
+    auto r = s3_->put(key_, detail::lease_json(record_), {.if_match = etag_});
+    if (r) {
+      etag_ = r->etag;
+      return {};
+    }
+    if (r.error().code != Errc::precondition_failed && r.error().code != Errc::not_found) return r.error();
+    // A write of ours whose answer never came (lost, or past its time) may have changed the
+    // ETag, and a retry then met the new one: while the lease holds our instance, not
+    // released, it is ours still, and is renewed from what it holds.
+    auto found = read_lease(*s3_, key_);
+    if (!found && found.error().code != Errc::not_found) return found.error();  // not known: asked again next time
+    if (!found || !found->record || found->record->instance != record_.instance || found->record->released) {
       lost_ = true;
       return Error{Errc::precondition_failed,
                    fmt::format("{}: lease lost: it expired and another host took it over, or it was removed",
                                s3_->describe(key_))};
     }
-    return r.error();
+    etag_ = found->etag;
+    record_.seq = found->record->seq;
   }
-  etag_ = r->etag;
-  return {};
+  return Error{Errc::io, fmt::format("{}: the lease changed under each renewal", s3_->describe(key_))};
 }
 
 NEFFCACHE_DECL Result<void> S3Lease::release() {

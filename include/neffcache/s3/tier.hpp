@@ -107,7 +107,9 @@ class S3Tier {
 
   // Whether another host holds the local entry `entry_dir` (a Neuron entry): the bucket has
   // a live lease named `lock_name` (its HLO's lock file's name) there, which this process
-  // holds neither for its own compile nor for a client. Asked of S3 at every call, no
+  // does not hold for a client. (Our own compile's is never asked about: it holds the
+  // entry's local lock file all along, which a lookup finds first. Nor is a lease judged
+  // ours by its record's host and pid: two containers may share both.) Asked of S3 at every call, no
   // recent look reused, and within a bound (S3Client::quick): a client polls the lock
   // file that stands for it. False when S3 cannot be asked. When false, the entry's next
   // look at S3 is made afresh: the lease may have just ended in a publish.
@@ -247,9 +249,6 @@ class S3Tier {
   // With Options::wait_for_farm: true when `entry_dir` was looked at on S3 within
   // k_farm_recheck (then no request is made now); else notes a look now.
   bool farm_looked_recently(const std::string& entry_dir);
-
-  // Whether a lease record is this process's (our compile's, or one held for a client).
-  bool ours(const LeaseRecord& r) const;
 
   // (The parts are destroyed before the clients: the leases held for clients are given
   // back through them.)

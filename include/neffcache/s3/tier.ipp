@@ -93,11 +93,6 @@ NEFFCACHE_DECL std::vector<std::string> S3Tier::names_elsewhere(const std::strin
   return out;
 }
 
-NEFFCACHE_DECL bool S3Tier::ours(const LeaseRecord& r) const {
-  const auto self = detail::current_process();
-  return r.pid == self.pid && r.host == (o_.compile.host.empty() ? self.host : o_.compile.host);
-}
-
 NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::string_view lock_name) {
   auto rel = relative(entry_dir);
   if (o_.read_only || !rel || !is_entry_path(*rel) || EntryFiles::of_entry_path(*rel).is_lnl() ||
@@ -105,10 +100,11 @@ NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::st
     return false;
   auto lease = read_lease(*quick_, fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name));
   ++counters_.lookups;
-  if (lease && !lease->expired) return !(lease->record && ours(*lease->record));
+  if (lease && !lease->expired) return true;
   // No hold: a client that polled the lock looks for the finished entry next, and that
-  // look must not reuse one from before the other host published it.
-  looks_.forget(*rel);
+  // look must not reuse one from before the other host published it. (Not when S3 could
+  // not be asked: the gate on looks then keeps the next lookups from waiting on it too.)
+  if (lease || lease.error().code == Errc::not_found) looks_.forget(*rel);
   return false;
 }
 
@@ -119,15 +115,18 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
   const std::string key = fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name);
   auto lease = S3Lease::acquire(*quick_, key, o_.compile.lease_ttl, o_.compile.host);
   if (lease) {
+    // Done in the bucket meanwhile (the client looked before another host published it):
+    // as a lock the other host just let go, so that the client looks again and finds it.
+    auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, *rel));
+    if (names && detail::files_named(*rel, *names).done()) {
+      (void)lease->release();
+      looks_.forget(*rel);
+      return {ClientHold::elsewhere, fmt::format("{}: done in the bucket", s3_->describe(key))};
+    }
     stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
     return {ClientHold::taken};
   }
-  if (lease.error().code == Errc::busy) {
-    // (Unless the lease is this process's own compile's: then the local lock shows it.)
-    auto found = read_lease(*quick_, key);
-    if (found && found->record && ours(*found->record)) return {};
-    return {ClientHold::elsewhere, lease.error().message};
-  }
+  if (lease.error().code == Errc::busy) return {ClientHold::elsewhere, lease.error().message};
   return {ClientHold::here_only, lease.error().message};
 }
 
@@ -148,6 +147,8 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir)
       if (!names) r = names.error();
       else if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) r = up.error();
     }
+    // (Unless a client took the lock again meanwhile: the lease is its own then.)
+    if (auto again = read_entry_files(entry_dir); again && entry_locked(entry_dir, *again)) return r;
     if (auto lease = end_stand_in(entry_dir)) (void)lease->release();
     return r;
   }
@@ -345,6 +346,14 @@ NEFFCACHE_DECL CompileResult S3Tier::publish_here(const std::string& entry_dir, 
   auto names = detail::s3_entry_names(*s3_, base);
   if (!names) return fail(names.error());
   const EntryFiles remote = detail::files_named(rel, *names);
+  auto kept = [&] {
+    struct stat st {};
+    if (::stat(fmt::format("{}/{}", entry_dir, remote.neff_name()).c_str(), &st) == 0)
+      keep(entry_dir, static_cast<uint64_t>(st.st_size));
+    return CompileResult::of(CompileOutcome::already_done, "");
+  };
+  // The bucket has it (another host's, or ours published already): nothing to take.
+  if (!lease && remote.done()) return kept();
   if (!lease) {
     auto here = read_entry_files(entry_dir);
     if (!here) return fail(here.error());
@@ -358,10 +367,7 @@ NEFFCACHE_DECL CompileResult S3Tier::publish_here(const std::string& entry_dir, 
   lease.reset();
   if (!up) return fail(up.error());
   if (*up) ++counters_.published;
-  struct stat st {};
-  if (::stat(fmt::format("{}/{}", entry_dir, remote.neff_name()).c_str(), &st) == 0)
-    keep(entry_dir, static_cast<uint64_t>(st.st_size));
-  return CompileResult::of(CompileOutcome::already_done, "");
+  return kept();
 }
 
 NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, const std::string& rel,
