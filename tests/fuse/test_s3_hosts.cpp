@@ -36,12 +36,16 @@ namespace {
 // ranks of both hosts to meet on it.
 const std::vector<std::string> k_compile_env{"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1"};
 
+// Two hosts over one fresh bucket. `apart`: each daemon and its ranks in PID and UTS
+// namespaces of their own, a host name each (S3Mount::enter); else both are processes of
+// this machine, as the tests that make system calls from here need (a caller outside a
+// daemon's PID namespace has no pid it could watch).
 struct Hosts {
-  explicit Hosts(std::string_view what, std::vector<std::string> extra = {})
+  explicit Hosts(std::string_view what, bool apart, std::vector<std::string> extra = {})
       : s3(test::fresh_bucket(what)),
         log(dir / "compiles.log"),
-        a(url(), log, extra, k_compile_env),
-        b(url(), log, extra, k_compile_env) {}
+        a(url(), log, extra, k_compile_env, test::BucketAs::cache, {}, apart ? "host-a" : ""),
+        b(url(), log, extra, k_compile_env, test::BucketAs::cache, {}, apart ? "host-b" : "") {}
   std::string url() const { return fmt::format("s3://{}", s3->bucket()); }
 
   std::unique_ptr<neffcache::S3Client> s3;
@@ -62,10 +66,12 @@ fs::path inputs_of(const test::TempDir& dir, int g) {
   return in;
 }
 
-// A rank on graph `g` through the mount `mnt` (`more`: more of the client's options).
-std::vector<std::string> rank_argv(const fs::path& mnt, int g, const fs::path& inputs, const std::string& lock,
+// A rank of `host` on graph `g` (`more`: more of the client's options).
+std::vector<std::string> rank_argv(const test::S3Mount& host, int g, const fs::path& inputs, const std::string& lock,
                                    const fs::path& log, const std::vector<std::string>& more = {}) {
-  std::vector<std::string> argv{"env"};
+  const fs::path mnt = host.mnt();
+  std::vector<std::string> argv = host.enter();
+  argv.push_back("env");
   for (auto& w : test::s3_env_words({"NEFFCACHE_FAKE_LOG=" + log.string(), "NEFFCACHE_FAKE_SECONDS=0.4",
                                      "NEFFCACHE_FAKE_RATE=0"}))
     argv.push_back(w);
@@ -84,10 +90,10 @@ nlohmann::json result_of(const std::string& out) {
   return j;
 }
 
-// One rank's run on graph `g` through the mount `mnt`: its JSON line, or its error.
-nlohmann::json rank_run(const fs::path& mnt, int g, const fs::path& inputs, const std::string& lock,
+// One rank's run of `host` on graph `g`: its JSON line, or its error.
+nlohmann::json rank_run(const test::S3Mount& host, int g, const fs::path& inputs, const std::string& lock,
                         const fs::path& log) {
-  auto r = neffcache::detail::run_capture(rank_argv(mnt, g, inputs, lock, log), std::chrono::seconds(120));
+  auto r = neffcache::detail::run_capture(rank_argv(host, g, inputs, lock, log), std::chrono::seconds(120));
   if (!r) return {{"outcome", "error"}, {"message", r.error().message}};
   return result_of(r->output);
 }
@@ -101,9 +107,9 @@ std::map<int, std::vector<nlohmann::json>> run_ranks(Hosts& h, int per_host, int
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2 * per_host; ++r)
     ranks.emplace_back([&, r] {
-      const fs::path mnt = r < per_host ? h.a.mnt() : h.b.mnt();
+      const test::S3Mount& host = r < per_host ? h.a : h.b;
       for (int g = 0; g < graphs; ++g)
-        per_rank[static_cast<std::size_t>(r)].push_back(rank_run(mnt, g, inputs[static_cast<std::size_t>(g)], lock, h.log));
+        per_rank[static_cast<std::size_t>(r)].push_back(rank_run(host, g, inputs[static_cast<std::size_t>(g)], lock, h.log));
     });
   for (auto& t : ranks) t.join();
   std::map<int, std::vector<nlohmann::json>> by_graph;
@@ -115,7 +121,7 @@ std::map<int, std::vector<nlohmann::json>> run_ranks(Hosts& h, int per_host, int
 }  // namespace
 
 TEST_CASE("ranks on two hosts that take entry locks with O_EXCL compile each new graph once", "[s3][mount][hosts]") {
-  Hosts h("hosts-excl");
+  Hosts h("hosts-excl", true);
   constexpr int k_graphs = 10;
   auto results = run_ranks(h, 2, k_graphs, "excl");
   for (const auto& [g, ranks] : results) {
@@ -137,7 +143,7 @@ TEST_CASE("ranks on two hosts that take entry locks with O_EXCL compile each new
 
 TEST_CASE("ranks on two hosts that look, then create their lock never fail; second compiles stay local",
           "[s3][mount][hosts]") {
-  Hosts h("hosts-look");
+  Hosts h("hosts-look", true);
   constexpr int k_graphs = 10;
   auto results = run_ranks(h, 2, k_graphs, "look");
   int failed = 0;
@@ -159,7 +165,7 @@ TEST_CASE("ranks on two hosts that look, then create their lock never fail; seco
 
 TEST_CASE("another host's live lease shows as the entry's lock file; its unlink removes nothing remote",
           "[s3][mount][hosts]") {
-  Hosts h("hosts-shown");
+  Hosts h("hosts-shown", false);
   const std::string rel = rel_of(0);
   const std::string key = rel + "/model.hlo_module.pb.lock";
   // Host B's rank made the entry folder and found it unlocked.
@@ -213,7 +219,7 @@ TEST_CASE("another host's live lease shows as the entry's lock file; its unlink 
 
 TEST_CASE("a look-then-create rank whose create meets another host's lease opens the lock as on a disk",
           "[s3][mount][hosts]") {
-  Hosts h("hosts-open");
+  Hosts h("hosts-open", false);
   const std::string rel = rel_of(0);
   const std::string key = rel + "/model.hlo_module.pb.lock";
   const fs::path entry_b = h.b.mnt() / rel;
@@ -243,22 +249,27 @@ TEST_CASE("a look-then-create rank whose create meets another host's lease opens
 
 TEST_CASE("a host killed while its client holds an entry: the other host's ranks go on once the lease lapses",
           "[s3][mount][hosts]") {
-  Hosts h("hosts-kill9", {"--lease-ttl", "2"});
+  Hosts h("hosts-kill9", true, {"--lease-ttl", "2"});
   const std::string key = rel_of(0) + "/model.hlo_module.pb.lock";
   const fs::path inputs = inputs_of(h.dir, 0);
   // Host A's rank takes the entry's lock and holds it (its compile is long).
   fs::create_directories(h.a.mnt() / rel_of(0));
-  test::Child holder(rank_argv(h.a.mnt(), 0, inputs, "excl", h.log, {"--hold", "120"}), true);
+  test::Child holder(rank_argv(h.a, 0, inputs, "excl", h.log, {"--hold", "120"}), true);
   bool leased = false;
   for (int i = 0; i < 200 && !(leased = h.s3->head(key).has_value()); ++i) std::this_thread::sleep_for(50ms);
   REQUIRE(leased);
+  // (Held in host A's name: its daemon runs apart, with a host name of its own.)
+  auto record = neffcache::read_lease(*h.s3, key);
+  REQUIRE(record.has_value());
+  REQUIRE(record->record.has_value());
+  CHECK(record->record->host == "host-a");
   // Host B's rank waits on the lock that stands for A's lease.
   const fs::path waiting = h.dir / "waiting";
   std::optional<neffcache::Result<neffcache::detail::Captured>> b;
   std::chrono::steady_clock::time_point done;
   std::atomic<bool> ended{false};
   std::thread rank_b([&] {
-    b = neffcache::detail::run_capture(rank_argv(h.b.mnt(), 0, inputs, "excl", h.log, {"--waiting-file", waiting.string()}),
+    b = neffcache::detail::run_capture(rank_argv(h.b, 0, inputs, "excl", h.log, {"--waiting-file", waiting.string()}),
                                        std::chrono::seconds(120));
     done = std::chrono::steady_clock::now();
     ended = true;

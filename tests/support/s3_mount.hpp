@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,11 @@ class S3Mount {
   // `extra`: more daemon options; `env`: more environment for the daemon (and its compiles,
   // whose fake compiler logs each compile to `compile_log`).
   // `before_mount`: what the host does to local() before its daemon starts (a warm start).
+  // `host`: a name for a host apart, whose daemon runs in PID and UTS namespaces of its own
+  // with that host name (its clients then run through enter()); none: this machine's.
   S3Mount(const std::string& url, const std::filesystem::path& compile_log, std::vector<std::string> extra = {},
           std::vector<std::string> env = {}, BucketAs as = BucketAs::cache,
-          const std::function<void(const std::filesystem::path& local)>& before_mount = {}) {
+          const std::function<void(const std::filesystem::path& local)>& before_mount = {}, const std::string& host = {}) {
     std::filesystem::create_directories(dir_ / "work");
     if (before_mount) before_mount(local());
     env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
@@ -42,7 +45,22 @@ class S3Mount {
     if (as == BucketAs::cache) spec.options.insert(spec.options.end(), {"--local-cache", local().string()});
     else spec.options.insert(spec.options.end(), {"--lower", url});
     spec.options.insert(spec.options.end(), extra.begin(), extra.end());
+    // (The mount namespace stays this machine's: the tests reach the mount from here.
+    // --kill-child: the daemon dies with unshare, as a host's processes with the host.)
+    if (!host.empty())
+      spec.launcher = {"unshare", "--uts", "--pid", "--kill-child", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host};
     daemon_.emplace(spec);
+    if (!host.empty()) {
+      std::istringstream children(slurp(fmt::format("/proc/{}/task/{}/children", daemon_->pid(), daemon_->pid())));
+      children >> inner_pid_;
+      REQUIRE(inner_pid_ > 0);
+    }
+  }
+  // The words that run a command as a process of this host (its PID and UTS namespaces),
+  // before its argv; none for this machine's.
+  std::vector<std::string> enter() const {
+    if (inner_pid_ <= 0) return {};
+    return {"nsenter", "--target", std::to_string(inner_pid_), "--pid", "--uts", "--"};
   }
   ~S3Mount() {
     if (auto rc = daemon_->unmount_and_stop()) CHECK(MountedDaemon::clean(*rc));
@@ -62,6 +80,7 @@ class S3Mount {
  private:
   TempDir dir_;
   std::optional<MountedDaemon> daemon_;
+  pid_t inner_pid_ = 0;  // a host apart: its daemon, as this machine numbers it
 };
 
 }  // namespace test
