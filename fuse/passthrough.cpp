@@ -10,6 +10,12 @@
 namespace neffcachefs {
 
 std::string Passthrough::negotiate(fuse_conn_info* conn, bool wanted) {
+  std::string why = decide(conn, wanted);
+  negotiated_.store(true, std::memory_order_release);
+  return why;
+}
+
+std::string Passthrough::decide(fuse_conn_info* conn, bool wanted) {
   on_ = false;
   if (!wanted) return why_off_ = "--no-passthrough";
   if (!k_libfuse_has_passthrough)
@@ -37,6 +43,9 @@ std::string Passthrough::why_off() const {
 }
 
 nlohmann::ordered_json Passthrough::stats() const {
+  // (Asked by the metrics thread too, which may start before the kernel's INIT is answered.)
+  if (!negotiated_.load(std::memory_order_acquire))
+    return {{"on", false}, {"why_off", "not negotiated yet"}, {"opens", 0}, {"fallbacks", 0}, {"busy", 0}};
   return {{"on", on()},
           {"why_off", on() ? nlohmann::ordered_json() : nlohmann::ordered_json(why_off())},
           {"opens", opens.load()},

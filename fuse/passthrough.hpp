@@ -89,8 +89,14 @@ class Passthrough {
   void not_answered(Inode& i);
 
  private:
+  // negotiate's decision, on_ and why_off_ set.
+  std::string decide(fuse_conn_info* conn, bool wanted);
+
   bool on_ = false;  // negotiated (set once, before any request)
   std::string why_off_ = "not negotiated";
+  // Set once on_ and why_off_ are: a thread that is no request's (the metrics file) reads
+  // them only after it.
+  std::atomic<bool> negotiated_{false};
   // The kernel refused a registration with EPERM (root in a user namespace is not
   // CAP_SYS_ADMIN where it counts): no further tries, served by the daemon.
   std::atomic<bool> refused_{false};
