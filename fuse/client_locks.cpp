@@ -49,7 +49,8 @@ bool ClientLocks::is_lock_name(const char* name) {
 
 void ClientLocks::track(pid_t pid, int dir_fd, const char* name) {
   if (!is_lock_name(name)) return;
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  const bool watched = pid > 0;
+  UniqueFd pidfd(watched ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1);
   UniqueFd lock_fd(::openat(dir_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW));
   struct stat st {};
   struct flock fl {};
@@ -60,9 +61,14 @@ void ClientLocks::track(pid_t pid, int dir_fd, const char* name) {
   std::string path = dir.empty() ? "" : fmt::format("{}/{}", dir, name);
   {
     std::lock_guard lk(mu_);
-    // No pidfd: the creator is already gone; the reaper removes the file at once.
-    held_.push_back({path, st.st_dev, st.st_ino, std::move(pidfd), std::move(lock_fd)});
+    // No pidfd of a watched creator: it is already gone; the reaper removes the file at once.
+    held_.push_back({path, st.st_dev, st.st_ino, std::move(pidfd), std::move(lock_fd), watched});
   }
+  if (!watched && !told_unseen_.exchange(true))
+    fmt::print(stderr,
+               "neffcachefs: {}: its creator runs outside this daemon's PID namespace, where the daemon cannot "
+               "see whether it lives: such locks stay until they are removed, as on a disk (said once)\n",
+               path);
   wake();
 }
 
@@ -87,7 +93,8 @@ void ClientLocks::reap_loop() {
     std::vector<pollfd> fds{{wake_fd_.get(), POLLIN, 0}};
     {
       std::lock_guard lk(mu_);
-      for (const auto& l : held_) fds.push_back({l.pidfd.get(), POLLIN, 0});
+      for (const auto& l : held_)
+        if (l.watched) fds.push_back({l.pidfd.get(), POLLIN, 0});
     }
     ::poll(fds.data(), fds.size(), -1);
     uint64_t drained;
@@ -96,7 +103,7 @@ void ClientLocks::reap_loop() {
     std::unique_lock lk(mu_);
     for (auto it = held_.begin(); it != held_.end();) {
       pollfd probe{it->pidfd.get(), POLLIN, 0};
-      bool exited = !it->pidfd || (::poll(&probe, 1, 0) == 1);
+      const bool exited = it->watched && (!it->pidfd || ::poll(&probe, 1, 0) == 1);
       if (!exited) {
         ++it;
         continue;

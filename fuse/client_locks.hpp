@@ -33,7 +33,8 @@ class ClientLocks {
   // Whether `name` is an entry's lock file name (<hlo>.lock).
   static bool is_lock_name(const char* name);
   // Process `pid` created lock file `name` in folder `dir_fd`: hold it for as long as
-  // the process lives. Other names are ignored.
+  // the process lives (pid 0, a process the daemon cannot see: until the file is
+  // removed). Other names are ignored.
   void track(pid_t pid, int dir_fd, const char* name);
   // `name` in `dir_fd` is being removed through the mount: no longer tracked.
   void forget(int dir_fd, const char* name);
@@ -45,8 +46,12 @@ class ClientLocks {
     std::string path;
     dev_t dev;
     ino_t ino;
-    neffcache::detail::UniqueFd pidfd;    // the creating process (-1: already gone)
+    neffcache::detail::UniqueFd pidfd;    // the creating process (-1: already gone, or unseen)
     neffcache::detail::UniqueFd lock_fd;  // our OFD lock on the file
+    // Whether its creator can be watched: a client outside the daemon's PID namespace (a
+    // daemon in a container of its own) reaches it as pid 0, and its lock stays held until
+    // it is removed, as on a disk.
+    bool watched = true;
   };
   void wake();
   void reap_loop();
@@ -58,6 +63,7 @@ class ClientLocks {
   std::function<void(const std::string&)> removed_;
   neffcache::detail::UniqueFd wake_fd_;  // eventfd: the set changed, or stop
   std::atomic<bool> stop_{false};
+  std::atomic<bool> told_unseen_{false};  // a creator outside the PID namespace is logged once
   std::thread reaper_;
 };
 

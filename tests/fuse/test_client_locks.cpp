@@ -119,3 +119,34 @@ TEST_CASE("locks through the mount and on the backing file see each other", "[fu
   ::close(client);
   ::close(tool);
 }
+
+TEST_CASE("a lock file a client outside the daemon's PID namespace creates stays held until it is removed",
+          "[fuse]") {
+  // The daemon in a PID namespace of its own (a container), its client in this one: the
+  // kernel gives the daemon pid 0 for it, a process it cannot watch.
+  test::TempDir dir;
+  const std::string e = "neuronxcc-2.21.0/MODULE_unseen+0";
+  fs::create_directories(dir / "backing" / e);
+  test::spit(dir / "backing" / e / "model.hlo_module.pb", test::slurp(test::corpus_files()[0]));
+  test::DaemonSpec spec;
+  spec.backing = (dir / "backing").string();
+  spec.mnt = dir / "mnt";
+  spec.options = {"--compiler", test::k_fake_template};
+  spec.launcher = {"unshare", "--pid", "--kill-child"};
+  test::MountedDaemon daemon(spec);
+  auto lock_in_mount = spec.mnt / e / "model.hlo_module.pb.lock";
+  auto lock_in_backing = dir / "backing" / e / "model.hlo_module.pb.lock";
+  test::Child client({"sh", "-c", fmt::format("exec 3>'{}'; echo created; exec sleep 60", lock_in_mount.string())});
+  REQUIRE(client.line() == "created");
+  std::this_thread::sleep_for(300ms);
+  // Held for it (not taken for a dead client's and removed at once).
+  auto info = inspect_lock(lock_in_backing.string());
+  REQUIRE(info.has_value());
+  CHECK(info->kernel_locked);
+  client.kill(SIGKILL);
+  client.wait();
+  std::this_thread::sleep_for(300ms);
+  CHECK(fs::exists(lock_in_backing));  // as on a disk: until it is removed
+  CHECK(::unlink(lock_in_mount.c_str()) == 0);
+  CHECK_FALSE(fs::exists(lock_in_backing));
+}
