@@ -128,11 +128,13 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   // its NEFF is a hit. A done Neuron entry's names never change while it exists (a
   // publish renames new inodes into place): finished, which the kernel may keep. An LNL
   // rank writes into a done entry (.cache_accessed) and may remove its marker (a dead
-  // holder's), so its files are never finished.
+  // holder's), so its files are never finished. Nor is a lock file in a done entry: ours
+  // (a fetch, the end of a publish) and a client's go once the entry is done, ours behind
+  // the kernel's back, and a rank that polls the name must see it go.
   const std::string folder = S_ISDIR(n.attr.st_mode) ? std::string(name) : inodes_.name_of(parent);
   const bool done = (S_ISREG(n.attr.st_mode) || S_ISDIR(n.attr.st_mode)) && is_entry_folder(folder) &&
                     done_at(S_ISDIR(n.attr.st_mode) ? fd.get() : dir->get(), folder);
-  const bool finished = done && !is_lnl_key(folder);
+  const bool finished = done && !is_lnl_key(folder) && !ClientLocks::is_lock_name(name);
   // (Never in a read-only layer: nothing there is written.)
   if (S_ISDIR(n.attr.st_mode) && found.layer == 0 && std::string_view(name).starts_with(k_module_dir_prefix))
     remove_stale_lock(fd.get());

@@ -101,8 +101,8 @@ class S3Client {
   const S3Settings& settings() const { return settings_; }
 
   // A client of the same bucket and credentials whose every request ends within a bound
-  // (about 2 s a try, two tries): for the questions a waiting client's request asks,
-  // which must neither hang nor wait out the retries a transfer deserves.
+  // (5 s a try, two tries): for the questions a waiting client's request asks, which must
+  // neither hang nor wait out the retries a transfer deserves.
   NEFFCACHE_DECL std::unique_ptr<S3Client> quick();
   std::string describe(std::string_view key) const;
 

@@ -221,9 +221,9 @@ NEFFCACHE_DECL std::unique_ptr<S3Client> S3Client::quick() {
   S3Settings s = settings_;
   s.max_attempts = 2;
   s.backoff_base = std::chrono::milliseconds(50);
-  s.connect_timeout = std::chrono::milliseconds(1000);
-  s.stall_timeout = std::chrono::seconds(2);
-  s.request_timeout = std::chrono::milliseconds(2000);
+  s.connect_timeout = std::chrono::milliseconds(2000);
+  s.stall_timeout = std::chrono::seconds(5);
+  s.request_timeout = std::chrono::milliseconds(5000);
   std::unique_ptr<S3Client> q(new S3Client(bucket_, std::move(s)));
   std::lock_guard lock(creds_mu_);
   q->creds_ = creds_;

@@ -106,6 +106,10 @@ class S3Lease {
     (void)release();
   }
 
+  // Its later requests (renewals, its release) go through `s3`, a client of the same
+  // bucket: a lease taken within a bound (S3Client::quick) is then kept with the retries a
+  // holder needs.
+  void use(S3Client& s3) { s3_ = &s3; }
   // A renewal found it taken over or removed: publish nothing under it.
   bool lost() const { return lost_; }
   const std::string& key() const { return key_; }

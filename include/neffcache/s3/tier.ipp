@@ -119,10 +119,14 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
     // as a lock the other host just let go, so that the client looks again and finds it.
     auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, *rel));
     if (names && detail::files_named(*rel, *names).done()) {
+      lease->use(*s3_);
       (void)lease->release();
       looks_.forget(*rel);
       return {ClientHold::elsewhere, fmt::format("{}: done in the bucket", s3_->describe(key))};
     }
+    // (Taken within the bound; kept, renewed and given back with the full client's retries:
+    // a renewal that timed out under load must not let the lease lapse for other hosts.)
+    lease->use(*s3_);
     stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
     return {ClientHold::taken};
   }
