@@ -67,8 +67,10 @@ fs::path inputs_of(const test::TempDir& dir, int g) {
 }
 
 // A rank of `host` on graph `g` (`more`: more of the client's options).
+// `env`: more of its environment.
 std::vector<std::string> rank_argv(const test::S3Mount& host, int g, const fs::path& inputs, const std::string& lock,
-                                   const fs::path& log, const std::vector<std::string>& more = {}) {
+                                   const fs::path& log, const std::vector<std::string>& more = {},
+                                   const std::vector<std::string>& env = {}) {
   const fs::path mnt = host.mnt();
   std::vector<std::string> argv = host.enter();
   argv.push_back("env");
@@ -77,6 +79,7 @@ std::vector<std::string> rank_argv(const test::S3Mount& host, int g, const fs::p
   for (auto& w : test::s3_env_words({"NEFFCACHE_FAKE_LOG=" + log.string(), "NEFFCACHE_FAKE_SECONDS=0.4",
                                      "NEFFCACHE_FAKE_RATE=0", "ASAN_OPTIONS=detect_leaks=0"}))
     argv.push_back(w);
+  argv.insert(argv.end(), env.begin(), env.end());
   argv.insert(argv.end(), {"/usr/bin/python3", test::path::neuron_client, mnt.string(), rel_of(g), "--compiler",
                            test::path::fake_compiler, "--lock", lock, "--poll", "0.1", "--inputs-from",
                            inputs.string()});
@@ -293,4 +296,47 @@ TEST_CASE("a host killed while its client holds an entry: the other host's ranks
   CHECK(result["outcome"] == "compiled");
   // Within the lease's ttl and 5 s, besides its own compile (0.4 s) and its start.
   CHECK(done - killed < 2s + 5s + 2s);
+}
+
+TEST_CASE("a compile that fails on one host: the other host's ranks find the failure, as in a shared folder",
+          "[s3][mount][hosts]") {
+  Hosts h("hosts-failed", true);
+  const std::string rel = rel_of(0);
+  const std::string key = rel + "/model.hlo_module.pb.lock";
+  const fs::path inputs = inputs_of(h.dir, 0);
+  // Host A's rank takes the entry and its compile fails (after long enough for B to wait).
+  fs::create_directories(h.a.mnt() / rel);
+  std::optional<neffcache::Result<neffcache::detail::Captured>> a;
+  std::thread rank_a([&] {
+    a = neffcache::detail::run_capture(
+        rank_argv(h.a, 0, inputs, "excl", h.log, {}, {"NEFFCACHE_FAKE_SECONDS=3", "NEFFCACHE_FAKE_FAIL=70"}),
+        std::chrono::seconds(120));
+  });
+  bool leased = false;
+  for (int i = 0; i < 200 && !(leased = h.s3->head(key).has_value()); ++i) std::this_thread::sleep_for(50ms);
+  CHECK(leased);
+  // Host B's rank looks meanwhile. It either polls A's lock and then finds the failure, as
+  // in a shared folder, or (once A's graph is up, its placeholders show) opens the NEFF and
+  // waits for A's compile, whose failure answers EIO (docs/SEMANTICS.md, "pending").
+  auto waiting = neffcache::detail::run_capture(rank_argv(h.b, 0, inputs, "excl", h.log), std::chrono::seconds(120));
+  rank_a.join();
+  REQUIRE(a.has_value());
+  REQUIRE(a->has_value());
+  CHECK(result_of((*a)->output)["outcome"] == "error");  // its compiler failed
+  REQUIRE(waiting.has_value());
+  const auto first = result_of(waiting->output);
+  INFO(first.dump());
+  CHECK((first["outcome"] == "cached_failure" || first.dump().find("[Errno 5]") != std::string::npos));
+  // The failure went up with A's release: B compiled nothing, and from now on each host
+  // shows what the shared folder would (model.log, no NEFF) to every rank.
+  CHECK(test::count_lines(h.log) == 1);
+  CHECK(h.s3->head(rel + "/model.log").has_value());
+  for (const test::S3Mount* host : {&h.b, &h.a}) {
+    INFO(host->mnt());
+    CHECK(rank_run(*host, 0, inputs, "excl", h.log)["outcome"] == "cached_failure");
+    CHECK(fs::exists(host->mnt() / rel / "model.log"));
+    CHECK_FALSE(fs::exists(host->mnt() / rel / "model.neff"));
+    CHECK_FALSE(fs::exists(host->mnt() / rel / "model.done"));
+  }
+  CHECK(test::count_lines(h.log) == 1);
 }

@@ -232,6 +232,12 @@ class S3Tier {
   // place (LNL: with its compiler's log), then the done marker (LNL's, as S3 has it).
   CompileResult fetch(const std::string& entry_dir, const std::string& base, const EntryFiles& remote);
 
+  // The bucket's record of a failed compile of the entry (`remote`: its files there) into
+  // the local entry, as its own failure record, when the entry here is neither done nor
+  // failed: it then shows what a folder shared with the host that failed would (model.log,
+  // no NEFF). A record that cannot be fetched leaves the entry as it was.
+  void take_failure(const std::string& entry_dir, const std::string& base, const EntryFiles& remote);
+
   // The compile's NEFF, now on S3, moves into the local entry from the staging entry
   // (LNL: with its compiler's log), then its done marker.
   void take_staged(const std::string& entry_dir, const std::string& staged);

@@ -105,6 +105,13 @@ NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::st
   // look must not reuse one from before the other host published it. (Not when S3 could
   // not be asked: the gate on looks then keeps the next lookups from waiting on it too.)
   if (lease || lease.error().code == Errc::not_found) looks_.forget(*rel);
+  // A hold that ended may have ended in a recorded failure: the client finds it next,
+  // as in a folder both hosts share. (Only for a graph this host knows: else it shows no
+  // placeholder that could hide the failure.)
+  if (lease)
+    if (auto here = read_entry_files(entry_dir); here && here->has_hlo() && !here->done() && !here->failed())
+      if (auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, *rel)))
+        take_failure(entry_dir, s3_key(o_.prefix, *rel), detail::files_named(*rel, *names));
   return false;
 }
 
@@ -144,12 +151,20 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir)
   if (!here->done()) {
     if (entry_locked(entry_dir, *here)) return {};
     // The client let go without a NEFF: its graph goes up, then its lease, so that a host
-    // waiting for the lease finds what to compile.
+    // waiting for the lease finds what to compile. Its compile's failure (model.log, which
+    // libneuronxla writes for any failure) goes up as the entry's failure record under the
+    // lease, unless the bucket has the entry done or failed: a host waiting for the lease
+    // then finds the failure, as in a folder both hosts share, and compiles nothing.
     Result<void> r;
     if (here->has_hlo()) {
-      auto names = detail::s3_entry_names(*s3_, s3_key(o_.prefix, *rel));
+      const std::string base = s3_key(o_.prefix, *rel);
+      auto names = detail::s3_entry_names(*s3_, base);
+      const EntryFiles remote = names ? detail::files_named(*rel, *names) : EntryFiles{};
       if (!names) r = names.error();
-      else if (auto up = upload_missing_inputs(entry_dir, *rel, detail::files_named(*rel, *names)); !up) r = up.error();
+      else if (auto up = upload_missing_inputs(entry_dir, *rel, remote); !up) r = up.error();
+      else if (here->failed() && !remote.done() && !remote.failed() && stand_ins_.holds(entry_dir))
+        if (auto log = s3_->upload(fmt::format("{}/{}", base, remote.failure_name()), failure_record(entry_dir)); !log)
+          r = log.error();
     }
     // (Unless a client took the lock again meanwhile: the lease is its own then.)
     if (auto again = read_entry_files(entry_dir); again && entry_locked(entry_dir, *again)) return r;
@@ -197,7 +212,7 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   if (here_lock) {
     auto here = read_entry_files(entry_dir);
     if (here && here->done()) return publish_here(entry_dir, *rel, std::move(client_lease));
-    // A client's compile that failed here (our failures are recorded on S3 only): its
+    // A failure recorded here (a client's compile, or one of the bucket's taken here): its
     // record answers, as a directory cache's does, unless failures are retried.
     if (here && here->failed() && !s.retry_failed) {
       if (client_lease) (void)client_lease->release();
@@ -218,9 +233,11 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
     }
     return local_done(entry_dir) ? CompileResult::of(CompileOutcome::already_done, "") : fetch(entry_dir, base, remote);
   }
-  if (remote.failed() && !s.retry_failed)
+  if (remote.failed() && !s.retry_failed) {
+    take_failure(entry_dir, base, remote);
     return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                     s3_->describe(base), remote.failure_name()));
+  }
   if (o_.wait_for_farm) return farm_busy();  // (its inputs are up: a farm's next listing takes it)
   auto slot = slots_.take(s.cancelled);
   if (!slot) return transient("cancelled");
@@ -239,6 +256,9 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   co.published = [&](const std::string& staged) { take_staged(entry_dir, staged); };
   CompileResult r = compile_s3_entry(*s3_, o_.prefix, *rel, local, co);
   slot.reset();  // (a fetch takes none)
+  // Its failure, recorded on S3, shows here as a folder's entry would show it.
+  if (r.outcome == CompileOutcome::failed)
+    if (auto after = detail::s3_entry_names(*s3_, base)) take_failure(entry_dir, base, detail::files_named(*rel, *after));
   // Another host finished it while we waited for the lease: fetch its NEFF.
   if (is_success(r.outcome) && !local_done(entry_dir)) {
     CompileResult f = fetch(entry_dir, base, remote);
@@ -477,6 +497,18 @@ NEFFCACHE_DECL CompileResult S3Tier::fetch(const std::string& entry_dir, const s
   counters_.fetched_bytes += *got;
   keep(entry_dir, *got);
   return CompileResult::of(CompileOutcome::already_done, "");
+}
+
+NEFFCACHE_DECL void S3Tier::take_failure(const std::string& entry_dir, const std::string& base,
+                                         const EntryFiles& remote) {
+  if (!remote.failed() || remote.done()) return;
+  auto here = read_entry_files(entry_dir);
+  if (!here || here->done() || here->failed()) return;
+  const OwnFiles own = own_files(entry_dir);
+  if (!own.make()) return;
+  const std::string part = own.temporary("log");
+  if (!s3_->download(fmt::format("{}/{}", base, remote.failure_name()), part)) return (void)sys::unlink(part.c_str());
+  if (sys::rename(part.c_str(), own.failure.c_str()) != 0) sys::unlink(part.c_str());
 }
 
 NEFFCACHE_DECL void S3Tier::take_staged(const std::string& entry_dir, const std::string& staged) {
