@@ -283,3 +283,42 @@ TEST_CASE("a renewal that timed out after it reached the server leaves the lease
   CHECK(a->renew().has_value());
   CHECK_FALSE(S3Lease::acquire(*direct, k_key, 60s, "host-b").has_value());
 }
+
+TEST_CASE("a warm start places nothing before its sync, then each entry whole with its marker last", "[s3][warm]") {
+  auto s3 = test::fresh_bucket("warm-steps");
+  const std::string done = test::fake_entry(0, 3300), pending = test::fake_entry(1, 3300);
+  for (const auto& rel : {done, pending}) {
+    REQUIRE(s3->put(rel + "/compile_flags.json", R"(["--target=trn1"])"));
+    REQUIRE(s3->put(rel + "/model.hlo_module.pb", test::slurp(test::corpus_files()[0])));
+  }
+  REQUIRE(s3->put(done + "/model.neff", std::string(3u << 20, 'N')));
+  REQUIRE(s3->put(done + "/model.done", ""));
+  test::TempDir local;
+  auto url = parse_cache_url(fmt::format("s3://{}", s3->bucket()));
+  auto client = S3Client::open(*url, test::S3Env{}.lookup());
+  REQUIRE(client.has_value());
+  S3Tier::Options o;
+  o.root = local.path().string();
+  S3Tier tier(std::move(*client), o);
+
+  auto got = tier.warm(done);
+  REQUIRE(got.has_value());
+  CHECK(*got == 3u << 20);
+  CHECK(tier.warm(pending).error().code == Errc::not_found);
+  // Fetched, not yet synced: what a crash now would leave is no entry at all.
+  CHECK_FALSE(fs::exists(local / done));
+  auto placed = tier.warmed();
+  REQUIRE(placed.has_value());
+  CHECK(*placed == 1);
+  auto files = read_entry_files((local / done).string());
+  REQUIRE(files.has_value());
+  CHECK(files->done());
+  CHECK(fs::file_size(local / done / "model.neff") == 3u << 20);
+  CHECK(fs::exists(local / done / "model.hlo_module.pb"));
+  CHECK_FALSE(fs::exists(local / pending));
+  // The staging area is empty again, and a second warm finds the entry here.
+  for (const auto& e : fs::recursive_directory_iterator(local.path() / ".neffcache"))
+    CHECK_FALSE(e.path().filename().string().starts_with("warm-"));
+  CHECK(tier.warm(done).value() == 0);
+  CHECK(tier.warmed().value() == 0);
+}

@@ -102,6 +102,10 @@ int run_warm(const WarmOptions& opts) {
   const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(opts.jobs), std::max<std::size_t>(chosen.size(), 1));
   for (std::size_t t = 0; t < n; ++t) threads.emplace_back(work);
   for (auto& t : threads) t.join();
+  // (One syncfs for them all, then each entry's files in place.)
+  auto placed = tier.warmed();
+  if (!placed) return report(placed.error());
+  if (*placed < fetched.load()) failed += fetched.load() - *placed, fetched = *placed;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("warm: {} entries fetched ({}) in {:.1f} s, {} here already, {} not done in the bucket, {} past "
              "--local-cache-size, {} failed\n",

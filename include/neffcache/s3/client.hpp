@@ -127,9 +127,11 @@ class S3Client {
   Result<ObjectBytes> get_with_info(const std::string& key);
 
   // Streams the object into `path` through a temporary file beside it, fsynced and
-  // renamed: `path` is the whole object or untouched.
+  // renamed: `path` is the whole object or untouched. With FileSync::later the file is not
+  // fsynced: the caller makes it durable (syncfs) before anything relies on it.
+  enum class FileSync { now, later };
   Result<ObjectInfo> download(const std::string& key, const std::string& path,
-                              const std::optional<detail::FileOwner>& owner = {});
+                              const std::optional<detail::FileOwner>& owner = {}, FileSync sync = FileSync::now);
 
   // Writes a small object. A failed condition is Errc::precondition_failed.
   Result<ObjectInfo> put(const std::string& key, std::string_view bytes, const PutCondition& cond = {});

@@ -107,7 +107,7 @@ NEFFCACHE_DECL Result<ObjectBytes> S3Client::get_with_info(const std::string& ke
 }
 
 NEFFCACHE_DECL Result<ObjectInfo> S3Client::download(const std::string& key, const std::string& path,
-                                                    const std::optional<detail::FileOwner>& owner) {
+                                                    const std::optional<detail::FileOwner>& owner, FileSync sync) {
   std::random_device rd;
   std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
   detail::UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
@@ -122,7 +122,7 @@ NEFFCACHE_DECL Result<ObjectInfo> S3Client::download(const std::string& key, con
   auto info = info_from(key, *r);
   if (r->sunk != info.size)
     return fail(Error{Errc::io, fmt::format("{}: got {} of {} bytes", describe(key), r->sunk, info.size)});
-  if (sys::fsync(fd.get()) != 0) return fail(sys_error("fsync", tmp));
+  if (sync == FileSync::now && sys::fsync(fd.get()) != 0) return fail(sys_error("fsync", tmp));
   fd.reset();
   if (sys::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error("rename", path));
   return info;

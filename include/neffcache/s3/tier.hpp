@@ -148,12 +148,20 @@ class S3Tier {
   // A read-only bucket takes nothing: the rename stays a local one.
   Result<void> promote(const std::string& folder, const std::string& key);
 
-  // A warm start (`neffcache warm`, before a daemon mounts this folder): brings the entry
-  // `rel`, done on S3, here before anyone asks for it, as a lookup and an open would (its
-  // inputs, then its NEFF and marker), kept under the cap as a fetch is. Returns the NEFF
-  // bytes fetched, 0 when it was here already. Errors: Errc::not_found when S3 has it
-  // not done (nothing to fetch), others when S3 or this folder fail.
+  // A warm start (`neffcache warm`, before a daemon mounts this folder) in two steps.
+  // warm() brings the entry `rel`, done on S3, toward this folder before anyone asks for
+  // it: the files a lookup and an open would fetch (its inputs missing here, its NEFF, LNL's
+  // log and marker) are downloaded into a folder of the staging area, not yet synced.
+  // Returns the NEFF bytes fetched, 0 when it was here already. Errors: Errc::not_found
+  // when S3 has it not done (nothing to fetch), others when S3 or this folder fail.
   Result<uint64_t> warm(const std::string& rel);
+  // warmed() then makes every entry warm() staged durable with one syncfs (not an fsync per
+  // file: on this VM's disk those took most of a warm start of large NEFFs), moves their
+  // files into place, inputs first and the marker last, keeps them under the cap as a fetch
+  // is, and syncs once more. A crash before the first syncfs's end leaves no entry changed;
+  // after it, only files already durable are moved. Returns the entries placed; an entry
+  // that could not be is left as it was, with a warning. Errors: the sync failed.
+  Result<std::size_t> warmed();
 
   // A reader opened the local entry's NEFF: it stays longest.
   void opened(const std::string& entry_dir) { kept_.opened(entry_dir); }
@@ -267,6 +275,13 @@ class S3Tier {
   detail::CompileSlots slots_;
   std::mutex farm_mu_;  // guards farm_looks_; a leaf, held for no request
   std::map<std::string, std::chrono::steady_clock::time_point> farm_looks_;
+  struct Staged {  // an entry warm() staged for warmed()
+    std::string dir, staged;
+    std::vector<std::string> names;  // the order they go into place: the marker last
+    uint64_t neff_bytes = 0;
+  };
+  std::mutex warm_mu_;  // guards warming_; a leaf
+  std::vector<Staged> warming_;
   struct {
     std::atomic<uint64_t> fetches{0}, fetched_bytes{0}, uploads{0}, lookups{0}, evictions{0}, published{0};
   } counters_;

@@ -336,13 +336,74 @@ NEFFCACHE_DECL Result<uint64_t> S3Tier::warm(const std::string& rel) {
   if (!names) return names.error();
   const EntryFiles remote = detail::files_named(rel, *names);
   if (!remote.done()) return Error{Errc::not_found, fmt::format("{}: not done in the bucket", s3_->describe(base))};
-  if (!fill_entry(rel))
-    return Error{Errc::io, fmt::format("{}: its inputs could not be fetched into {}", s3_->describe(base), dir)};
-  CompileResult r = fetch(dir, base, remote);
-  if (!is_success(r.outcome)) return Error{Errc::io, r.message};
-  struct stat st {};
-  if (::stat(fmt::format("{}/{}", dir, remote.neff_name()).c_str(), &st) != 0) return sys_error("stat", dir);
-  return static_cast<uint64_t>(st.st_size);
+  Staged s{dir, fmt::format("{}/warm-{}", staging(), detail::random_hex64()), {}, 0};
+  if (!make_dir(s.staged)) return sys_error("create", s.staged);
+  detail::RemovedTree staged(s.staged);  // (until it is warming_'s)
+  // As fetch_inputs and fetch would bring them: the inputs (LNL's text files too), the
+  // flags before the HLO; then the NEFF, LNL's log, the marker.
+  if (remote.is_lnl())
+    for (std::string_view text : {k_lnl_fxgraph_file, k_lnl_example_inputs_file})
+      if (std::find(names->begin(), names->end(), text) != names->end()) s.names.emplace_back(text);
+  for (auto& name : detail::input_names(remote)) s.names.push_back(std::move(name));
+  s.names.push_back(remote.neff_name());
+  if (remote.is_lnl() && remote.has(EntryFile::compiler_log)) s.names.emplace_back(k_lnl_log_file);
+  s.names.emplace_back(remote.done_name());
+  for (const auto& name : s.names) {
+    const std::string to = fmt::format("{}/{}", s.staged, name);
+    if (!remote.is_lnl() && name == k_done_file) {  // (ours: empty)
+      detail::UniqueFd made(sys::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+      if (!made) return sys_error("create", to);
+      continue;
+    }
+    if (::access(fmt::format("{}/{}", dir, name).c_str(), F_OK) == 0 && name != remote.neff_name() &&
+        name != remote.done_name())
+      continue;  // an input here already
+    auto got = s3_->download(fmt::format("{}/{}", base, name), to, {}, S3Client::FileSync::later);
+    if (!got) return got.error();
+    if (name == remote.neff_name()) s.neff_bytes = got->size;
+  }
+  const uint64_t bytes = s.neff_bytes;
+  staged.dir.clear();
+  std::lock_guard lk(warm_mu_);
+  warming_.push_back(std::move(s));
+  return bytes;
+}
+
+NEFFCACHE_DECL Result<std::size_t> S3Tier::warmed() {
+  std::vector<Staged> batch;
+  {
+    std::lock_guard lk(warm_mu_);
+    batch.swap(warming_);
+  }
+  if (batch.empty()) return std::size_t{0};
+  auto sync = [&]() -> Result<void> {
+    detail::UniqueFd root(sys::open(o_.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root || sys::syncfs(root.get()) != 0) return sys_error("syncfs", o_.root);
+    return {};
+  };
+  auto synced = sync();
+  std::size_t placed = 0;
+  for (const Staged& s : batch) {
+    detail::RemovedTree staged(s.staged);
+    if (!synced || local_done(s.dir)) continue;
+    bool whole = make_dir(s.dir);
+    for (const auto& name : s.names) {
+      const std::string from = fmt::format("{}/{}", s.staged, name), to = fmt::format("{}/{}", s.dir, name);
+      if (!whole || (::access(from.c_str(), F_OK) != 0 && ::access(to.c_str(), F_OK) == 0)) continue;  // (here)
+      if (sys::rename(from.c_str(), to.c_str()) != 0) {
+        whole = false;
+        fmt::print(stderr, "neffcache: warning: {}\n", sys_error("rename", to).message);
+      }
+    }
+    if (!whole) continue;
+    ++placed;
+    ++counters_.fetches;
+    counters_.fetched_bytes += s.neff_bytes;
+    keep(s.dir, s.neff_bytes);
+  }
+  if (!synced) return synced.error();
+  if (auto again = sync(); !again) return again.error();
+  return placed;
 }
 
 NEFFCACHE_DECL std::optional<std::string> S3Tier::relative(const std::string& path) const {

@@ -78,6 +78,9 @@ inline ssize_t pwrite(int fd, const void* buf, size_t n, off_t at) {
 inline int fsync(int fd) {
   return detail::call(Call::fsync, {}, [&] { return ::fsync(fd); });
 }
+inline int syncfs(int fd) {  // (a fault hook sees it as an fsync)
+  return detail::call(Call::fsync, {}, [&] { return ::syncfs(fd); });
+}
 inline int ftruncate(int fd, off_t size) {
   return detail::call(Call::ftruncate, {}, [&] { return ::ftruncate(fd, size); });
 }
