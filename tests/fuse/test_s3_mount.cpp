@@ -426,6 +426,45 @@ TEST_CASE("a graph one daemon compiled is served by another daemon to an entry o
   CHECK(host_b.stats()["twins"]["served"] == 1);
 }
 
+TEST_CASE("a twin whose original this host holds is linked, not fetched; the bucket's entry is done for every host",
+          "[s3][mount][index]") {
+  auto s3 = test::fresh_bucket("twinlink");
+  put_pending(*s3, 1);
+  const std::string twin = fmt::format("{}/MODULE_2998+4f2d9c1a", k_compiler_dir);
+  const std::string later = fmt::format("{}/MODULE_2997+4f2d9c1a", k_compiler_dir);
+  for (const auto& rel : {twin, later})
+    for (const char* name : {"compile_flags.json", "model.hlo_module.pb"})
+      REQUIRE(s3->put(fmt::format("{}/{}", rel, name), *s3->get(fmt::format("{}/{}", mount_rel_of(0), name)))
+                  .has_value());
+  test::TempDir dir;
+  const fs::path log = dir / "compiles.log";
+  const std::string url = fmt::format("s3://{}", s3->bucket());
+  S3Mount host(url, log);
+  auto [err, first] = read_all(host.mnt() / mount_rel_of(0) / "model.neff");
+  REQUIRE(err == 0);
+  // The twin's open: served in the bucket (CopyObject, for other hosts), linked here.
+  auto [err2, bytes] = read_all(host.mnt() / twin / "model.neff");
+  CHECK(err2 == 0);
+  CHECK(bytes == first);
+  CHECK(test::count_lines(log) == 1);
+  CHECK(s3->head(twin + "/model.done").has_value());
+  CHECK(s3->get(twin + "/model.neff").value() == first);
+  auto inode = [&](const std::string& rel) {
+    struct stat st {};
+    return ::stat((host.local() / rel / "model.neff").c_str(), &st) == 0 ? st.st_ino : 0;
+  };
+  CHECK(inode(twin) == inode(mount_rel_of(0)));
+  // Another host made a third name a twin in the bucket: this host links it too.
+  {
+    S3Mount other(url, log);
+    REQUIRE(read_all(other.mnt() / later / "model.neff").first == 0);
+  }
+  CHECK(read_all(host.mnt() / later / "model.neff").second == first);
+  CHECK(inode(later) == inode(mount_rel_of(0)));
+  CHECK(test::count_lines(log) == 1);
+  CHECK(host.stats()["s3"]["fetches"] == 0);
+}
+
 TEST_CASE("a host warmed from another host's manifest serves the entries it lists from disk, with no fetch at open",
           "[s3][mount][warm]") {
   auto s3 = test::fresh_bucket("warm");

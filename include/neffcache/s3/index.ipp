@@ -173,7 +173,9 @@ NEFFCACHE_DECL Result<void> serve_s3_twin(S3Client& s3, const std::string& base,
     return c.error();
   // Its record, as a folder's twin has one (compile/twin.hpp): what `stats` counts. Best
   // effort, before the marker: a reader of a done entry finds it whole.
+  // (With the NEFF's checksum: a host that holds the original links it instead of a fetch.)
   nlohmann::ordered_json record{{"copied_from", twin.entry}, {"compile_seconds_saved", twin.compile_seconds}};
+  if (!twin.xxh3.empty()) record["xxh3"] = twin.xxh3;
   (void)s3.put(fmt::format("{}/{}", base, k_meta_file), record.dump() + "\n");
   return mark_s3_done(s3, base, files, {});
 }

@@ -238,7 +238,16 @@ class S3Tier {
   // Fetches the NEFF of an entry done on S3 (`remote`: its files there) into the local
   // entry: downloaded into the staging folder, out of the mount's view, and renamed into
   // place (LNL: with its compiler's log), then the done marker (LNL's, as S3 has it).
-  CompileResult fetch(const std::string& entry_dir, const std::string& base, const EntryFiles& remote);
+  // `twin_record`: the bucket's entry has our record, which may name a twin (link_twin).
+  CompileResult fetch(const std::string& entry_dir, const std::string& base, const EntryFiles& remote,
+                      bool twin_record = false);
+
+  // An entry done in the bucket as a twin served there (serve_s3_twin: its record names the
+  // entry it was copied from and that NEFF's checksum), whose original this host holds,
+  // done, with that very checksum: the original's NEFF is published into the local entry
+  // as a folder's twin is (compile/twin.hpp: a hard link where it can be), not fetched.
+  // True if so; false leaves the entry as it was.
+  bool link_twin(const std::string& entry_dir, const std::string& base);
 
   // The bucket's record of a failed compile of the entry (`remote`: its files there) into
   // the local entry, as its own failure record, when the entry here is neither done nor

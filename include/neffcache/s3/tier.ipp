@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/compile/twin.hpp>
+
 namespace neffcache {
 
 NEFFCACHE_DECL S3Tier::S3Tier(std::unique_ptr<S3Client> s3, Options o)
@@ -231,7 +233,8 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
       std::lock_guard lk(farm_mu_);
       farm_looks_.erase(entry_dir);  // (waited for no more)
     }
-    return local_done(entry_dir) ? CompileResult::of(CompileOutcome::already_done, "") : fetch(entry_dir, base, remote);
+    if (local_done(entry_dir)) return CompileResult::of(CompileOutcome::already_done, "");
+    return fetch(entry_dir, base, remote, std::find(names->begin(), names->end(), k_meta_file) != names->end());
   }
   if (remote.failed() && !s.retry_failed) {
     take_failure(entry_dir, base, remote);
@@ -259,9 +262,10 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   // Its failure, recorded on S3, shows here as a folder's entry would show it.
   if (r.outcome == CompileOutcome::failed)
     if (auto after = detail::s3_entry_names(*s3_, base)) take_failure(entry_dir, base, detail::files_named(*rel, *after));
-  // Another host finished it while we waited for the lease: fetch its NEFF.
+  // Another host finished it while we waited for the lease, or the bucket's twin served
+  // it: fetch its NEFF (or link this host's copy of the twin).
   if (is_success(r.outcome) && !local_done(entry_dir)) {
-    CompileResult f = fetch(entry_dir, base, remote);
+    CompileResult f = fetch(entry_dir, base, remote, !r.twin.empty());
     if (!is_success(f.outcome)) return f;
   }
   return r;
@@ -530,7 +534,9 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_kernels(const std::string& hlo_path) 
 }
 
 NEFFCACHE_DECL CompileResult S3Tier::fetch(const std::string& entry_dir, const std::string& base,
-                                           const EntryFiles& remote) {
+                                           const EntryFiles& remote, bool twin_record) {
+  if (twin_record && !remote.is_lnl() && link_twin(entry_dir, base))
+    return CompileResult::of(CompileOutcome::already_done, "");
   auto place = [&](std::string_view name) -> Result<uint64_t> {
     const std::string to = fmt::format("{}/{}", entry_dir, name);
     const std::string part = fmt::format("{}/fetch-{}", staging(), detail::random_hex64());
@@ -558,6 +564,43 @@ NEFFCACHE_DECL CompileResult S3Tier::fetch(const std::string& entry_dir, const s
   counters_.fetched_bytes += *got;
   keep(entry_dir, *got);
   return CompileResult::of(CompileOutcome::already_done, "");
+}
+
+NEFFCACHE_DECL bool S3Tier::link_twin(const std::string& entry_dir, const std::string& base) {
+  auto text = s3_->get(fmt::format("{}/{}", base, k_meta_file));
+  if (!text) return false;
+  auto record = nlohmann::json::parse(*text, nullptr, false);
+  if (!record.is_object() || !record.contains("copied_from") || !record["copied_from"].is_string() ||
+      !record.contains("xxh3") || !record["xxh3"].is_string())
+    return false;
+  const std::string from = record["copied_from"].get<std::string>();
+  if (!is_entry_path(from) || from.find("..") != std::string::npos) return false;
+  Twin twin;
+  twin.dir = fmt::format("{}/{}", o_.root, from);
+  auto files = read_entry_files(twin.dir);
+  if (!files || !files->done() || files->is_lnl()) return false;
+  struct stat st {};
+  auto fd = detail::open_regular(fmt::format("{}/{}", twin.dir, files->neff_name()), &st);
+  if (!fd) return false;
+  // The very NEFF the bucket's twin holds, by its checksum (from its record here when that
+  // describes the file, else read from it).
+  auto h = detail::neff_xxh3(twin.dir, fd->get(), st);
+  if (!h || *h != record["xxh3"].get<std::string>()) return false;
+  twin.record.entry = from;
+  twin.record.xxh3 = std::move(*h);
+  twin.record.size = static_cast<uint64_t>(st.st_size);
+  twin.record.compile_seconds = record.value("compile_seconds_saved", 0.0);
+  twin.neff = std::move(*fd);
+  const std::string tmp = detail::neff_tmp_name(entry_dir);
+  auto how = detail::place_twin_neff(twin, tmp, std::nullopt);
+  if (!how) return false;
+  nlohmann::ordered_json meta{
+      {"copied_from", from}, {"copy", *how}, {"compile_seconds_saved", twin.record.compile_seconds}};
+  if (!detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), std::nullopt,
+                           EntryFiles::of_entry_path(entry_dir)))
+    return false;
+  keep(entry_dir, twin.record.size);
+  return true;
 }
 
 NEFFCACHE_DECL void S3Tier::take_failure(const std::string& entry_dir, const std::string& base,
