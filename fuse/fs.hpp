@@ -148,6 +148,9 @@ class Filesystem {
   // entry is held elsewhere for it first (store::Remote::hold_for_client); says once in
   // the log when that cannot be asked.
   neffcache::ClientHold hold_for_client(int dir_fd, const char* name);
+  // The lock file `name` could not be made (`err`): what hold_for_client took for it
+  // (`held`) is given back. The errno to answer.
+  int lock_not_made(neffcache::ClientHold::Kind held, int dir_fd, const char* name, int err);
   // The open of another host's lock shown here (namespace.hpp): the client takes the lock
   // as on a disk where the file exists, so the file is made for it now.
   Answer<fuse_file_info> open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi);

@@ -114,12 +114,7 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
     CallersMode exact;
     fd = ::openat(dir->get(), name, fi.flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
   }
-  if (fd < 0) {
-    const int err = errno;
-    // No lock made: what was held for it is given back, as after the client's unlink.
-    if (held == ClientHold::taken) act(inputs_.after_unlink(name), path_of_fd(dir->get()));
-    return Errno{gone_or(err, dir->get())};
-  }
+  if (fd < 0) return Errno{lock_not_made(held, dir->get(), name, errno)};
   ns_.made(dir->get(), name);
   // A lock file a client creates through the mount is owned by that client.
   if (!existed) {
@@ -147,6 +142,12 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
     return Errno{e};
   }
   return c;
+}
+
+int Filesystem::lock_not_made(ClientHold::Kind held, int dir_fd, const char* name, int err) {
+  // What was held for it is given back, as after the client's unlink.
+  if (held == ClientHold::taken) act(inputs_.after_unlink(name), path_of_fd(dir_fd));
+  return gone_or(err, dir_fd);
 }
 
 ClientHold Filesystem::hold_for_client(int dir_fd, const char* name) {
@@ -177,11 +178,7 @@ Answer<fuse_file_info> Filesystem::open_shown_lock(const Caller& caller, Inode& 
   const auto held = hold_for_client(dir->get(), name).kind;
   const bool existed = ::faccessat(dir->get(), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
   int fd = ::openat(dir->get(), name, (fi.flags & ~O_NOFOLLOW) | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    const int err = errno;
-    if (held == ClientHold::taken) act(inputs_.after_unlink(name), path_of_fd(dir->get()));
-    return Errno{gone_or(err, dir->get())};
-  }
+  if (fd < 0) return Errno{lock_not_made(held, dir->get(), name, errno)};
   ns_.made(dir->get(), name);
   if (!existed) {
     give_to_caller(caller, as_root_, dir->get(), fd);

@@ -340,3 +340,46 @@ TEST_CASE("a compile that fails on one host: the other host's ranks find the fai
   }
   CHECK(test::count_lines(h.log) == 1);
 }
+
+TEST_CASE("a lock create while the bucket is silent falls back to a lock on this host within its bound",
+          "[s3][mount][hosts]") {
+  auto s3 = test::fresh_bucket("hosts-silent");
+  test::TempDir dir;
+  const fs::path gate = dir / "silent";
+  test::FaultyProxy proxy("silent-while", 0, gate.string());
+  test::S3Mount host(fmt::format("s3://{}", s3->bucket()), dir / "compiles.log", {},
+                     {"AWS_ENDPOINT_URL=" + proxy.endpoint()});
+  const std::string rel = rel_of(0);
+  // (The ranks' entry folders are made first: a lookup of a new name asks the bucket with
+  // the full client's retries, docs/S3.md.)
+  fs::create_directories(host.mnt() / rel);
+  fs::create_directories(host.mnt() / rel_of(1));
+  // The bucket goes silent: each request is read and never answered.
+  test::spit(gate, "");
+  const fs::path lock = host.mnt() / rel / "model.hlo_module.pb.lock";
+  const auto t0 = std::chrono::steady_clock::now();
+  // A look-then-create rank: its look asks the bucket within the bound, then its create.
+  CHECK_FALSE(fs::exists(lock));
+  int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(fd >= 0);  // never EIO: a lock on this host alone
+  if (fd >= 0) ::close(fd);
+  WARN(fmt::format("the look and the create took {:.1f} s",
+                   std::chrono::duration<double>(took).count()));
+  // (One wait for the bound, 2 tries of 5 s: then S3 goes unasked for 30 s.)
+  CHECK(took < 20s);
+  CHECK(fs::exists(host.local() / rel / "model.hlo_module.pb.lock"));
+  // Another rank's look and create, while S3 goes unasked: no wait.
+  const fs::path other = host.mnt() / rel_of(1) / "model.hlo_module.pb.lock";
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_FALSE(fs::exists(other));
+  fd = ::open(other.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
+  CHECK(fd >= 0);
+  if (fd >= 0) ::close(fd);
+  CHECK(std::chrono::steady_clock::now() - t1 < 2s);
+  CHECK(::unlink(other.c_str()) == 0);
+  // The bucket answers again: the lock's release works as on a disk.
+  fs::remove(gate);
+  CHECK(::unlink(lock.c_str()) == 0);
+  CHECK_FALSE(fs::exists(lock));
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An HTTP proxy in front of the test S3 server that fails on purpose.
 
-    faulty_proxy.py UPSTREAM_PORT MODE COUNT
+    faulty_proxy.py UPSTREAM_PORT MODE COUNT [FILE]
 
 Listens on a free port of 127.0.0.1 and prints it as its first line. Each connection
 carries one request, forwarded to 127.0.0.1:UPSTREAM_PORT, and is then closed. The first
@@ -18,8 +18,11 @@ COUNT requests fail by MODE, the later ones pass:
             region away)
   lose-answer  the first COUNT requests pass; the next one reaches the server, whose
               answer is dropped and the connection closed; every later one passes
+  silent-while  (COUNT unused) while FILE exists, a request is read and never answered:
+              its connection stays open for a minute (a server or network gone silent)
 Every request is logged to stderr as "<n> <method> <path> <fate>".
 """
+import os
 import socket
 import socketserver
 import sys
@@ -29,6 +32,7 @@ import time
 upstream_port = int(sys.argv[1])
 mode = sys.argv[2]
 count = int(sys.argv[3])
+gate = sys.argv[4] if len(sys.argv) > 4 else None
 seen = 0
 lock = threading.Lock()
 
@@ -60,6 +64,8 @@ class Handler(socketserver.StreamRequestHandler):
             failing = n > count
         elif mode == "lose-answer":
             failing = n == count + 1
+        elif mode == "silent-while":
+            failing = os.path.exists(gate)
         else:
             failing = n <= count and mode != "delay"
         if mode == "delay":
@@ -78,6 +84,9 @@ class Handler(socketserver.StreamRequestHandler):
                              + str(len(SLOWDOWN)).encode() + b"\r\nConnection: close\r\n\r\n" + SLOWDOWN)
             return
         if failing and mode == "cut":
+            return
+        if failing and mode == "silent-while":
+            time.sleep(60)
             return
         if failing and mode in ("cut-upload", "stop"):
             self.rfile.read(length // 2)

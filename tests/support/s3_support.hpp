@@ -155,11 +155,20 @@ inline std::unique_ptr<neffcache::S3Client> fresh_bucket(std::string_view what, 
 
 // The fault-injecting proxy (tests/s3/faulty_proxy.py) in front of the test server.
 struct FaultyProxy {
-  FaultyProxy(const std::string& mode, int count)
-      : child({"python3", std::string(path::s3_scripts) + "/faulty_proxy.py", upstream_port(), mode, std::to_string(count)}) {
+  // `gate`: the FILE of mode silent-while.
+  FaultyProxy(const std::string& mode, int count, const std::string& gate = {})
+      : child(argv(mode, count, gate)) {
     port = child.line();
     REQUIRE(!port.empty());
   }
+  static std::vector<std::string> argv(const std::string& mode, int count, const std::string& gate) {
+    std::vector<std::string> words{"python3", std::string(path::s3_scripts) + "/faulty_proxy.py", upstream_port(), mode,
+                                   std::to_string(count)};
+    if (!gate.empty()) words.push_back(gate);
+    return words;
+  }
+  // The proxy's endpoint, for a process's environment (AWS_ENDPOINT_URL).
+  std::string endpoint() const { return "http://127.0.0.1:" + port; }
   static std::string upstream_port() {
     const auto& e = s3_server().endpoint;
     return e.substr(e.rfind(':') + 1);

@@ -121,6 +121,11 @@ class S3Tier {
   // lets go (upload_written).
   ClientHold hold_for_client(const std::string& entry_dir, std::string_view lock_name);
 
+  // After a question of theirs found S3 silent or out of reach, clients' questions
+  // (held_elsewhere, hold_for_client) are answered without S3 for this long: a rank
+  // waits out the bound once, not at each look and create.
+  static constexpr std::chrono::seconds k_unanswered_pause{30};
+
   // What a client wrote into the local entry `entry_dir` goes to S3 (nothing to a
   // read-only bucket): its inputs if S3 has no HLO for it, then, once the entry is done
   // here (the client compiled it itself, and wrote model.done after the NEFF), its NEFF
@@ -284,6 +289,12 @@ class S3Tier {
   detail::CompileSlots slots_;
   std::mutex farm_mu_;  // guards farm_looks_; a leaf, held for no request
   std::map<std::string, std::chrono::steady_clock::time_point> farm_looks_;
+  // Whether clients' questions go unasked (k_unanswered_pause after `e`); note_unanswered
+  // starts the pause when `e` says S3 did not answer (no answer of S3 itself).
+  bool unanswered() const;
+  void note_unanswered(const Error& e);
+  std::atomic<std::chrono::steady_clock::rep> unanswered_until_{0};
+
   struct Staged {  // an entry warm() staged for warmed()
     std::string dir, staged;
     std::vector<std::string> names;  // the order they go into place: the marker last

@@ -98,11 +98,12 @@ NEFFCACHE_DECL std::vector<std::string> S3Tier::names_elsewhere(const std::strin
 NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::string_view lock_name) {
   auto rel = relative(entry_dir);
   if (o_.read_only || !rel || !is_entry_path(*rel) || EntryFiles::of_entry_path(*rel).is_lnl() ||
-      stand_ins_.holds(entry_dir))
+      stand_ins_.holds(entry_dir) || unanswered())
     return false;
   auto lease = read_lease(*quick_, fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name));
   ++counters_.lookups;
   if (lease && !lease->expired) return true;
+  if (!lease) note_unanswered(lease.error());
   // No hold: a client that polled the lock looks for the finished entry next, and that
   // look must not reuse one from before the other host published it. (Not when S3 could
   // not be asked: the gate on looks then keeps the next lookups from waiting on it too.)
@@ -121,6 +122,8 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
   auto rel = relative(entry_dir);
   if (o_.read_only || !rel || !is_entry_path(*rel) || EntryFiles::of_entry_path(*rel).is_lnl()) return {};
   if (stand_ins_.live(entry_dir) == std::optional<bool>(true)) return {ClientHold::taken};
+  if (unanswered())
+    return {ClientHold::here_only, fmt::format("it did not answer within {} s before", k_unanswered_pause.count())};
   const std::string key = fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name);
   auto lease = S3Lease::acquire(*quick_, key, o_.compile.lease_ttl, o_.compile.host);
   if (lease) {
@@ -140,7 +143,18 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
     return {ClientHold::taken};
   }
   if (lease.error().code == Errc::busy) return {ClientHold::elsewhere, lease.error().message};
+  note_unanswered(lease.error());
   return {ClientHold::here_only, lease.error().message};
+}
+
+NEFFCACHE_DECL bool S3Tier::unanswered() const {
+  return std::chrono::steady_clock::now().time_since_epoch().count() < unanswered_until_.load();
+}
+
+NEFFCACHE_DECL void S3Tier::note_unanswered(const Error& e) {
+  // (S3's own answers, a missing object or a lost condition, are answers.)
+  if (e.code != Errc::io && e.code != Errc::timed_out) return;
+  unanswered_until_ = (std::chrono::steady_clock::now() + k_unanswered_pause).time_since_epoch().count();
 }
 
 NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir) {
