@@ -33,6 +33,9 @@
 //   s3farm  a compile farm (neffcache compile --watch): the 34-graph workload written into a
 //           bucket while two farm processes watch it, against one; makespan, and compiles
 //           (each graph once)
+//   s3hosts torch-xla ranks that take their own locks (the conformance suite's client), 4 on
+//           one mount of a bucket against 2 on each of two mounts of it, --hosts-graphs new
+//           graphs at once: the time until every rank is done, and compiles (each graph once)
 //
 // `--only NAME` runs one of them. Needs root for cold-cache figures (drop_caches). The S3
 // benchmarks need `--s3-env FILE`, the s3.env of a server (tests/s3/radosgw.sh start DIR).
@@ -55,6 +58,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -97,6 +101,8 @@ struct Options {
   uint64_t warm_large_mib = 64;
   int pair_jobs = 4;
   double pair_scale = 0.05, pair_rate = 1000;
+  int hosts_graphs = 10;
+  double hosts_compile_seconds = 1.0;
   TwinOptions twins;
   std::string passthrough_hp;  // libfuse's example program, for the small-hit comparison
 };
@@ -946,6 +952,72 @@ std::vector<Row> bench_s3farm(const Options& o, const fs::path& work) {
   return {ratio, one, extra};
 }
 
+// 13. torch-xla ranks on hosts that share a bucket, with no shim: the conformance suite's
+// client (tests/conformance/neuron_client.py), which takes an entry's lock itself and writes
+// the graph under it. 4 ranks on one host's mount against 2 on each of two mounts of one
+// bucket (each daemon with a tier of its own), --hosts-graphs new graphs started at once,
+// each rank taking them in order; the time until every rank is done. A second host's ranks
+// wait on the lock that stands for the first host's lease, then fetch its NEFF.
+std::vector<Row> bench_s3hosts(const Options& o, const fs::path& work) {
+  auto env = s3_environment(o);
+  const int graphs = o.hosts_graphs;
+  constexpr int k_ranks = 4;
+  Row ratio(fmt::format("s3: {} torch-xla ranks taking their own locks, {} new graphs at once: 2 hosts x 2 / 1 host x 4, "
+                        "time until every rank is done", k_ranks, graphs),
+            "ratio", "<= 1.1", [](double v) { return v <= 1.1; });
+  Row one(fmt::format("s3: {} ranks, {} new graphs, 1 host", k_ranks, graphs), "s");
+  Row extra("s3: graphs compiled more than once, 2 hosts", "count", "0", [](double m) { return m == 0; });
+  for (int g = 0; g < graphs; ++g) {
+    const fs::path in = work / fmt::format("hosts-inputs-{}", g);
+    fs::create_directories(in);
+    std::ofstream(in / "model.hlo_module.pb") << neffcache::bench::synthesize_module(64 << 10, 512 + g);
+    std::ofstream(in / "compile_flags.json") << R"(["--target=trn1"])";
+  }
+  int run = 0;
+  auto makespan = [&](int hosts) {
+    auto s3 = s3_bucket(env, fmt::format("bench-hosts-{}-{}", ::getpid(), run));
+    const fs::path log = work / fmt::format("hosts{}.log", run);
+    auto daemon_env = env;
+    daemon_env.insert(daemon_env.end(), {"NEFFCACHE_FAKE_LOG=" + log.string(), "NEFFCACHE_FAKE_IDLE=1",
+                                         fmt::format("NEFFCACHE_FAKE_SECONDS={}", o.hosts_compile_seconds)});
+    std::vector<std::unique_ptr<Mount>> mounts;
+    for (int h = 0; h < hosts; ++h)
+      mounts.push_back(std::make_unique<Mount>(
+          fmt::format("s3://{}", s3->bucket()), work / fmt::format("hosts{}-mnt{}", run, h), daemon_env,
+          std::vector<std::string>{"-j", "2", "--local-cache", (work / fmt::format("hosts{}-local{}", run, h)).string()}));
+    std::atomic<int> errors{0};
+    std::mutex say;
+    auto t0 = Clock::now();
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < k_ranks; ++r)
+      ranks.emplace_back([&, r] {
+        const fs::path mnt = mounts[static_cast<std::size_t>(r % hosts)]->mnt();
+        for (int g = 0; g < graphs; ++g) {
+          std::vector<std::string> argv{"env"};
+          argv.insert(argv.end(), daemon_env.begin(), daemon_env.end());
+          argv.insert(argv.end(), {"/usr/bin/python3", test::path::neuron_client, mnt.string(),
+                                   fmt::format("neuronxcc-2.21.0/MODULE_{}+hosts", g), "--compiler",
+                                   test::path::fake_compiler, "--lock", "excl", "--inputs-from",
+                                   (work / fmt::format("hosts-inputs-{}", g)).string()});
+          auto got = neffcache::detail::run_capture(argv, std::chrono::minutes(10));
+          if (!got || got->exit_code != 0) {
+            ++errors;
+            std::lock_guard lk(say);
+            note(fmt::format("s3hosts: a rank failed: {}", got ? got->output : got.error().message));
+          }
+        }
+      });
+    for (auto& t : ranks) t.join();
+    const double seconds = since(t0);
+    mounts.clear();
+    if (errors > 0) throw std::runtime_error(fmt::format("s3hosts: {} rank runs failed", errors.load()));
+    ++run;
+    return std::pair{seconds, compiled_more_than_once(log, static_cast<std::size_t>(graphs), "s3hosts")};
+  };
+  one_against_two(o, makespan, ratio, one, extra);
+  return {ratio, one, extra};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -954,7 +1026,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", o.reps, "repetitions of each measurement")->capture_default_str();
   app.add_option("--only", o.only, "run one benchmark")->check(CLI::IsMember({"hit", "small", "meta", "wakeup", "dedup", "overlap", "waiting",
                                                                            "twins", "s3fetch", "s3pair", "s3twin", "s3warm",
-                                                                           "s3farm"}));
+                                                                           "s3farm", "s3hosts"}));
   app.add_option("--passthrough-hp", o.passthrough_hp,
                  "libfuse's passthrough_hp example (scripts/libfuse.sh example DIR): small hits through it too");
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
@@ -979,6 +1051,9 @@ int main(int argc, char** argv) {
   app.add_option("--warm-small-count", o.warm_small_count, "1 MiB NEFFs of s3warm's small model")->capture_default_str();
   app.add_option("--warm-large-count", o.warm_large_count, "NEFFs of s3warm's large model")->capture_default_str();
   app.add_option("--warm-large-mib", o.warm_large_mib, "their size")->capture_default_str();
+  app.add_option("--hosts-graphs", o.hosts_graphs, "new graphs the ranks of s3hosts start at once")->capture_default_str();
+  app.add_option("--hosts-compile-seconds", o.hosts_compile_seconds, "each compile's time in s3hosts")
+      ->capture_default_str();
   app.add_option("--pair-jobs", o.pair_jobs, "compiles at once per daemon in s3pair, per farm process in s3farm")
       ->capture_default_str();
   app.add_option("--pair-scale", o.pair_scale, "fraction of the real compile times in s3pair and s3farm")
@@ -1008,7 +1083,7 @@ int main(int argc, char** argv) {
            {"dedup", bench_dedup}, {"overlap", bench_overlap}, {"waiting", bench_waiting},
            {"twins", [](const Options& o, const fs::path& work) { return bench_twins(o.twins, work); }},
            {"s3fetch", bench_s3fetch}, {"s3pair", bench_s3pair}, {"s3twin", bench_s3twin}, {"s3warm", bench_s3warm},
-           {"s3farm", bench_s3farm}}) {
+           {"s3farm", bench_s3farm}, {"s3hosts", bench_s3hosts}}) {
     if (!o.only.empty() && o.only != name) continue;
     if (name.starts_with("s3") && o.s3_env.empty() && o.only.empty()) {
       note(fmt::format("{}: skipped (no --s3-env)", name));
