@@ -36,16 +36,18 @@ namespace {
 // ranks of both hosts to meet on it.
 const std::vector<std::string> k_compile_env{"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1"};
 
-// Two hosts over one fresh bucket. `apart`: each daemon and its ranks in PID and UTS
-// namespaces of their own, a host name each (S3Mount::enter); else both are processes of
-// this machine, as the tests that make system calls from here need (a caller outside a
-// daemon's PID namespace has no pid it could watch).
+// Two hosts over one fresh bucket. `apart`: each daemon and its ranks in PID, UTS and mount
+// namespaces of their own, a host name each (S3Mount::enter), both mounted at one path, as
+// on hosts; else both are processes of this machine, at two paths, as the tests that make
+// system calls from here need (a caller outside a daemon's PID namespace has no pid it
+// could watch, nor a mount of another namespace to call).
 struct Hosts {
   explicit Hosts(std::string_view what, bool apart, std::vector<std::string> extra = {})
       : s3(test::fresh_bucket(what)),
         log(dir / "compiles.log"),
-        a(url(), log, extra, k_compile_env, test::BucketAs::cache, {}, apart ? "host-a" : ""),
-        b(url(), log, extra, k_compile_env, test::BucketAs::cache, {}, apart ? "host-b" : "") {}
+        a(url(), log, extra, k_compile_env, test::BucketAs::cache, {}, apart ? "host-a" : "", at(apart)),
+        b(url(), log, extra, k_compile_env, test::BucketAs::cache, {}, apart ? "host-b" : "", at(apart)) {}
+  fs::path at(bool apart) const { return apart ? dir / "neuron-compile-cache" : fs::path(); }
   std::string url() const { return fmt::format("s3://{}", s3->bucket()); }
 
   std::unique_ptr<neffcache::S3Client> s3;
@@ -55,6 +57,14 @@ struct Hosts {
 };
 
 std::string rel_of(int g) { return test::fake_entry(g, 9100); }
+
+// Runs `argv` as a process of `host` (in a host apart's namespaces): whether it exited 0.
+bool run_on(const test::S3Mount& host, const std::vector<std::string>& argv) {
+  auto words = host.enter();
+  words.insert(words.end(), argv.begin(), argv.end());
+  return test::run(words).exit_code == 0;
+}
+bool exists_on(const test::S3Mount& host, const fs::path& p) { return run_on(host, {"test", "-e", p.string()}); }
 
 // The inputs of graph `g` (a corpus graph and its flags), in a folder of their own that a
 // rank copies into the entry once the entry's lock is its own.
@@ -259,7 +269,7 @@ TEST_CASE("a host killed while its client holds an entry: the other host's ranks
   const std::string key = rel_of(0) + "/model.hlo_module.pb.lock";
   const fs::path inputs = inputs_of(h.dir, 0);
   // Host A's rank takes the entry's lock and holds it (its compile is long).
-  fs::create_directories(h.a.mnt() / rel_of(0));
+  REQUIRE(run_on(h.a, {"mkdir", "-p", (h.a.mnt() / rel_of(0)).string()}));
   test::Child holder(rank_argv(h.a, 0, inputs, "excl", h.log, {"--hold", "120"}), true);
   bool leased = false;
   for (int i = 0; i < 200 && !(leased = h.s3->head(key).has_value()); ++i) std::this_thread::sleep_for(50ms);
@@ -305,7 +315,6 @@ TEST_CASE("a compile that fails on one host: the other host's ranks find the fai
   const std::string key = rel + "/model.hlo_module.pb.lock";
   const fs::path inputs = inputs_of(h.dir, 0);
   // Host A's rank takes the entry and its compile fails (after long enough for B to wait).
-  fs::create_directories(h.a.mnt() / rel);
   std::optional<neffcache::Result<neffcache::detail::Captured>> a;
   std::thread rank_a([&] {
     a = neffcache::detail::run_capture(
@@ -334,9 +343,9 @@ TEST_CASE("a compile that fails on one host: the other host's ranks find the fai
   for (const test::S3Mount* host : {&h.b, &h.a}) {
     INFO(host->mnt());
     CHECK(rank_run(*host, 0, inputs, "excl", h.log)["outcome"] == "cached_failure");
-    CHECK(fs::exists(host->mnt() / rel / "model.log"));
-    CHECK_FALSE(fs::exists(host->mnt() / rel / "model.neff"));
-    CHECK_FALSE(fs::exists(host->mnt() / rel / "model.done"));
+    CHECK(exists_on(*host, host->mnt() / rel / "model.log"));
+    CHECK_FALSE(exists_on(*host, host->mnt() / rel / "model.neff"));
+    CHECK_FALSE(exists_on(*host, host->mnt() / rel / "model.done"));
   }
   CHECK(test::count_lines(h.log) == 1);
 }

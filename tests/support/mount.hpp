@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -41,6 +44,23 @@ inline bool wait_for_mount(const std::filesystem::path& dir,
   return true;
 }
 
+// Whether the process `pid` sees a mount at `dir` (its mount namespace's table).
+inline bool mounted_for(pid_t pid, const std::filesystem::path& dir) {
+  std::ifstream in(fmt::format("/proc/{}/mountinfo", pid));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point;
+    if (fields >> id >> parent >> dev >> root >> point && point == dir.string()) return true;
+  }
+  return false;
+}
+
+// A /proc file's text ("" when it cannot be read).
+inline std::string slurp_proc(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // Unmounts `dir` lazily (a dead daemon's mount included); quiet when nothing is mounted.
 inline void lazy_unmount(const std::filesystem::path& dir) {
   Child c({"fusermount3", "-u", "-z", dir.string()}, /*quiet_stderr=*/true);
@@ -66,12 +86,15 @@ struct DaemonSpec {
   std::vector<std::string> options;   // the daemon's options
   std::vector<std::string> launcher;  // words before everything (prlimit and the like)
   bool quiet = false;                 // the daemon's stderr to /dev/null (benchmarks)
+  // The launcher gives the daemon a mount namespace of its own: its mount is not this
+  // process's (found in the launcher's /proc mount table, gone with the namespace).
+  bool own_mounts = false;
   std::string program = test::path::daemon;
 };
 
 class MountedDaemon {
  public:
-  explicit MountedDaemon(const DaemonSpec& s) : mnt_(s.mnt) {
+  explicit MountedDaemon(const DaemonSpec& s) : mnt_(s.mnt), own_mounts_(s.own_mounts) {
     std::filesystem::create_directories(mnt_);
     std::vector<std::string> argv = s.launcher;
     argv.push_back("env");
@@ -81,7 +104,10 @@ class MountedDaemon {
     argv.insert(argv.end(), {s.backing, mnt_.string()});
     auto t0 = std::chrono::steady_clock::now();
     child_ = std::make_unique<Child>(argv, s.quiet);
-    if (!wait_for_mount(mnt_)) {
+    bool up = !own_mounts_ && wait_for_mount(mnt_);
+    for (int i = 0; own_mounts_ && i < 2000 && !(up = mounted_for(child_->pid(), mnt_)); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!up) {
       child_.reset();  // killed and reaped
       throw std::runtime_error(fmt::format("neffcachefs did not mount {}", mnt_.string()));
     }
@@ -95,9 +121,19 @@ class MountedDaemon {
   // -signal (death by SIGTERM after the unmount ended its loop is a clean stop too).
   // Nothing when it was stopped already.
   std::optional<int> unmount_and_stop() {
-    if (child_) answer_late_interrupts();
-    lazy_unmount(mnt_);
+    if (child_ && !own_mounts_) answer_late_interrupts();
+    if (!own_mounts_) lazy_unmount(mnt_);
     if (!child_) return std::nullopt;
+    if (own_mounts_) {
+      // The launcher (unshare) ignores SIGTERM while it waits for its child: the daemon,
+      // which unmounts and exits on it, gets it, and the launcher exits with its status.
+      std::istringstream children(slurp_proc(fmt::format("/proc/{}/task/{}/children", pid(), pid())));
+      pid_t inner = 0;
+      if (children >> inner && inner > 0) ::kill(inner, SIGTERM);
+      int rc = child_->wait();
+      child_.reset();
+      return rc;
+    }
     return stop(SIGTERM);
   }
   // Sends `sig` and waits: the exit code, or -signal. The mount may stay behind (kill -9).
@@ -144,6 +180,7 @@ class MountedDaemon {
   }
 
   std::filesystem::path mnt_;
+  bool own_mounts_ = false;
   std::unique_ptr<Child> child_;
   double mount_seconds_ = 0;
 };

@@ -28,11 +28,15 @@ class S3Mount {
   // `extra`: more daemon options; `env`: more environment for the daemon (and its compiles,
   // whose fake compiler logs each compile to `compile_log`).
   // `before_mount`: what the host does to local() before its daemon starts (a warm start).
-  // `host`: a name for a host apart, whose daemon runs in PID and UTS namespaces of its own
-  // with that host name (its clients then run through enter()); none: this machine's.
+  // `host`: a name for a host apart, whose daemon runs in PID, UTS and mount namespaces of
+  // its own with that host name, mounted at `at` (hosts apart may share the path, as hosts
+  // do); its clients then run through enter(), since its mount is not this process's.
+  // None: this machine's, mounted at mnt().
   S3Mount(const std::string& url, const std::filesystem::path& compile_log, std::vector<std::string> extra = {},
           std::vector<std::string> env = {}, BucketAs as = BucketAs::cache,
-          const std::function<void(const std::filesystem::path& local)>& before_mount = {}, const std::string& host = {}) {
+          const std::function<void(const std::filesystem::path& local)>& before_mount = {}, const std::string& host = {},
+          const std::filesystem::path& at = {})
+      : mnt_(at.empty() ? dir_ / "mnt" : at) {
     std::filesystem::create_directories(dir_ / "work");
     if (before_mount) before_mount(local());
     env.insert(env.end(), {"TMPDIR=" + (dir_ / "work").string(), "NEFFCACHE_FAKE_LOG=" + compile_log.string(),
@@ -45,10 +49,12 @@ class S3Mount {
     if (as == BucketAs::cache) spec.options.insert(spec.options.end(), {"--local-cache", local().string()});
     else spec.options.insert(spec.options.end(), {"--lower", url});
     spec.options.insert(spec.options.end(), extra.begin(), extra.end());
-    // (The mount namespace stays this machine's: the tests reach the mount from here.
-    // --kill-child: the daemon dies with unshare, as a host's processes with the host.)
+    // (--kill-child: the daemon dies with unshare, as a host's processes with the host; its
+    // mount goes with the namespace.)
     if (!host.empty()) {
-      spec.launcher = {"unshare", "--uts", "--pid", "--kill-child", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host};
+      spec.launcher = {"unshare", "--uts", "--pid", "--mount", "--propagation", "private", "--kill-child",
+                       "sh", "-c", "hostname \"$0\" && exec \"$@\"", host};
+      spec.own_mounts = true;
       // (A sanitizer build's leak check reads this machine's /proc, whose thread ids are not
       // the namespace's: it would abort the daemon at its exit.)
       spec.env.push_back("ASAN_OPTIONS=detect_leaks=0");
@@ -64,7 +70,7 @@ class S3Mount {
   // before its argv; none for this machine's.
   std::vector<std::string> enter() const {
     if (inner_pid_ <= 0) return {};
-    return {"nsenter", "--target", std::to_string(inner_pid_), "--pid", "--uts", "--"};
+    return {"nsenter", "--target", std::to_string(inner_pid_), "--pid", "--uts", "--mount", "--"};
   }
   ~S3Mount() {
     if (auto rc = daemon_->unmount_and_stop()) CHECK(MountedDaemon::clean(*rc));
@@ -75,14 +81,15 @@ class S3Mount {
   // Kills the daemon with SIGKILL and takes its dead mount away.
   void kill9() {
     daemon_->stop(SIGKILL);
-    lazy_unmount(mnt());
+    if (inner_pid_ <= 0) lazy_unmount(mnt());
   }
-  std::filesystem::path mnt() const { return dir_ / "mnt"; }
+  std::filesystem::path mnt() const { return mnt_; }
   std::filesystem::path local() const { return dir_ / "local"; }
   nlohmann::json stats() const { return daemon_->stats(); }
 
  private:
   TempDir dir_;
+  std::filesystem::path mnt_;
   std::optional<MountedDaemon> daemon_;
   pid_t inner_pid_ = 0;  // a host apart: its daemon, as this machine numbers it
 };
