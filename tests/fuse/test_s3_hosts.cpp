@@ -343,6 +343,7 @@ TEST_CASE("a compile that fails on one host: the other host's ranks find the fai
   for (const test::S3Mount* host : {&h.b, &h.a}) {
     INFO(host->mnt());
     CHECK(rank_run(*host, 0, inputs, "excl", h.log)["outcome"] == "cached_failure");
+    REQUIRE(exists_on(*host, host->mnt() / rel / "model.hlo_module.pb"));  // (the look itself works)
     CHECK(exists_on(*host, host->mnt() / rel / "model.log"));
     CHECK_FALSE(exists_on(*host, host->mnt() / rel / "model.neff"));
     CHECK_FALSE(exists_on(*host, host->mnt() / rel / "model.done"));
@@ -391,4 +392,21 @@ TEST_CASE("a lock create while the bucket is silent falls back to a lock on this
   fs::remove(gate);
   CHECK(::unlink(lock.c_str()) == 0);
   CHECK_FALSE(fs::exists(lock));
+}
+
+TEST_CASE("a host that first sees an entry failed in the bucket shows its failure, never a placeholder",
+          "[s3][mount][hosts]") {
+  Hosts h("hosts-fresh-failed", false);
+  const std::string rel = rel_of(0);
+  const fs::path inputs = inputs_of(h.dir, 0);
+  for (const char* name : {"compile_flags.json", "model.hlo_module.pb"})
+    REQUIRE(h.s3->upload(rel + "/" + name, (inputs / name).string()).has_value());
+  REQUIRE(h.s3->put(rel + "/model.log", "neuronx-cc: out of memory\n").has_value());
+  // A look-first rank on a host that never saw the entry finds the cached failure.
+  const auto r = rank_run(h.b, 0, inputs, "excl", h.log);
+  INFO(r.dump());
+  CHECK(r["outcome"] == "cached_failure");
+  CHECK(test::slurp(h.b.mnt() / rel / "model.log") == "neuronx-cc: out of memory\n");
+  CHECK_FALSE(fs::exists(h.b.mnt() / rel / "model.done"));
+  CHECK(test::count_lines(h.log) == 0);
 }

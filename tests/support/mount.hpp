@@ -129,7 +129,8 @@ class MountedDaemon {
       // which unmounts and exits on it, gets it, and the launcher exits with its status.
       std::istringstream children(slurp_proc(fmt::format("/proc/{}/task/{}/children", pid(), pid())));
       pid_t inner = 0;
-      if (children >> inner && inner > 0) ::kill(inner, SIGTERM);
+      if (!(children >> inner && inner > 0)) return stop(SIGKILL);  // (--kill-child: the daemon too)
+      ::kill(inner, SIGTERM);
       int rc = child_->wait();
       child_.reset();
       return rc;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -66,8 +67,13 @@ int run_warm(const WarmOptions& opts) {
   o.cap_bytes = *cap;
   S3Tier tier(std::move(*client), std::move(o));
 
-  // Largest first, as many as fit (the manifest's sizes; an entry of unknown size counts as 0).
+  // Largest first, as many as fit (the manifest's sizes; an entry of unknown size counts as 0),
+  // each once.
   auto items = m->entries;
+  {
+    std::set<std::string> seen;
+    std::erase_if(items, [&](const auto& item) { return !seen.insert(item.entry).second; });
+  }
   std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.neff_bytes > b.neff_bytes; });
   std::vector<Manifest::Item> chosen;
   uint64_t planned = 0;

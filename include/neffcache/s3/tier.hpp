@@ -122,9 +122,11 @@ class S3Tier {
   ClientHold hold_for_client(const std::string& entry_dir, std::string_view lock_name);
 
   // After a question of theirs found S3 silent or out of reach, clients' questions
-  // (held_elsewhere, hold_for_client) are answered without S3 for this long: a rank
-  // waits out the bound once, not at each look and create.
+  // (held_elsewhere, hold_for_client) are answered without S3 for up to this long: a rank
+  // waits out the bound once, not at each look and create. One question in each
+  // k_unanswered_probe still goes to S3, and its answer ends the pause.
   static constexpr std::chrono::seconds k_unanswered_pause{30};
+  static constexpr std::chrono::seconds k_unanswered_probe{5};
 
   // What a client wrote into the local entry `entry_dir` goes to S3 (nothing to a
   // read-only bucket): its inputs if S3 has no HLO for it, then, once the entry is done
@@ -258,7 +260,11 @@ class S3Tier {
   // the local entry, as its own failure record, when the entry here is neither done nor
   // failed: it then shows what a folder shared with the host that failed would (model.log,
   // no NEFF). A record that cannot be fetched leaves the entry as it was.
-  void take_failure(const std::string& entry_dir, const std::string& base, const EntryFiles& remote);
+  // (`via`: the client to ask, quick_ for a client's question.)
+  void take_failure(S3Client& via, const std::string& entry_dir, const std::string& base, const EntryFiles& remote);
+  // Whether the entry's failure record here was written while a lease is held for its
+  // client here (not an older record, nor a copy of the bucket's): only that one goes up.
+  bool failed_under_hold(const std::string& entry_dir) const;
 
   // The compile's NEFF, now on S3, moves into the local entry from the staging entry
   // (LNL: with its compiler's log), then its done marker.
@@ -289,11 +295,13 @@ class S3Tier {
   detail::CompileSlots slots_;
   std::mutex farm_mu_;  // guards farm_looks_; a leaf, held for no request
   std::map<std::string, std::chrono::steady_clock::time_point> farm_looks_;
-  // Whether clients' questions go unasked (k_unanswered_pause after `e`); note_unanswered
-  // starts the pause when `e` says S3 did not answer (no answer of S3 itself).
-  bool unanswered() const;
+  // Whether this client's question goes unasked (k_unanswered_pause); note_unanswered
+  // starts the pause when `e` says S3 did not answer (no answer of S3 itself), and
+  // note_answered ends it.
+  bool unanswered();
   void note_unanswered(const Error& e);
-  std::atomic<std::chrono::steady_clock::rep> unanswered_until_{0};
+  void note_answered() { unanswered_until_ = 0; }
+  std::atomic<std::chrono::steady_clock::rep> unanswered_until_{0}, unanswered_probe_{0};
 
   struct Staged {  // an entry warm() staged for warmed()
     std::string dir, staged;

@@ -102,8 +102,9 @@ NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::st
     return false;
   auto lease = read_lease(*quick_, fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name));
   ++counters_.lookups;
+  if (lease || lease.error().code == Errc::not_found) note_answered();
+  else note_unanswered(lease.error());
   if (lease && !lease->expired) return true;
-  if (!lease) note_unanswered(lease.error());
   // No hold: a client that polled the lock looks for the finished entry next, and that
   // look must not reuse one from before the other host published it. (Not when S3 could
   // not be asked: the gate on looks then keeps the next lookups from waiting on it too.)
@@ -111,10 +112,13 @@ NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::st
   // A hold that ended may have ended in a recorded failure: the client finds it next,
   // as in a folder both hosts share. (Only for a graph this host knows: else it shows no
   // placeholder that could hide the failure.)
-  if (lease)
-    if (auto here = read_entry_files(entry_dir); here && here->has_hlo() && !here->done() && !here->failed())
-      if (auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, *rel)))
-        take_failure(entry_dir, s3_key(o_.prefix, *rel), detail::files_named(*rel, *names));
+  // (Within the bound: this is a client's question.)
+  if (lease && lease->record && lease->record->released)
+    if (auto here = read_entry_files(entry_dir); here && here->has_hlo() && !here->done() && !here->failed()) {
+      auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, *rel));
+      if (!names) note_unanswered(names.error());
+      else take_failure(*quick_, entry_dir, s3_key(o_.prefix, *rel), detail::files_named(*rel, *names));
+    }
   return false;
 }
 
@@ -127,6 +131,7 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
   const std::string key = fmt::format("{}/{}", s3_key(o_.prefix, *rel), lock_name);
   auto lease = S3Lease::acquire(*quick_, key, o_.compile.lease_ttl, o_.compile.host);
   if (lease) {
+    note_answered();
     // Done in the bucket meanwhile (the client looked before another host published it):
     // as a lock the other host just let go, so that the client looks again and finds it.
     auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, *rel));
@@ -142,19 +147,34 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
     stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
     return {ClientHold::taken};
   }
-  if (lease.error().code == Errc::busy) return {ClientHold::elsewhere, lease.error().message};
+  if (lease.error().code == Errc::busy) return note_answered(), ClientHold{ClientHold::elsewhere, lease.error().message};
   note_unanswered(lease.error());
   return {ClientHold::here_only, lease.error().message};
 }
 
-NEFFCACHE_DECL bool S3Tier::unanswered() const {
-  return std::chrono::steady_clock::now().time_since_epoch().count() < unanswered_until_.load();
+NEFFCACHE_DECL bool S3Tier::failed_under_hold(const std::string& entry_dir) const {
+  auto since = stand_ins_.since(entry_dir);
+  struct stat st {};
+  if (!since || ::stat(failure_record(entry_dir).c_str(), &st) != 0) return false;
+  // (Whole seconds: a record written in the second the hold began counts.)
+  return std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec) + std::chrono::seconds(1) >= *since;
+}
+
+NEFFCACHE_DECL bool S3Tier::unanswered() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now.time_since_epoch().count() >= unanswered_until_.load()) return false;
+  // (The one question of this probe interval goes to S3.)
+  auto probe = unanswered_probe_.load();
+  return !(now.time_since_epoch().count() >= probe &&
+           unanswered_probe_.compare_exchange_strong(probe, (now + k_unanswered_probe).time_since_epoch().count()));
 }
 
 NEFFCACHE_DECL void S3Tier::note_unanswered(const Error& e) {
   // (S3's own answers, a missing object or a lost condition, are answers.)
   if (e.code != Errc::io && e.code != Errc::timed_out) return;
-  unanswered_until_ = (std::chrono::steady_clock::now() + k_unanswered_pause).time_since_epoch().count();
+  const auto now = std::chrono::steady_clock::now();
+  unanswered_probe_ = (now + k_unanswered_probe).time_since_epoch().count();
+  unanswered_until_ = (now + k_unanswered_pause).time_since_epoch().count();
 }
 
 NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir) {
@@ -178,7 +198,7 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir)
       const EntryFiles remote = names ? detail::files_named(*rel, *names) : EntryFiles{};
       if (!names) r = names.error();
       else if (auto up = upload_missing_inputs(entry_dir, *rel, remote); !up) r = up.error();
-      else if (here->failed() && !remote.done() && !remote.failed() && stand_ins_.holds(entry_dir))
+      else if (here->failed() && !remote.done() && !remote.failed() && failed_under_hold(entry_dir))
         if (auto log = s3_->upload(fmt::format("{}/{}", base, remote.failure_name()), failure_record(entry_dir)); !log)
           r = log.error();
     }
@@ -251,7 +271,7 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
     return fetch(entry_dir, base, remote, std::find(names->begin(), names->end(), k_meta_file) != names->end());
   }
   if (remote.failed() && !s.retry_failed) {
-    take_failure(entry_dir, base, remote);
+    take_failure(*s3_, entry_dir, base, remote);
     return CompileResult::of(CompileOutcome::failed_cached, fmt::format("{}: a failed compile is recorded ({})",
                                                                     s3_->describe(base), remote.failure_name()));
   }
@@ -274,8 +294,9 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
   CompileResult r = compile_s3_entry(*s3_, o_.prefix, *rel, local, co);
   slot.reset();  // (a fetch takes none)
   // Its failure, recorded on S3, shows here as a folder's entry would show it.
-  if (r.outcome == CompileOutcome::failed)
-    if (auto after = detail::s3_entry_names(*s3_, base)) take_failure(entry_dir, base, detail::files_named(*rel, *after));
+  if (r.outcome == CompileOutcome::failed || r.outcome == CompileOutcome::failed_cached)
+    if (auto after = detail::s3_entry_names(*s3_, base))
+      take_failure(*s3_, entry_dir, base, detail::files_named(*rel, *after));
   // Another host finished it while we waited for the lease, or the bucket's twin served
   // it: fetch its NEFF (or link this host's copy of the twin).
   if (is_success(r.outcome) && !local_done(entry_dir)) {
@@ -514,6 +535,8 @@ NEFFCACHE_DECL bool S3Tier::fetch_inputs(const std::string& rel, const std::stri
     if (::access(path.c_str(), F_OK) == 0) continue;
     if (!s3_->download(fmt::format("{}/{}", base, name), path)) return false;
   }
+  // A failed entry shows its failure here from the start, as the bucket holds it.
+  take_failure(*s3_, dir, base, remote);
   return true;
 }
 
@@ -600,6 +623,9 @@ NEFFCACHE_DECL bool S3Tier::link_twin(const std::string& entry_dir, const std::s
   // describes the file, else read from it).
   auto h = detail::neff_xxh3(twin.dir, fd->get(), st);
   if (!h || *h != record["xxh3"].get<std::string>()) return false;
+  // And of the size the bucket's NEFF has (one HEAD, not its bytes).
+  auto there = s3_->head(fmt::format("{}/{}", base, files->neff_name()));
+  if (!there || there->size != static_cast<uint64_t>(st.st_size)) return false;
   twin.record.entry = from;
   twin.record.xxh3 = std::move(*h);
   twin.record.size = static_cast<uint64_t>(st.st_size);
@@ -617,7 +643,7 @@ NEFFCACHE_DECL bool S3Tier::link_twin(const std::string& entry_dir, const std::s
   return true;
 }
 
-NEFFCACHE_DECL void S3Tier::take_failure(const std::string& entry_dir, const std::string& base,
+NEFFCACHE_DECL void S3Tier::take_failure(S3Client& via, const std::string& entry_dir, const std::string& base,
                                          const EntryFiles& remote) {
   if (!remote.failed() || remote.done()) return;
   auto here = read_entry_files(entry_dir);
@@ -625,7 +651,10 @@ NEFFCACHE_DECL void S3Tier::take_failure(const std::string& entry_dir, const std
   const OwnFiles own = own_files(entry_dir);
   if (!own.make()) return;
   const std::string part = own.temporary("log");
-  if (!s3_->download(fmt::format("{}/{}", base, remote.failure_name()), part)) return (void)sys::unlink(part.c_str());
+  if (auto got = via.download(fmt::format("{}/{}", base, remote.failure_name()), part); !got) {
+    if (&via == quick_.get()) note_unanswered(got.error());
+    return (void)sys::unlink(part.c_str());
+  }
   if (sys::rename(part.c_str(), own.failure.c_str()) != 0) sys::unlink(part.c_str());
 }
 

@@ -88,6 +88,7 @@ class KeptNeffs {
 class StandIns {
  public:
   struct Held {
+    std::chrono::system_clock::time_point since = std::chrono::system_clock::now();  // taken
     std::unique_ptr<LeaseHold> hold;
     std::unique_ptr<KeepAlive> alive;  // (declared last: stops beating before the hold goes)
 
@@ -122,6 +123,13 @@ class StandIns {
   bool holds(const std::string& entry_dir) const {
     std::lock_guard lk(mu_);
     return held_.contains(entry_dir);
+  }
+  // When the lease held for `entry_dir` was taken; nullopt when none is, or it was lost.
+  std::optional<std::chrono::system_clock::time_point> since(const std::string& entry_dir) const {
+    std::lock_guard lk(mu_);
+    auto it = held_.find(entry_dir);
+    if (it == held_.end() || it->second.hold->lost()) return std::nullopt;
+    return it->second.since;
   }
 
  private:
