@@ -409,4 +409,16 @@ TEST_CASE("a host that first sees an entry failed in the bucket shows its failur
   CHECK(test::slurp(h.b.mnt() / rel / "model.log") == "neuronx-cc: out of memory\n");
   CHECK_FALSE(fs::exists(h.b.mnt() / rel / "model.done"));
   CHECK(test::count_lines(h.log) == 0);
+  // Another host retries the graph and publishes it: as in a shared folder, model.done wins
+  // (within a recent look's reuse, 2 s).
+  const std::string neff = "a NEFF another host compiled on retry";
+  REQUIRE(h.s3->put(rel + "/model.neff", neff).has_value());
+  REQUIRE(h.s3->put(rel + "/model.done", "").has_value());
+  nlohmann::json again;
+  for (int i = 0; i < 40 && (again = rank_run(h.b, 0, inputs, "excl", h.log))["outcome"] != "hit"; ++i)
+    std::this_thread::sleep_for(250ms);
+  INFO(again.dump());
+  CHECK(again["outcome"] == "hit");
+  CHECK(again["neff_bytes"] == neff.size());
+  CHECK(test::count_lines(h.log) == 0);
 }

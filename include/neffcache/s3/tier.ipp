@@ -511,7 +511,18 @@ NEFFCACHE_DECL CompileResult S3Tier::stand_in(const std::string& entry_dir, cons
 
 NEFFCACHE_DECL bool S3Tier::fill_entry(const std::string& rel) {
   const std::string dir = fmt::format("{}/{}", o_.root, rel);
-  if (auto here = read_entry_files(dir); here && here->has_hlo()) return true;
+  if (auto here = read_entry_files(dir); here && here->has_hlo()) {
+    // A failure here that the bucket has since made good (another host retried the graph
+    // and published it): done wins, as model.done does in a folder both hosts share. The
+    // record goes, and the entry's next look finds the NEFF, fetched at its open. (A
+    // client's look: within the bound, at most once in RecentLooks::k_recheck.)
+    if (here->failed() && !here->done() && !unanswered() && looks_.again(rel)) {
+      auto names = detail::s3_entry_names(*quick_, s3_key(o_.prefix, rel));
+      if (!names) note_unanswered(names.error());
+      else if (detail::files_named(rel, *names).done()) sys::unlink(failure_record(dir).c_str());
+    }
+    return true;
+  }
   return looks_.single_flight(rel, [&] { return fetch_inputs(rel, dir); });
 }
 
