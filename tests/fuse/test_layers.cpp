@@ -20,7 +20,9 @@ TEST_CASE("mounted with --no-compile, a miss fails at once with EIO and a counte
   const auto before = test::snapshot_tree(m.backing() / miss);
   auto start = std::chrono::steady_clock::now();
   CHECK(reader_process(m.mnt() / miss / "model.neff")->wait() == 5);  // EIO
-  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  // Not after the 5 s compile it refuses. (A reader's start under ASan beside three other
+  // tests took 1.6 s once: the bound leaves room for that.)
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
   CHECK(m.compiles() == 0);
   CHECK(test::snapshot_tree(m.backing() / miss) == before);  // no log, no lock, no failure record
   auto j = nlohmann::json::parse(read_all(m.mnt() / ".neffcache" / "stats.json").second);
@@ -116,7 +118,7 @@ TEST_CASE("a read-only cache: a client that locks <root>/lock reads its hits; a 
   // A miss fails at once: nothing may compile where nothing may be written.
   auto start = std::chrono::steady_clock::now();
   CHECK(reader_process(m.mnt() / pending / "model.neff")->wait() == 5);  // EIO
-  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);  // (room for a loaded sanitizer build)
   CHECK(m.compiles() == 0);
   auto stats = m.daemon().stats();
   CHECK(stats["eio"]["07"] == 1);
@@ -333,7 +335,7 @@ TEST_CASE("a read-only cache with a writable --lower: a pending entry is refused
   Mount m({}, {"--lower", lower.string()}, dir / "ro");
   auto start = std::chrono::steady_clock::now();
   CHECK(reader_process(m.mnt() / twin / "model.neff")->wait() == 5);  // EIO
-  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);  // (room for a loaded sanitizer build)
   CHECK(m.daemon().stats()["eio"]["07"] == 1);
   CHECK(reader_process(m.mnt() / done / "model.neff")->wait() == 0);
   CHECK(m.compiles() == 0);
