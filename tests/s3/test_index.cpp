@@ -12,9 +12,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/index.hpp>
 
+#include "lnl.hpp"
 #include "s3_support.hpp"
 #include "support.hpp"
 
@@ -270,4 +272,81 @@ TEST_CASE("a bucket's record of an entry keyed with another host's default flags
   bool kept = false;
   for (const auto& r : index.records(*id)) kept = kept || r.entry == entry_of(0);
   CHECK(kept);
+}
+
+namespace {
+
+// Stores the pending LNL entry `key` with the corpus file `corpus` as its graph.
+void put_lnl_graph(S3Client& s3, const fs::path& scratch, const std::string& key, const std::string& corpus) {
+  auto folder = test::make_lnl_entry(scratch, corpus, key, {"-O2"});
+  for (const char* f : {"command.txt", ".artifact_metadata_v0.json", "graph.hlo"})
+    REQUIRE(s3.upload(key + "/" + f, (folder / f).string()).has_value());
+}
+
+}  // namespace
+
+TEST_CASE("an LNL entry compiled on a bucket is indexed: a twin under another key compiles nowhere",
+          "[s3][index][lnl]") {
+  auto s3 = test::fresh_bucket("lnltwin");
+  Compiles compiles;
+  const std::string a = test::lnl_key("bucket twin a"), b = test::lnl_key("bucket twin b");
+  put_lnl_graph(*s3, compiles.dir / "src", a, "spu_tf_jit_comp.hlo.pb");
+  auto first = compiles.run(*s3);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(compiles.count() == 1);
+  // The compile's record names the compiler version the entry's identity needs.
+  auto meta = s3->get(a + "/.neffcache-meta.json");
+  REQUIRE(meta.has_value());
+  const auto record = nlohmann::json::parse(*meta);
+  const std::string neff = s3->get(a + "/" + lnl_neff_name(a)).value();
+  CHECK(record["size"] == neff.size());
+  const S3Index index(*s3, "");
+  auto id = index.id_of(a);
+  REQUIRE(id.has_value());
+  CHECK(id->compiler_dir == compiler_dir_name(record["compiler_version"].get<std::string>()));
+
+  SECTION("the same graph and arguments under another key is served by a copy") {
+    put_lnl_graph(*s3, compiles.dir / "src", b, "spu_tf_jit_comp.hlo.pb");
+    auto second = compiles.run(*s3);
+    INFO(second.output);
+    CHECK(second.exit_code == 0);
+    CHECK(compiles.count() == 1);  // no compile
+    CHECK(s3->get(b + "/" + lnl_neff_name(b)).value() == neff);
+    // Done as LNL's hit test and `verify` read it: the marker names the NEFF's size.
+    auto marker = s3->get(b + "/.compilation_complete");
+    REQUIRE(marker.has_value());
+    CHECK(lnl_marker_neff_size(*marker) == neff.size());
+    CHECK(index.id_of(b) == id);
+    // The twin's own record names the version too: a twin for others in turn.
+    const auto twin = nlohmann::json::parse(s3->get(b + "/.neffcache-meta.json").value());
+    CHECK(twin["compiler_version"] == record["compiler_version"]);
+    CHECK(twin["copied_from"] == a);
+    auto stats = test::run(test::s3_tool_argv({"stats", "--cache", fmt::format("s3://{}", s3->bucket()), "--json"}));
+    INFO(stats.output);
+    CHECK(nlohmann::json::parse(stats.output)["twins"] == 1);
+  }
+  SECTION("a record that names another compiler version is dropped, and the graph compiles") {
+    auto lie = record;
+    lie["compiler_version"] = "9.9.9";
+    REQUIRE(s3->put(a + "/.neffcache-meta.json", lie.dump()).has_value());
+    put_lnl_graph(*s3, compiles.dir / "src", b, "spu_tf_jit_comp.hlo.pb");
+    auto second = compiles.run(*s3);
+    INFO(second.output);
+    CHECK(second.exit_code == 0);
+    CHECK(compiles.count() == 2);
+    for (const auto& r : index.records(*id)) CHECK(r.entry != a);
+  }
+  SECTION("an entry without our record (promoted or pushed from elsewhere) has no identity") {
+    REQUIRE(s3->remove(a + "/.neffcache-meta.json").has_value());
+    index.forget(a);
+    auto scanned = test::run(test::s3_tool_argv({"index", "--cache", fmt::format("s3://{}", s3->bucket())}));
+    INFO(scanned.output);
+    CHECK(scanned.exit_code == 0);
+    CHECK_FALSE(index.id_of(a).has_value());
+    // A record again (as our compile writes it): the scan indexes it.
+    REQUIRE(s3->put(a + "/.neffcache-meta.json", record.dump()).has_value());
+    REQUIRE(test::run(test::s3_tool_argv({"index", "--cache", fmt::format("s3://{}", s3->bucket())})).exit_code == 0);
+    CHECK(index.id_of(a) == id);
+  }
 }

@@ -184,7 +184,7 @@ TEST_CASE("neffcache commands on LNL entries of an s3:// cache: ls, compile unde
   const std::string base = "v/" + pending;
   CHECK(names_in(*s3, base) == std::set<std::string>{"command.txt", ".artifact_metadata_v0.json", "graph.hlo",
                                                       lnl_neff_name(pending), "log-neuron-cc.txt",
-                                                      ".compilation_complete"});
+                                                      ".compilation_complete", ".neffcache-meta.json"});
   const std::string neff = s3->get(base + "/" + lnl_neff_name(pending)).value();
   CHECK(lnl_marker_neff_size(s3->get(base + "/.compilation_complete").value()) == neff.size());
   CHECK_THAT(tool({"verify", "--cache", url}).output, ContainsSubstring("1 checked, 0 broken"));

@@ -194,14 +194,16 @@ class ContentIndex {
   // Checks a record against its entry now (see the header). Errors say why it fails.
   Result<Twin> check(const IndexRecord& r) const;
 
+  // The entry a record of `id` named `name` stands for: an LNL key is the entry itself,
+  // a MODULE_ folder is in the identity's compiler folder (a bucket's index too).
+  static std::string entry_of(const ContentId& id, std::string_view name);
+
  private:
   // Adds the identities of `graph_sha256` in the by-id folder open as `fd` (taken) to
   // `out`, once each.
   static void ids_of_graph_in(int fd, const std::string& by_id, std::string_view graph_sha256,
                               std::vector<ContentId>& out);
 
-  // The entry a record file of `id` named `name` stands for: an LNL key is the entry itself.
-  static std::string entry_of(const ContentId& id, std::string_view name);
   std::string id_dir(const ContentId& id) const { return id_dir(root_, id); }
   // The same in the index of the layer at `root`.
   static std::string id_dir(const std::string& root, const ContentId& id);

@@ -23,9 +23,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <neffcache/compile/compile.hpp>
 #include <neffcache/compile/hold.hpp>
@@ -91,19 +93,25 @@ NEFFCACHE_DECL Result<std::string> stage_s3_inputs(S3Client& s3, const std::stri
                                                    const EntryFiles& files, const std::string& root,
                                                    std::string& made);
 
+// The record an LNL entry's compile puts into the bucket beside its NEFF, as
+// <key>/.neffcache-meta.json (k_meta_file), for its identity (s3/index.hpp): the compiler
+// version our publication record names, and the NEFF's size.
+NEFFCACHE_DECL nlohmann::ordered_json s3_lnl_record(std::string_view compiler_version, uint64_t neff_bytes);
+
 // Uploads a compile's result to the entry at `base` whose objects are `files`, under the
 // entry's lease only: the NEFF at `neff` (LNL: with the compiler's log, which LNL keeps
-// beside it, when there is one), then the done marker, created only if absent (LNL's
-// marker says how large the NEFF is), and drops a failure recorded before. Every compile
-// that publishes to S3 goes through here (sync copies whole entries its own way).
+// beside it, when there is one, and s3_lnl_record when our record names a version), then
+// the done marker, created only if absent (LNL's marker says how large the NEFF is), and
+// drops a failure recorded before. Every compile that publishes to S3 goes through here
+// (sync copies whole entries its own way).
 NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& base, const EntryFiles& files,
                                              const std::string& neff);
 
 // The end of every publication of a result to the entry at `base` whose objects were
-// `files`, once its NEFF is there: the done marker, created only if absent (LNL's, from
-// the folder `beside`, says how large the NEFF is), then a failure recorded before dropped.
+// `files`, once its NEFF is there: the done marker, created only if absent (LNL's is
+// `lnl_marker`, which says how large the NEFF is), then a failure recorded before dropped.
 NEFFCACHE_DECL Result<void> mark_s3_done(S3Client& s3, const std::string& base, const EntryFiles& files,
-                                         const std::string& beside);
+                                         std::string_view lnl_marker);
 
 }  // namespace detail
 

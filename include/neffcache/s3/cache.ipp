@@ -15,6 +15,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/index.hpp>
+#include <neffcache/cache/lnl.hpp>
+#include <neffcache/core/detail/fs.hpp>
+
 namespace neffcache {
 
 NEFFCACHE_DECL std::map<std::string, S3EntryObjects> group_s3_entries(const std::vector<ObjectInfo>& objects,
@@ -120,17 +124,28 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
   if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || after.st_ino != before.st_ino)
     return Error{Errc::io, fmt::format("{} changed while it was uploaded", neff)};
+  if (!files.is_lnl()) return mark_s3_done(s3, base, files, {});
   const std::string log = fmt::format("{}/{}", beside, k_lnl_log_file);
-  if (files.is_lnl() && ::access(log.c_str(), F_OK) == 0)
+  if (::access(log.c_str(), F_OK) == 0)
     if (auto l = up(k_lnl_log_file, log); !l) return l.error();
-  return mark_s3_done(s3, base, files, beside);
+  // Our record's compiler version, which the entry's identity names (s3/index.hpp). Best
+  // effort: without it the entry has no identity, as a folder's without our record.
+  if (auto v = recorded_compiler_version(beside))
+    (void)s3.put(fmt::format("{}/{}", base, k_meta_file),
+                 s3_lnl_record(*v, static_cast<uint64_t>(after.st_size)).dump() + "\n");
+  auto marker = read_file(fmt::format("{}/{}", beside, k_lnl_marker_file));
+  if (!marker) return marker.error();
+  return mark_s3_done(s3, base, files, *marker);
+}
+
+NEFFCACHE_DECL nlohmann::ordered_json s3_lnl_record(std::string_view compiler_version, uint64_t neff_bytes) {
+  return {{"compiler_version", compiler_version}, {"size", neff_bytes}};
 }
 
 NEFFCACHE_DECL Result<void> mark_s3_done(S3Client& s3, const std::string& base, const EntryFiles& files,
-                                         const std::string& beside) {
-  auto done = files.is_lnl() ? s3.upload(fmt::format("{}/{}", base, files.done_name()),
-                                         fmt::format("{}/{}", beside, files.done_name()), {.if_absent = true})
-                             : s3.put(fmt::format("{}/{}", base, k_done_file), "", {.if_absent = true});
+                                         std::string_view lnl_marker) {
+  auto done = s3.put(fmt::format("{}/{}", base, files.done_name()), files.is_lnl() ? lnl_marker : std::string_view(),
+                     {.if_absent = true});
   if (!done && done.error().code != Errc::precondition_failed) return done.error();
   if (files.has(EntryFile::log))  // a retried failure
     (void)s3.remove(fmt::format("{}/{}", base, files.failure_name()));

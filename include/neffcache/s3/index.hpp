@@ -19,9 +19,12 @@
 // another graph is dropped and never served. The NEFF is then copied on the server,
 // only while it still has the ETag checked (S3Client::copy).
 //
-// LNL entries are not indexed in a bucket: an LNL entry's identity names the compiler
-// version that made its result, which only our local publication record says, and a
-// bucket entry has no such record that a check could read. (A folder's index covers them.)
+// An LNL entry's identity names the compiler version that made its result (it has no
+// compiler folder), which our publication record says: a compile that publishes an LNL
+// entry to a bucket puts that record beside its NEFF as <key>/.neffcache-meta.json
+// (compiler_version, and the NEFF's size, which a check compares). An LNL entry without
+// one (promoted from a folder we did not compile, pushed, or failed) has no identity in a
+// bucket, as in a folder without our record.
 #pragma once
 
 #include <functional>
@@ -46,12 +49,13 @@ class S3Index {
   S3Index(S3Client& s3, std::string prefix, std::vector<std::string> default_flags = {}, std::string scratch = {})
       : s3_(s3), prefix_(std::move(prefix)), default_flags_(std::move(default_flags)), scratch_(std::move(scratch)) {}
 
-  // Whether an entry can have an identity in a bucket (see the top: a Neuron entry).
-  static bool indexes(std::string_view entry) { return is_entry_path(entry) && !is_lnl_key(entry); }
+  // Whether an entry can have an identity in a bucket: of either dialect.
+  static bool indexes(std::string_view entry) { return is_entry_path(entry); }
 
   // The identity of the S3 entry `entry` from its inputs, downloaded into a scratch
-  // folder (`files`: its files on S3). Errors: no HLO, an unreadable one, bad flags, an
-  // LNL entry, S3.
+  // folder (`files`: its files on S3), and for an LNL entry its record's compiler version.
+  // Errors: no HLO, an unreadable one, bad flags, an LNL entry with no record of its NEFF
+  // (Errc::not_found), S3.
   Result<ContentId> entry_id(const std::string& entry, const EntryFiles& files) const;
 
   // Records that `entry` holds a result of `id` as S3 has it now: its NEFF (size and ETag
@@ -93,6 +97,9 @@ class S3Index {
 
  private:
   std::string id_prefix(const ContentId& id) const;
+  // The compiler version of the LNL entry `entry`: its record's, if the record
+  // describes the NEFF it holds.
+  Result<std::string> lnl_compiler_version(const std::string& entry, const EntryFiles& files) const;
 
   S3Client& s3_;
   std::string prefix_;
@@ -103,10 +110,11 @@ class S3Index {
 namespace detail {
 
 // Gives the S3 entry at `base` (its objects: `files`) the result of `twin`, a checked
-// record whose entry is at `twin_base`: its NEFF copied on the server, only while it is
-// the version checked, then the done marker; or its failure log copied as ours.
+// record of `id` whose entry is at `twin_base`: its NEFF copied on the server, only while
+// it is the version checked, its record (an LNL entry's names the compiler version of
+// `id`), then the done marker; or its failure log copied as ours.
 NEFFCACHE_DECL Result<void> serve_s3_twin(S3Client& s3, const std::string& base, const EntryFiles& files,
-                                          const std::string& twin_base, const IndexRecord& twin);
+                                          const std::string& twin_base, const ContentId& id, const IndexRecord& twin);
 
 }  // namespace detail
 
@@ -118,9 +126,9 @@ NEFFCACHE_DECL S3CompileOptions::Record s3_index_record(S3Client& s3, std::strin
 
 // What scan_s3_index did.
 struct S3IndexScan {
-  std::size_t entries = 0;     // done and failed Neuron entries seen
+  std::size_t entries = 0;     // done and failed entries seen
   std::size_t added = 0;       // recorded now
-  std::size_t unreadable = 0;  // without a readable HLO or flags: no identity
+  std::size_t unreadable = 0;  // without a readable HLO, flags or LNL record: no identity
   std::size_t forgotten = 0;   // records of entries that are gone or hold no result
 };
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <neffcache/cache/lnl.hpp>
 #include <neffcache/core/detail/sys.hpp>
 
 namespace neffcache {
@@ -37,29 +38,57 @@ NEFFCACHE_DECL std::string S3Index::entry_key(const std::string& entry) const {
   return s3_key(prefix_, fmt::format("{}/by-entry/{}", k_index_dir, entry));
 }
 
+NEFFCACHE_DECL Result<std::string> S3Index::lnl_compiler_version(const std::string& entry,
+                                                                 const EntryFiles& files) const {
+  const std::string base = s3_key(prefix_, entry);
+  auto none = [&](std::string_view why) {
+    return Error{Errc::not_found, fmt::format("{}: {} (an LNL entry's identity names the compiler version of our record)",
+                                              s3_.describe(base), why)};
+  };
+  if (!files.done()) return none("not done");
+  auto text = s3_.get(fmt::format("{}/{}", base, k_meta_file));
+  if (!text) return text.error().code == Errc::not_found ? none("no record") : text.error();
+  const auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("compiler_version") || !j["compiler_version"].is_string() ||
+      !check_compiler_version(j["compiler_version"].get<std::string>()) || !j.contains("size") ||
+      !j["size"].is_number_unsigned())
+    return none("its record names no compiler version and NEFF size");
+  // A record describes the NEFF it was written with (a replaced NEFF has another size, or
+  // a compile of another version made it).
+  auto neff = s3_.head(fmt::format("{}/{}", base, files.neff_name()));
+  if (!neff) return neff.error();
+  if (neff->size != j["size"].get<uint64_t>()) return none("its record describes another NEFF");
+  return j["compiler_version"].get<std::string>();
+}
+
 NEFFCACHE_DECL Result<ContentId> S3Index::entry_id(const std::string& entry, const EntryFiles& files) const {
-  if (!indexes(entry))
-    return Error{Errc::invalid_argument,
-                 fmt::format("{}: not indexed (an LNL entry in a bucket records no compiler version)", entry)};
+  if (!indexes(entry)) return Error{Errc::invalid_argument, fmt::format("{}: not an entry path", entry)};
   if (!files.has_hlo()) return Error{Errc::not_found, fmt::format("{}: no HLO", s3_.describe(s3_key(prefix_, entry)))};
+  std::string version;
+  if (files.is_lnl()) {
+    auto v = lnl_compiler_version(entry, files);
+    if (!v) return v.error();
+    version = std::move(*v);
+  }
   const std::string root = scratch_.empty() ? detail::getenv_or("TMPDIR", "/tmp") : scratch_;
   detail::RemovedTree scratch;
   auto staged = detail::stage_s3_inputs(s3_, prefix_, entry, files, root, scratch.dir);
   if (!staged) return staged.error();
-  const std::string& dir = *staged;
-  return entry_content_id(dir, default_flags_);
+  // (Staged, an LNL entry holds only its inputs: keyed with the version given.)
+  return entry_content_id(*staged, default_flags_, version);
 }
 
 NEFFCACHE_DECL Result<IndexRecord> S3Index::add(const ContentId& id, const std::string& entry, bool failed,
                                                 std::string xxh3, double compile_seconds) const {
-  if (!indexes(entry) || compiler_dir_of(entry) != id.compiler_dir)
+  // (An LNL entry's compiler folder is its record's: the caller keyed it.)
+  if (!indexes(entry) || (!is_lnl_key(entry) && compiler_dir_of(entry) != id.compiler_dir))
     return Error{Errc::invalid_argument, fmt::format("{}: cannot hold a result of {}", entry, id.str())};
   IndexRecord r;
   r.entry = entry;
   r.failed = failed;
   r.compile_seconds = compile_seconds;
   if (!failed) {
-    auto neff = s3_.head(fmt::format("{}/{}", s3_key(prefix_, entry), k_neff_file));
+    auto neff = s3_.head(fmt::format("{}/{}", s3_key(prefix_, entry), EntryFiles::of_entry_path(entry).neff_name()));
     if (!neff) return neff.error();
     r.size = neff->size;
     r.etag = neff->etag;
@@ -77,12 +106,12 @@ NEFFCACHE_DECL std::vector<IndexRecord> S3Index::records(const ContentId& id) co
   if (!listing) return out;
   for (const auto& o : listing->objects) {
     const std::string name = o.key.substr(under.size());
-    if (!name.starts_with(k_module_dir_prefix)) continue;
+    if (!is_entry_folder(name)) continue;
     auto text = s3_.get(o.key);
     if (!text) continue;
     auto r = IndexRecord::from_json(*text);
-    // A record stands for the entry its key names, in the identity's compiler folder.
-    if (r && r->entry == fmt::format("{}/{}", id.compiler_dir, name)) out.push_back(std::move(*r));
+    // A record stands for the entry its key names.
+    if (r && r->entry == ContentIndex::entry_of(id, name)) out.push_back(std::move(*r));
   }
   return out;
 }
@@ -92,7 +121,8 @@ NEFFCACHE_DECL Result<IndexRecord> S3Index::check(const ContentId& id, const Ind
   auto bad = [&](std::string_view why) {
     return Error{Errc::invalid_argument, fmt::format("{}: {}", s3_.describe(base), why)};
   };
-  if (!indexes(r.entry) || compiler_dir_of(r.entry) != id.compiler_dir)
+  // (An LNL entry's compiler version is its record's, which entry_id reads below.)
+  if (!indexes(r.entry) || (!is_lnl_key(r.entry) && compiler_dir_of(r.entry) != id.compiler_dir))
     return bad(fmt::format("not an entry that can hold a result of {}", id.str()));
   auto listing = s3_.list(base + "/", "/");
   if (!listing) return listing.error();
@@ -162,22 +192,32 @@ NEFFCACHE_DECL void S3Index::forget(const ContentId& id, const std::string& entr
 namespace detail {
 
 NEFFCACHE_DECL Result<void> serve_s3_twin(S3Client& s3, const std::string& base, const EntryFiles& files,
-                                          const std::string& twin_base, const IndexRecord& twin) {
+                                          const std::string& twin_base, const ContentId& id, const IndexRecord& twin) {
+  // (Its files are named as its dialect and key name them: an LNL NEFF names its key.)
+  const EntryFiles source = EntryFiles::of_entry_path(twin.entry);
   if (twin.failed) {
-    const std::string log(files.failure_name());
-    if (auto c = s3.copy(fmt::format("{}/{}", twin_base, log), fmt::format("{}/{}", base, log)); !c) return c.error();
+    if (auto c = s3.copy(fmt::format("{}/{}", twin_base, source.failure_name()),
+                         fmt::format("{}/{}", base, files.failure_name()));
+        !c)
+      return c.error();
     return {};
   }
-  const std::string neff = files.neff_name();
-  if (auto c = s3.copy(fmt::format("{}/{}", twin_base, neff), fmt::format("{}/{}", base, neff), twin.etag); !c)
+  if (auto c = s3.copy(fmt::format("{}/{}", twin_base, source.neff_name()),
+                       fmt::format("{}/{}", base, files.neff_name()), twin.etag);
+      !c)
     return c.error();
   // Its record, as a folder's twin has one (compile/twin.hpp): what `stats` counts. Best
   // effort, before the marker: a reader of a done entry finds it whole.
   // (With the NEFF's checksum: a host that holds the original links it instead of a fetch.)
-  nlohmann::ordered_json record{{"copied_from", twin.entry}, {"compile_seconds_saved", twin.compile_seconds}};
+  // (An LNL twin's names the compiler version too: it is a twin for others in turn.)
+  nlohmann::ordered_json record;
+  if (files.is_lnl())
+    record = s3_lnl_record(std::string_view(id.compiler_dir).substr(k_compiler_dir_prefix.size()), twin.size);
+  record["copied_from"] = twin.entry;
+  record["compile_seconds_saved"] = twin.compile_seconds;
   if (!twin.xxh3.empty()) record["xxh3"] = twin.xxh3;
   (void)s3.put(fmt::format("{}/{}", base, k_meta_file), record.dump() + "\n");
-  return mark_s3_done(s3, base, files, {});
+  return mark_s3_done(s3, base, files, files.is_lnl() ? lnl_marker(unix_time_now(), twin.size) : std::string());
 }
 
 }  // namespace detail
@@ -186,13 +226,14 @@ NEFFCACHE_DECL S3CompileOptions::Reuse s3_index_reuse(S3Client& s3, std::string 
   return [&s3, prefix = std::move(prefix)](const std::string& rel, const std::string& staged, const EntryFiles& files,
                                            const CompileSettings& s) -> std::optional<CompileResult> {
     if (!s.content_index || !S3Index::indexes(rel)) return std::nullopt;
-    auto id = entry_content_id(staged, s.default_flags);
+    // (An LNL entry to compile is keyed with the version that would compile it.)
+    auto id = entry_content_id(staged, s.default_flags, compiler_version(s).value_or(""));
     if (!id) return std::nullopt;  // (its compile says what is wrong with its inputs)
     const S3Index index(s3, prefix, s.default_flags, s.workdir_root);
     auto twin = index.find(*id, rel, /*with_failures=*/!s.retry_failed, s.log);
     if (!twin) return std::nullopt;
     const std::string base = s3_key(prefix, rel);
-    if (auto served = detail::serve_s3_twin(s3, base, files, s3_key(prefix, twin->entry), *twin); !served) {
+    if (auto served = detail::serve_s3_twin(s3, base, files, s3_key(prefix, twin->entry), *id, *twin); !served) {
       // Compiled instead: a twin that went meanwhile costs a compile, never a wrong NEFF.
       if (s.log) s.log(fmt::format("content index: {} not served from {}: {}", rel, twin->entry, served.error().message));
       return std::nullopt;
@@ -217,7 +258,8 @@ NEFFCACHE_DECL S3CompileOptions::Record s3_index_record(S3Client& s3, std::strin
     const bool failed = r.outcome == CompileOutcome::failed;
     std::string xxh3;
     if (!failed)
-      if (auto h = detail::file_xxh3(fmt::format("{}/{}", staged, k_neff_file))) xxh3 = detail::xxh3_hex(*h);
+      if (auto h = detail::file_xxh3(fmt::format("{}/{}", staged, EntryFiles::of_entry_path(rel).neff_name())))
+        xxh3 = detail::xxh3_hex(*h);
     const S3Index index(s3, prefix, s.default_flags, s.workdir_root);
     if (auto added = index.add(*id, rel, failed, std::move(xxh3), r.compile_seconds); !added && s.log)
       s.log(fmt::format("content index: {} not recorded: {}", rel, added.error().message));
