@@ -48,6 +48,13 @@ using test::read_all;
 
 void put_pending(S3Client& s3, int n) { test::put_pending_entries(s3, "", n, 2000); }
 
+// Stores the pending entry `rel` with the inputs of the first put_pending entry: the same
+// graph and flags under another name (another client, another path).
+void put_twin_of_first(S3Client& s3, const std::string& rel) {
+  for (const char* name : {"compile_flags.json", "model.hlo_module.pb"})
+    REQUIRE(s3.put(fmt::format("{}/{}", rel, name), *s3.get(fmt::format("{}/{}", mount_rel_of(0), name))).has_value());
+}
+
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
   std::string out(n, '\0');
@@ -403,9 +410,7 @@ TEST_CASE("a graph one daemon compiled is served by another daemon to an entry o
   // Two pending entries of one graph and flags under two names (two clients, two paths).
   put_pending(*s3, 1);
   const std::string twin = fmt::format("{}/MODULE_2999+4f2d9c1a", k_compiler_dir);
-  for (const char* name : {"compile_flags.json", "model.hlo_module.pb"})
-    REQUIRE(s3->put(fmt::format("{}/{}", twin, name), *s3->get(fmt::format("{}/{}", mount_rel_of(0), name)))
-                .has_value());
+  put_twin_of_first(*s3, twin);
   test::TempDir dir;
   const fs::path log = dir / "compiles.log";
   const std::string url = fmt::format("s3://{}", s3->bucket());
@@ -432,10 +437,7 @@ TEST_CASE("a twin whose original this host holds is linked, not fetched; the buc
   put_pending(*s3, 1);
   const std::string twin = fmt::format("{}/MODULE_2998+4f2d9c1a", k_compiler_dir);
   const std::string later = fmt::format("{}/MODULE_2997+4f2d9c1a", k_compiler_dir);
-  for (const auto& rel : {twin, later})
-    for (const char* name : {"compile_flags.json", "model.hlo_module.pb"})
-      REQUIRE(s3->put(fmt::format("{}/{}", rel, name), *s3->get(fmt::format("{}/{}", mount_rel_of(0), name)))
-                  .has_value());
+  for (const auto& rel : {twin, later}) put_twin_of_first(*s3, rel);
   test::TempDir dir;
   const fs::path log = dir / "compiles.log";
   const std::string url = fmt::format("s3://{}", s3->bucket());

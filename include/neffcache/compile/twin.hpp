@@ -37,6 +37,13 @@ namespace detail {
 NEFFCACHE_DECL Result<std::string> place_twin_neff(const Twin& twin, const std::string& tmp,
                                                    const std::optional<FileOwner>& owner);
 
+// Publishes the verified NEFF `twin.neff` as the NEFF of `entry_dir` (`files`: its files),
+// as a twin: placed (place_twin_neff) and committed with the record of where it came
+// from (commit_neff), and for an LNL entry `compiler_version`, which its identity names.
+NEFFCACHE_DECL Result<std::string> publish_twin_neff(const Twin& twin, const std::string& entry_dir,
+                                                     const EntryFiles& files, const std::optional<FileOwner>& owner,
+                                                     const std::optional<std::string>& compiler_version);
+
 // Copies the twin's failure record (model.log; LNL: ours) as the failure record of
 // `entry_dir` (own_files, by the entry's dialect).
 NEFFCACHE_DECL Result<void> place_twin_failure(const std::string& source_dir, const std::string& entry_dir,

@@ -73,6 +73,19 @@ NEFFCACHE_DECL Result<void> place_twin_failure(const std::string& source_dir, co
   return {};
 }
 
+NEFFCACHE_DECL Result<std::string> publish_twin_neff(const Twin& twin, const std::string& entry_dir,
+                                                     const EntryFiles& files, const std::optional<FileOwner>& owner,
+                                                     const std::optional<std::string>& compiler_version) {
+  const std::string tmp = neff_tmp_name(entry_dir);
+  auto how = place_twin_neff(twin, tmp, owner);
+  if (!how) return how.error();
+  nlohmann::ordered_json meta{{"copied_from", twin.record.entry},
+                              {"copy", *how},
+                              {"compile_seconds_saved", twin.record.compile_seconds}};
+  if (files.is_lnl() && compiler_version) meta["compiler_version"] = *compiler_version;
+  return commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner, files);
+}
+
 }  // namespace detail
 
 NEFFCACHE_DECL CompileResult serve_twin(const Twin& twin, const std::string& entry_dir, const CompileSettings& s) {
@@ -103,16 +116,9 @@ NEFFCACHE_DECL CompileResult serve_twin(const Twin& twin, const std::string& ent
     return end(CompileOutcome::failed, fmt::format("same graph as {}, which failed", twin.record.entry));
   }
   sys::unlink(own_files(entry_dir).failure.c_str());
-  const std::string tmp = detail::neff_tmp_name(entry_dir);
-  auto how = detail::place_twin_neff(twin, tmp, owner);
-  if (!how) return end(CompileOutcome::transient, how.error().message);
-  nlohmann::ordered_json meta{{"copied_from", twin.record.entry},
-                              {"copy", *how},
-                              {"compile_seconds_saved", twin.record.compile_seconds}};
   // An LNL entry keeps the version its identity named: its own identity, later.
-  if (files->is_lnl())
-    if (auto v = compiler_version(s)) meta["compiler_version"] = *v;
-  auto p = detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), owner, *files);
+  auto p = detail::publish_twin_neff(twin, entry_dir, *files, owner,
+                                     files->is_lnl() ? compiler_version(s) : std::nullopt);
   if (!p) return end(CompileOutcome::transient, p.error().message);
   r.twin = twin.record.entry;
   r.saved_seconds = twin.record.compile_seconds;

@@ -642,13 +642,7 @@ NEFFCACHE_DECL bool S3Tier::link_twin(const std::string& entry_dir, const std::s
   twin.record.size = static_cast<uint64_t>(st.st_size);
   twin.record.compile_seconds = record.value("compile_seconds_saved", 0.0);
   twin.neff = std::move(*fd);
-  const std::string tmp = detail::neff_tmp_name(entry_dir);
-  auto how = detail::place_twin_neff(twin, tmp, std::nullopt);
-  if (!how) return false;
-  nlohmann::ordered_json meta{
-      {"copied_from", from}, {"copy", *how}, {"compile_seconds_saved", twin.record.compile_seconds}};
-  if (!detail::commit_neff(entry_dir, tmp, twin.record.xxh3, std::move(meta), std::nullopt,
-                           EntryFiles::of_entry_path(entry_dir)))
+  if (!detail::publish_twin_neff(twin, entry_dir, EntryFiles::of_entry_path(entry_dir), std::nullopt, std::nullopt))
     return false;
   keep(entry_dir, twin.record.size);
   return true;
