@@ -29,9 +29,12 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache_policy.hpp"
@@ -137,6 +140,10 @@ class Filesystem {
   int setxattr(fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
   int removexattr(fuse_ino_t ino, const char* name);
   LockForwarding& locks() { return locks_; }
+  // flock(2) through the mount: forwarded (lock_forwarding.hpp). An LNL key's lock in the
+  // root of a mount whose writes go elsewhere (a bucket) is held there too, for the client
+  // that compiles the key (store::Remote::hold_key_for_client), until it lets go.
+  Answer<Ok> flock(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi, int op);
 
  private:
   void getattr_of(const Inode& i, struct stat& st) const;
@@ -148,6 +155,11 @@ class Filesystem {
   // entry is held elsewhere for it first (store::Remote::hold_for_client); says once in
   // the log when that cannot be asked.
   neffcache::ClientHold hold_for_client(int dir_fd, const char* name);
+  // Says once in the log that a client's lock `name` holds on this host only (`held`).
+  neffcache::ClientHold told(neffcache::ClientHold held, std::string_view name);
+  // The open `fh` let go of an LNL key's lock it held elsewhere too (flock): what was
+  // held is given back, after the key's entry is published if it is done.
+  void let_go_of_key(uint64_t fh);
   // The lock file `name` could not be made (`err`): what hold_for_client took for it
   // (`held`) is given back. The errno to answer.
   int lock_not_made(neffcache::ClientHold::Kind held, int dir_fd, const char* name, int err);
@@ -179,6 +191,9 @@ class Filesystem {
   fuse_session* session_ = nullptr;  // set once, before the loop starts
   std::atomic<bool> stopped_{false};
   std::atomic<bool> told_lock_here_only_{false};  // hold_for_client's fallback is logged once
+  // Rank 85 (docs/ARCHITECTURE.md): guards key_holds_. A leaf.
+  std::mutex key_holds_mu_;
+  std::map<uint64_t, std::string> key_holds_;  // open -> the LNL key's entry folder it holds (flock)
 };
 
 }  // namespace neffcachefs

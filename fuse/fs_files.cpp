@@ -2,6 +2,7 @@
 #include "fs.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,7 +107,7 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
   // replaces the other host's: store::Remote::publish_written).
   const auto held = !existed && ClientLocks::is_lock_name(name) ? hold_for_client(dir->get(), name).kind
                                                                  : ClientHold::here_only;
-  if (held == ClientHold::elsewhere && (fi.flags & O_EXCL)) return Errno{EEXIST};
+  if ((held == ClientHold::elsewhere || held == ClientHold::done) && (fi.flags & O_EXCL)) return Errno{EEXIST};
   // Never through a link: one planted in the backing directory between the kernel's
   // lookup and this create would make a root daemon create or truncate its target.
   int fd;  // handed to the kernel with the reply, so not a UniqueFd
@@ -151,13 +152,60 @@ int Filesystem::lock_not_made(ClientHold::Kind held, int dir_fd, const char* nam
 }
 
 ClientHold Filesystem::hold_for_client(int dir_fd, const char* name) {
-  ClientHold held = opts_.store->remote().hold_for_client(dir_fd, name);
+  return told(opts_.store->remote().hold_for_client(dir_fd, name), name);
+}
+
+ClientHold Filesystem::told(ClientHold held, std::string_view name) {
   if (held.kind == ClientHold::here_only && !held.why.empty() && !told_lock_here_only_.exchange(true))
     fmt::print(stderr,
                "neffcachefs: a client's lock {} holds on this host only: the bucket could not be asked ({}); "
                "other hosts may compile its entry too (said once)\n",
                name, held.why);
   return held;
+}
+
+Answer<Ok> Filesystem::flock(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi, int op) {
+  const int fd = static_cast<int>(fi.fh);
+  Inode& i = inodes_.get(ino);
+  std::optional<std::string> name;
+  if (ino != FUSE_ROOT_ID && (op & LOCK_EX) && opts_.store->remote().publishes_writes()) {
+    Inode* parent = inodes_.pin_parent(i);
+    if (parent == &inodes_.root()) name = inodes_.name_of(i);
+    inodes_.unpin(parent);
+  }
+  const auto key = name ? lnl_lock_key(*name) : std::nullopt;
+  if (!key) {
+    auto a = locks_.flock(caller, fd, op);
+    if (op & LOCK_UN) let_go_of_key(fi.fh);
+    return a;
+  }
+  // An LNL rank takes its key's lock to compile the key: the key's lease too, so that a
+  // rank of another host waits in its flock until this one lets go, then finds the entry
+  // done (docs/SEMANTICS.md).
+  const std::string entry_dir = fmt::format("{}/{}", inodes_.path_of(inodes_.root()), *key);
+  return locks_.flock_shared(
+      caller, fd, op,
+      [this, entry_dir, lock = *name] {
+        return told(opts_.store->remote().hold_key_for_client(entry_dir), lock).kind != ClientHold::elsewhere;
+      },
+      // (Whatever was held: the hold a rank of this host took for the key, whose lock this
+      // one got first, is given back when this one lets go.)
+      [this, fh = fi.fh, entry_dir] {
+        std::lock_guard lk(key_holds_mu_);
+        key_holds_[fh] = entry_dir;
+      });
+}
+
+void Filesystem::let_go_of_key(uint64_t fh) {
+  std::string entry_dir;
+  {
+    std::lock_guard lk(key_holds_mu_);
+    auto it = key_holds_.find(fh);
+    if (it == key_holds_.end()) return;
+    entry_dir = std::move(it->second);
+    key_holds_.erase(it);
+  }
+  act(InputAction::upload, entry_dir);
 }
 
 Answer<fuse_file_info> Filesystem::open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi) {
@@ -230,6 +278,7 @@ int Filesystem::release(const Caller& caller, fuse_ino_t ino, const fuse_file_in
   if (inputs_.release_may_act(fi.fh, written, written && inodes_.get(ino).placeholder))
     path = inodes_.path_of(inodes_.get(ino));
   UniqueFd(static_cast<int>(fi.fh)).reset();  // the open ends
+  let_go_of_key(fi.fh);  // (and with it its flock)
   // A client finished writing an input into an entry: its compile or upload starts now,
   // in the background (input_policy.hpp).
   if (InputAction action = inputs_.after_close(path); action != InputAction::none)

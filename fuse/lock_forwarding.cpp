@@ -11,16 +11,16 @@
 
 namespace neffcachefs {
 
-void LockForwarding::wait_for_lock(std::unique_ptr<Later> later, std::function<int()> attempt) {
+void LockForwarding::wait_for_lock(std::unique_ptr<Later> later, std::function<int()> attempt, int again) {
   {
     std::lock_guard lk(mu_);
     ++running_;
   }
-  std::thread([this, later = std::move(later), attempt = std::move(attempt)] {
+  std::thread([this, later = std::move(later), attempt = std::move(attempt), again] {
     int err;
     for (;;) {
       err = attempt();
-      if (err != EAGAIN && err != EWOULDBLOCK) break;
+      if (err != again) break;
       if (later->interrupted() || stop_) {
         err = EINTR;
         break;
@@ -63,6 +63,33 @@ Answer<Ok> LockForwarding::flock(const Caller& caller, int fd, int op) {
   }
   if (err) return Errno{err};
   return Ok{};
+}
+
+Answer<Ok> LockForwarding::flock_shared(const Caller& caller, int fd, int op, std::function<bool()> elsewhere,
+                                        std::function<void()> taken) {
+  // 0: taken; EWOULDBLOCK: held on this host; EINPROGRESS: held by another host.
+  auto attempt = [fd, op, elsewhere = std::move(elsewhere), taken = std::move(taken)] {
+    if (!elsewhere()) return EINPROGRESS;
+    if (::flock(fd, op | LOCK_NB) != 0) return errno;
+    taken();
+    return 0;
+  };
+  const bool nb = (op & LOCK_NB) != 0;
+  int err = attempt();
+  if (err == 0) return Ok{};
+  if (err != EINPROGRESS && (err != EWOULDBLOCK || nb)) return Errno{err};
+  auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  wait_for_lock(
+      caller.keep(),
+      [attempt, nb, next]() mutable {
+        const auto now = std::chrono::steady_clock::now();
+        if (now < next) return EINPROGRESS;
+        next = now + std::chrono::seconds(1);
+        const int e = attempt();
+        return e == EWOULDBLOCK && !nb ? EINPROGRESS : e;
+      },
+      EINPROGRESS);
+  return Deferred{};
 }
 
 void LockForwarding::stop() {

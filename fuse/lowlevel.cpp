@@ -283,7 +283,7 @@ const fuse_lowlevel_ops& Filesystem::ops() {
     };
     o.flock = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, int op) {
       if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
-      reply_lock_answer(r, self(r).locks().flock(FuseCaller(r), static_cast<int>(fi->fh), op));
+      reply_lock_answer(r, self(r).flock(FuseCaller(r), i, *fi, op));
     };
     o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { reply_xattr(r, self(r).getxattr(i, n, s)); };
     o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { reply_xattr(r, self(r).listxattr(i, s)); };

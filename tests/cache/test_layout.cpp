@@ -97,6 +97,15 @@ TEST_CASE("an LNL NEFF's name gives back its key; no other name gives one", "[la
     CHECK_FALSE(lnl_neff_key(other));
 }
 
+TEST_CASE("an LNL key's lock name gives back its key; no other name gives one", "[layout]") {
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  CHECK(lnl_lock_key(lnl_lock_name(key)) == key);
+  for (const std::string& other : std::vector<std::string>{
+           lnl_holder_name(key), key, ".compilation_metadata.lock", ".0123.compilation_metadata.lock",
+           "x.0123456789abcdef0123456789abcdef.compilation_metadata.lock", "model.hlo_module.pb.lock", ""})
+    CHECK_FALSE(lnl_lock_key(other));
+}
+
 TEST_CASE("an entry's state follows from its files", "[layout]") {
   using F = EntryFile;
   auto state = [](std::initializer_list<F> files, bool live = true) {

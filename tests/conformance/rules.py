@@ -207,6 +207,7 @@ RULES = {
     "mount-point": mount_point,
     "bucket-products": None,  # over a bucket only
     "other-host-lock": None,  # over a bucket only: tests/fuse/test_s3_hosts.cpp
+    "other-host-key-lock": None,  # over a bucket only: tests/fuse/test_s3_lnl.cpp
     "layers": None,
     "read-only": None,
 }

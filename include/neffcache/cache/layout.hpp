@@ -91,6 +91,8 @@ NEFFCACHE_DECL std::optional<std::string_view> lnl_neff_key(std::string_view nam
 NEFFCACHE_DECL std::string lnl_lock_name(std::string_view key);
 // The file beside it that names the lock's holder (lnl.hpp, LnlHolder).
 NEFFCACHE_DECL std::string lnl_holder_name(std::string_view key);
+// The key in the name of a key's lock (lnl_lock_name), or nothing if `name` is none.
+NEFFCACHE_DECL std::optional<std::string_view> lnl_lock_key(std::string_view name);
 
 // An existence-only lock (no owner record, as unmodified clients leave them) is
 // presumed live until it is this old: longer than the longest real compile.

@@ -33,6 +33,15 @@ NEFFCACHE_DECL std::string lnl_lock_name(std::string_view key) {
   return fmt::format(".{}.compilation_metadata.lock", key);
 }
 
+NEFFCACHE_DECL std::optional<std::string_view> lnl_lock_key(std::string_view name) {
+  constexpr std::string_view prefix = ".", suffix = ".compilation_metadata.lock";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return std::nullopt;
+  const auto key = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!is_lnl_key(key)) return std::nullopt;
+  return key;
+}
+
 NEFFCACHE_DECL std::string lnl_holder_name(std::string_view key) {
   return fmt::format(".{}.compilation_metadata", key);
 }

@@ -192,6 +192,7 @@ struct ClientHold {
     here_only,  // nothing elsewhere to hold, or it could not be asked (`why` says so)
     taken,      // held for the client until it lets go of its lock
     elsewhere,  // another host holds the entry (`why`: who)
+    done,       // the entry is done elsewhere: nothing to hold (the client finds it, looking again)
   } kind = here_only;
   std::string why = {};
 };

@@ -116,9 +116,10 @@ class S3Tier {
   bool held_elsewhere(const std::string& entry_dir, std::string_view lock_name);
 
   // A client of this host creates the lock file `lock_name` in the local entry `entry_dir`
-  // (it is about to compile the entry itself): the entry's lease is taken for it first,
-  // within a bound, so that other hosts wait for its NEFF. It is given back when the client
-  // lets go (upload_written).
+  // (it is about to compile the entry itself), or, for an LNL key, takes the key's flock
+  // (`lock_name`: the lease's name; the folder may not exist yet): the entry's lease is
+  // taken for it first, within a bound, so that other hosts wait for its NEFF. It is given
+  // back when the client lets go (upload_written).
   ClientHold hold_for_client(const std::string& entry_dir, std::string_view lock_name);
 
   // After a question of theirs found S3 silent or out of reach, clients' questions

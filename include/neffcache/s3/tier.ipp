@@ -124,7 +124,7 @@ NEFFCACHE_DECL bool S3Tier::held_elsewhere(const std::string& entry_dir, std::st
 
 NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, std::string_view lock_name) {
   auto rel = relative(entry_dir);
-  if (o_.read_only || !rel || !is_entry_path(*rel) || EntryFiles::of_entry_path(*rel).is_lnl()) return {};
+  if (o_.read_only || !rel || !is_entry_path(*rel)) return {};
   if (stand_ins_.live(entry_dir) == std::optional<bool>(true)) return {ClientHold::taken};
   if (unanswered())
     return {ClientHold::here_only, fmt::format("it did not answer within {} s before", k_unanswered_pause.count())};
@@ -139,7 +139,17 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
       lease->use(*s3_);
       (void)lease->release();
       looks_.forget(*rel);
-      return {ClientHold::elsewhere, fmt::format("{}: done in the bucket", s3_->describe(key))};
+      // An LNL rank that holds its key's flock is shown no product the entry lacks here
+      // (entry_view.hpp): it must find the entry whole when it looks again, so it is
+      // fetched now, once for the host's ranks (which wait in their flock meanwhile).
+      if (EntryFiles::of_entry_path(*rel).is_lnl() && fill_entry(*rel))
+        (void)looks_.single_flight("fetch " + *rel, [&] {
+          return local_done(entry_dir) ||
+                 is_success(fetch(entry_dir, s3_key(o_.prefix, *rel), detail::files_named(*rel, *names),
+                                  std::find(names->begin(), names->end(), k_meta_file) != names->end())
+                                .outcome);
+        });
+      return {ClientHold::done, fmt::format("{}: done in the bucket", s3_->describe(key))};
     }
     // (Taken within the bound; kept, renewed and given back with the full client's retries:
     // a renewal that timed out under load must not let the lease lapse for other hosts.)
@@ -183,7 +193,12 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir)
   if (!rel)
     return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
   auto here = read_entry_files(entry_dir);
-  if (!here) return here.error();
+  if (!here) {
+    // (An LNL rank let go of its key before it made the key's folder.)
+    if (here.error().code == Errc::not_found)
+      if (auto lease = end_stand_in(entry_dir)) (void)lease->release();
+    return here.error();
+  }
   if (!here->done()) {
     if (entry_locked(entry_dir, *here)) return {};
     // The client let go without a NEFF: its graph goes up, then its lease, so that a host

@@ -46,6 +46,10 @@ class Remote {
   // `dir`, to compile the entry itself: the entry is held elsewhere for it first, within
   // a bound of a few seconds.
   virtual ClientHold hold_for_client(int /*dir*/, std::string_view /*lock_name*/) const { return {}; }
+  // A client of this host takes the lock of the LNL key whose folder is `entry_dir` (the
+  // folder may not exist yet), to compile the key itself: as hold_for_client. What was
+  // taken is given back through publish_written when the client lets go of the lock.
+  virtual ClientHold hold_key_for_client(const std::string& /*entry_dir*/) const { return {}; }
   // A reader opened the local NEFF `neff` (it is kept longest).
   virtual void neff_opened(int /*neff*/) const {}
   // True when what clients write into a local entry goes elsewhere too (publish_written).

@@ -72,6 +72,10 @@ NEFFCACHE_DECL ClientHold TierRemote::hold_for_client(int dir, std::string_view 
   return tier_->hold_for_client(neffcache::detail::path_of_fd(dir), lock_name);
 }
 
+NEFFCACHE_DECL ClientHold TierRemote::hold_key_for_client(const std::string& entry_dir) const {
+  return tier_->hold_for_client(entry_dir, k_lnl_lease_file);
+}
+
 NEFFCACHE_DECL void TierRemote::neff_opened(int neff) const {
   const std::string entry_dir = std::filesystem::path(neffcache::detail::path_of_fd(neff)).parent_path().string();
   if (auto e = store_.of_folder(entry_dir)) tier_->opened(store_.view(*e));
