@@ -160,6 +160,8 @@ class Filesystem {
   // The open `fh` let go of an LNL key's lock it held elsewhere too (flock): what was
   // held is given back, after the key's entry is published if it is done.
   void let_go_of_key(uint64_t fh);
+  // The key's entry folder that the open `fh` holds (flock), no longer noted as held.
+  std::optional<std::string> take_key_hold(uint64_t fh);
   // The lock file `name` could not be made (`err`): what hold_for_client took for it
   // (`held`) is given back. The errno to answer.
   int lock_not_made(neffcache::ClientHold::Kind held, int dir_fd, const char* name, int err);

@@ -183,29 +183,48 @@ Answer<Ok> Filesystem::flock(const Caller& caller, fuse_ino_t ino, const fuse_fi
   // rank of another host waits in its flock until this one lets go, then finds the entry
   // done (docs/SEMANTICS.md).
   const std::string entry_dir = fmt::format("{}/{}", inodes_.path_of(inodes_.root()), *key);
+  // Whether the last question took a lease now (not one held for another rank here).
+  auto fresh = std::make_shared<bool>(false);
   return locks_.flock_shared(
       caller, fd, op,
-      [this, entry_dir, lock = *name] {
-        return told(opts_.store->remote().hold_key_for_client(entry_dir), lock).kind != ClientHold::elsewhere;
-      },
-      // (Whatever was held: the hold a rank of this host took for the key, whose lock this
-      // one got first, is given back when this one lets go.)
-      [this, fh = fi.fh, entry_dir] {
+      [this, fh = fi.fh, entry_dir, lock = *name, fresh] {
+        const ClientHold held = told(opts_.store->remote().hold_key_for_client(entry_dir), lock);
+        if (held.kind == ClientHold::elsewhere) return false;
+        *fresh = held.fresh;
+        // Fetched for the rank: the kernel forgets what it listed of the key before.
+        if (held.kind == ClientHold::done) entry_changed(entry_dir);
+        // (Noted before this host's lock is tried: a rank that finds it taken then sees
+        // that its holder holds the key, and leaves the hold to it.)
         std::lock_guard lk(key_holds_mu_);
         key_holds_[fh] = entry_dir;
+        return true;
+      },
+      [this, fh = fi.fh, entry_dir, fresh](bool taken) {
+        if (taken) return;
+        // Another open of this host got the lock first: a lease taken now is given back,
+        // unless that open holds the key through us (it gives the lease back when it lets go).
+        {
+          std::lock_guard lk(key_holds_mu_);
+          key_holds_.erase(fh);
+          if (!*fresh) return;
+          for (const auto& [other, dir] : key_holds_)
+            if (dir == entry_dir) return;
+        }
+        opts_.store->remote().give_back_key(entry_dir);
       });
 }
 
+std::optional<std::string> Filesystem::take_key_hold(uint64_t fh) {
+  std::lock_guard lk(key_holds_mu_);
+  auto it = key_holds_.find(fh);
+  if (it == key_holds_.end()) return std::nullopt;
+  std::string entry_dir = std::move(it->second);
+  key_holds_.erase(it);
+  return entry_dir;
+}
+
 void Filesystem::let_go_of_key(uint64_t fh) {
-  std::string entry_dir;
-  {
-    std::lock_guard lk(key_holds_mu_);
-    auto it = key_holds_.find(fh);
-    if (it == key_holds_.end()) return;
-    entry_dir = std::move(it->second);
-    key_holds_.erase(it);
-  }
-  act(InputAction::upload, entry_dir);
+  if (auto entry_dir = take_key_hold(fh)) act(InputAction::upload, *entry_dir);
 }
 
 Answer<fuse_file_info> Filesystem::open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi) {
@@ -277,8 +296,10 @@ int Filesystem::release(const Caller& caller, fuse_ino_t ino, const fuse_file_in
   std::string path;
   if (inputs_.release_may_act(fi.fh, written, written && inodes_.get(ino).placeholder))
     path = inodes_.path_of(inodes_.get(ino));
-  UniqueFd(static_cast<int>(fi.fh)).reset();  // the open ends
-  let_go_of_key(fi.fh);  // (and with it its flock)
+  // (Its hold is taken before its descriptor is closed: another open may get its number.)
+  const auto key_held = take_key_hold(fi.fh);
+  UniqueFd(static_cast<int>(fi.fh)).reset();  // the open ends, and with it its flock
+  if (key_held) act(InputAction::upload, *key_held);
   // A client finished writing an input into an entry: its compile or upload starts now,
   // in the background (input_policy.hpp).
   if (InputAction action = inputs_.after_close(path); action != InputAction::none)

@@ -66,27 +66,32 @@ Answer<Ok> LockForwarding::flock(const Caller& caller, int fd, int op) {
 }
 
 Answer<Ok> LockForwarding::flock_shared(const Caller& caller, int fd, int op, std::function<bool()> elsewhere,
-                                        std::function<void()> taken) {
-  // 0: taken; EWOULDBLOCK: held on this host; EINPROGRESS: held by another host.
-  auto attempt = [fd, op, elsewhere = std::move(elsewhere), taken = std::move(taken)] {
-    if (!elsewhere()) return EINPROGRESS;
+                                        std::function<void(bool taken)> settled) {
+  const bool nb = (op & LOCK_NB) != 0;
+  // Whether this host's lock is free: taken and let go at once, as a probe.
+  auto here = [fd, op] {
     if (::flock(fd, op | LOCK_NB) != 0) return errno;
-    taken();
+    ::flock(fd, LOCK_UN);
     return 0;
   };
-  const bool nb = (op & LOCK_NB) != 0;
-  int err = attempt();
-  if (err == 0) return Ok{};
-  if (err != EINPROGRESS && (err != EWOULDBLOCK || nb)) return Errno{err};
-  auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  if (int err = here(); err && (err != EWOULDBLOCK || nb)) return Errno{err};
+  // 0: taken; EWOULDBLOCK: held on this host; EINPROGRESS: held by another host.
+  auto attempt = [fd, op, here, elsewhere = std::move(elsewhere), settled = std::move(settled)] {
+    if (int err = here()) return err;
+    if (!elsewhere()) return EINPROGRESS;
+    const int err = ::flock(fd, op | LOCK_NB) == 0 ? 0 : errno;
+    settled(err == 0);
+    return err;
+  };
+  // (The other hosts are asked on the thread: S3, maybe a fetch, which no FUSE worker waits for.)
   wait_for_lock(
       caller.keep(),
-      [attempt, nb, next]() mutable {
+      [attempt, nb, next = std::chrono::steady_clock::time_point{}]() mutable {
         const auto now = std::chrono::steady_clock::now();
         if (now < next) return EINPROGRESS;
         next = now + std::chrono::seconds(1);
-        const int e = attempt();
-        return e == EWOULDBLOCK && !nb ? EINPROGRESS : e;
+        const int err = attempt();
+        return err == EWOULDBLOCK && !nb ? EINPROGRESS : err;
       },
       EINPROGRESS);
   return Deferred{};

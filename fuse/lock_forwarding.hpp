@@ -32,15 +32,16 @@ class LockForwarding {
   Answer<Ok> setlk(const Caller& caller, int fd, struct flock lock, bool sleep);
   // flock(2) with `op` (LOCK_SH, LOCK_EX, LOCK_UN, maybe LOCK_NB).
   Answer<Ok> flock(const Caller& caller, int fd, int op);
-  // flock(2) of a lock that other hosts take too (an LNL key's, on a bucket mount).
-  // `elsewhere()` takes the hold on the other hosts first, and says false while another
-  // host has it: the client then waits, with LOCK_NB too, for as long as that host holds it
-  // (`elsewhere` is asked again once a second). Then this host's lock is taken as on a
-  // disk (a lock held here answers LOCK_NB at once), and `taken()` is told. (Not the other
-  // way round: a rank of this host that finds the lock taken reads its holder's file at
-  // once, which the holder writes only once it has the lock.)
+  // flock(2) LOCK_EX of a lock that other hosts take too (an LNL key's, on a bucket mount).
+  // A lock held on this host answers as on a disk (LOCK_NB at once). Else, on a thread of
+  // its own, `elsewhere()` takes the hold on the other hosts, and says false while another
+  // host has it: the client waits, with LOCK_NB too, for as long as that host holds it
+  // (asked again once a second). Then this host's lock is taken, and `settled` is told
+  // whether it was. (The other hosts are asked without this host's lock: a rank of this
+  // host that finds it taken reads its holder's file at once, which the holder writes only
+  // once it has the lock.)
   Answer<Ok> flock_shared(const Caller& caller, int fd, int op, std::function<bool()> elsewhere,
-                          std::function<void()> taken);
+                          std::function<void(bool taken)> settled);
   // Ends every wait with EINTR and returns when all of them have answered (while the
   // session can still carry the replies). Later waits end at once.
   void stop();

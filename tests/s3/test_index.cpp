@@ -337,6 +337,17 @@ TEST_CASE("an LNL entry compiled on a bucket is indexed: a twin under another ke
     CHECK(compiles.count() == 2);
     for (const auto& r : index.records(*id)) CHECK(r.entry != a);
   }
+  SECTION("a NEFF replaced since, of the same size, makes the record count for nothing") {
+    std::string other = neff;
+    other[0] = static_cast<char>(other[0] ^ 0x5a);
+    REQUIRE(s3->put(a + "/" + lnl_neff_name(a), other).has_value());
+    put_lnl_graph(*s3, compiles.dir / "src", b, "spu_tf_jit_comp.hlo.pb");
+    auto second = compiles.run(*s3);
+    INFO(second.output);
+    CHECK(second.exit_code == 0);
+    CHECK(compiles.count() == 2);  // compiled, not served the replaced NEFF
+    CHECK(s3->get(b + "/" + lnl_neff_name(b)).value() != other);
+  }
   SECTION("an entry without our record (promoted or pushed from elsewhere) has no identity") {
     REQUIRE(s3->remove(a + "/.neffcache-meta.json").has_value());
     index.forget(a);

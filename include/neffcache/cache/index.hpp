@@ -85,8 +85,8 @@ namespace detail {
 // The compiler version our publication record of `entry_dir` names (compiler_version,
 // written when we compile or serve an LNL entry), when the record describes the NEFF
 // there now (record_describes: a client that compiled the entry again left our record
-// behind). nullopt otherwise, or when it names no version.
-NEFFCACHE_DECL std::optional<std::string> recorded_compiler_version(const std::string& entry_dir);
+// behind). nullopt otherwise, or when it names no version. `legacy`: as read_entry_meta's.
+NEFFCACHE_DECL std::optional<std::string> recorded_compiler_version(const std::string& entry_dir, bool legacy = true);
 
 }  // namespace detail
 

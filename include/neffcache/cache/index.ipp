@@ -37,11 +37,11 @@ NEFFCACHE_DECL std::optional<ContentId> ContentId::parse(std::string_view s) {
 
 namespace detail {
 
-NEFFCACHE_DECL std::optional<std::string> recorded_compiler_version(const std::string& entry_dir) {
+NEFFCACHE_DECL std::optional<std::string> recorded_compiler_version(const std::string& entry_dir, bool legacy) {
   const std::string neff_path = fmt::format("{}/{}", entry_dir, EntryFiles::of_entry_path(entry_dir).neff_name());
   struct stat meta_st {}, neff_st {};
   if (::stat(neff_path.c_str(), &neff_st) != 0) return std::nullopt;
-  const auto j = read_entry_meta(entry_dir, &meta_st);
+  const auto j = read_entry_meta(entry_dir, &meta_st, legacy);
   if (!j.contains("compiler_version") || !j["compiler_version"].is_string() || !record_describes(j, meta_st, neff_st))
     return std::nullopt;
   auto v = j["compiler_version"].get<std::string>();

@@ -35,7 +35,10 @@ inline int64_t mtime_ns(const struct stat& st) {
 // The record of the entry folder `entry_dir` as a JSON object: an empty one when it is
 // missing or is no JSON object. `st`, when given, gets the record file's status (zeroed
 // when there is none).
-NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, struct stat* st = nullptr);
+// `legacy`: also where an earlier version kept an LNL entry's record, inside its folder,
+// which a client of a mount can write too (false where a client must not speak for us).
+NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, struct stat* st = nullptr,
+                                              bool legacy = true);
 
 // Whether `meta` (read_entry_meta, `meta_st` its file's status) describes the NEFF whose
 // status is `neff`: the recorded size and mtime. A record of an earlier version names no

@@ -8,7 +8,7 @@
 
 namespace neffcache::detail {
 
-NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, struct stat* st) {
+NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, struct stat* st, bool legacy) {
   auto read = [&](const std::string& path) -> nlohmann::json {
     struct stat got {};
     if (::lstat(path.c_str(), &got) != 0 || !S_ISREG(got.st_mode)) return nullptr;
@@ -22,7 +22,8 @@ NEFFCACHE_DECL nlohmann::json read_entry_meta(const std::string& entry_dir, stru
   if (st) *st = {};
   auto j = read(own_files(entry_dir).record);
   // (An LNL entry of an earlier version: its record inside the folder.)
-  if (j.is_null() && EntryFiles::of_entry_path(entry_dir).is_lnl()) j = read(fmt::format("{}/{}", entry_dir, k_meta_file));
+  if (j.is_null() && legacy && EntryFiles::of_entry_path(entry_dir).is_lnl())
+    j = read(fmt::format("{}/{}", entry_dir, k_meta_file));
   return j.is_object() ? j : nlohmann::json::object();
 }
 

@@ -95,8 +95,9 @@ NEFFCACHE_DECL Result<std::string> stage_s3_inputs(S3Client& s3, const std::stri
 
 // The record an LNL entry's compile puts into the bucket beside its NEFF, as
 // <key>/.neffcache-meta.json (k_meta_file), for its identity (s3/index.hpp): the compiler
-// version our publication record names, and the NEFF's size.
-NEFFCACHE_DECL nlohmann::ordered_json s3_lnl_record(std::string_view compiler_version, uint64_t neff_bytes);
+// version our publication record names, and the NEFF object's size and ETag.
+NEFFCACHE_DECL nlohmann::ordered_json s3_lnl_record(std::string_view compiler_version, uint64_t neff_bytes,
+                                                    std::string_view etag);
 
 // Uploads a compile's result to the entry at `base` whose objects are `files`, under the
 // entry's lease only: the NEFF at `neff` (LNL: with the compiler's log, which LNL keeps

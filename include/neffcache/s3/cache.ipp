@@ -119,7 +119,8 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
   // become the entry's for every host: it goes up only if unchanged during the upload.
   struct stat before {}, after {};
   if (::stat(neff.c_str(), &before) != 0) return sys_error("stat", neff);
-  if (auto n = up(files.neff_name(), neff); !n) return n.error();
+  auto n = up(files.neff_name(), neff);
+  if (!n) return n.error();
   if (::stat(neff.c_str(), &after) != 0) return sys_error("stat", neff);
   if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || after.st_ino != before.st_ino)
@@ -128,18 +129,23 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
   const std::string log = fmt::format("{}/{}", beside, k_lnl_log_file);
   if (::access(log.c_str(), F_OK) == 0)
     if (auto l = up(k_lnl_log_file, log); !l) return l.error();
-  // Our record's compiler version, which the entry's identity names (s3/index.hpp). Best
-  // effort: without it the entry has no identity, as a folder's without our record.
-  if (auto v = recorded_compiler_version(beside))
-    (void)s3.put(fmt::format("{}/{}", base, k_meta_file),
-                 s3_lnl_record(*v, static_cast<uint64_t>(after.st_size)).dump() + "\n");
+  // Our record's compiler version, which the entry's identity names (s3/index.hpp), from
+  // our own place only (never the folder's, which a client may write). Best effort: without
+  // it the entry has no identity, as a folder's without our record, and a record of an
+  // earlier NEFF goes.
+  const std::string record = fmt::format("{}/{}", base, k_meta_file);
+  if (auto v = recorded_compiler_version(beside, /*legacy=*/false))
+    (void)s3.put(record, s3_lnl_record(*v, static_cast<uint64_t>(after.st_size), n->etag).dump() + "\n");
+  else
+    (void)s3.remove(record);
   auto marker = read_file(fmt::format("{}/{}", beside, k_lnl_marker_file));
   if (!marker) return marker.error();
   return mark_s3_done(s3, base, files, *marker);
 }
 
-NEFFCACHE_DECL nlohmann::ordered_json s3_lnl_record(std::string_view compiler_version, uint64_t neff_bytes) {
-  return {{"compiler_version", compiler_version}, {"size", neff_bytes}};
+NEFFCACHE_DECL nlohmann::ordered_json s3_lnl_record(std::string_view compiler_version, uint64_t neff_bytes,
+                                                    std::string_view etag) {
+  return {{"compiler_version", compiler_version}, {"size", neff_bytes}, {"etag", etag}};
 }
 
 NEFFCACHE_DECL Result<void> mark_s3_done(S3Client& s3, const std::string& base, const EntryFiles& files,

@@ -51,13 +51,15 @@ NEFFCACHE_DECL Result<std::string> S3Index::lnl_compiler_version(const std::stri
   const auto j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object() || !j.contains("compiler_version") || !j["compiler_version"].is_string() ||
       !check_compiler_version(j["compiler_version"].get<std::string>()) || !j.contains("size") ||
-      !j["size"].is_number_unsigned())
-    return none("its record names no compiler version and NEFF size");
-  // A record describes the NEFF it was written with (a replaced NEFF has another size, or
-  // a compile of another version made it).
+      !j["size"].is_number_unsigned() || !j.contains("etag") || !j["etag"].is_string())
+    return none("its record names no compiler version, NEFF size and ETag");
+  // A record describes the NEFF it was written with (a NEFF replaced since, by a compile of
+  // another version or anyone, has another ETag).
   auto neff = s3_.head(fmt::format("{}/{}", base, files.neff_name()));
   if (!neff) return neff.error();
-  if (neff->size != j["size"].get<uint64_t>()) return none("its record describes another NEFF");
+  if (neff->size != j["size"].get<uint64_t>() || neff->etag.empty() ||
+      detail::unquote(neff->etag) != detail::unquote(j["etag"].get<std::string>()))
+    return none("its record describes another NEFF");
   return j["compiler_version"].get<std::string>();
 }
 
@@ -202,17 +204,16 @@ NEFFCACHE_DECL Result<void> serve_s3_twin(S3Client& s3, const std::string& base,
       return c.error();
     return {};
   }
-  if (auto c = s3.copy(fmt::format("{}/{}", twin_base, source.neff_name()),
-                       fmt::format("{}/{}", base, files.neff_name()), twin.etag);
-      !c)
-    return c.error();
+  auto copied = s3.copy(fmt::format("{}/{}", twin_base, source.neff_name()),
+                        fmt::format("{}/{}", base, files.neff_name()), twin.etag);
+  if (!copied) return copied.error();
   // Its record, as a folder's twin has one (compile/twin.hpp): what `stats` counts. Best
   // effort, before the marker: a reader of a done entry finds it whole.
   // (With the NEFF's checksum: a host that holds the original links it instead of a fetch.)
   // (An LNL twin's names the compiler version too: it is a twin for others in turn.)
   nlohmann::ordered_json record;
   if (files.is_lnl())
-    record = s3_lnl_record(std::string_view(id.compiler_dir).substr(k_compiler_dir_prefix.size()), twin.size);
+    record = s3_lnl_record(std::string_view(id.compiler_dir).substr(k_compiler_dir_prefix.size()), twin.size, *copied);
   record["copied_from"] = twin.entry;
   record["compile_seconds_saved"] = twin.compile_seconds;
   if (!twin.xxh3.empty()) record["xxh3"] = twin.xxh3;

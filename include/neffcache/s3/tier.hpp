@@ -121,6 +121,11 @@ class S3Tier {
   // taken for it first, within a bound, so that other hosts wait for its NEFF. It is given
   // back when the client lets go (upload_written).
   ClientHold hold_for_client(const std::string& entry_dir, std::string_view lock_name);
+  // What hold_for_client took for a client of the local entry `entry_dir` is given back
+  // (its client did not get its lock after all, or let go of the entry before making it).
+  void give_back(const std::string& entry_dir) {
+    if (auto lease = end_stand_in(entry_dir)) (void)lease->release();
+  }
 
   // After a question of theirs found S3 silent or out of reach, clients' questions
   // (held_elsewhere, hold_for_client) are answered without S3 for up to this long: a rank

@@ -155,7 +155,7 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
     // a renewal that timed out under load must not let the lease lapse for other hosts.)
     lease->use(*s3_);
     stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
-    return {ClientHold::taken};
+    return {ClientHold::taken, {}, /*fresh=*/true};
   }
   if (lease.error().code == Errc::busy) return note_answered(), ClientHold{ClientHold::elsewhere, lease.error().message};
   note_unanswered(lease.error());
@@ -194,9 +194,10 @@ NEFFCACHE_DECL Result<void> S3Tier::upload_written(const std::string& entry_dir)
     return Error{Errc::invalid_argument, fmt::format("{} is not an entry of the local tier {}", entry_dir, o_.root)};
   auto here = read_entry_files(entry_dir);
   if (!here) {
-    // (An LNL rank let go of its key before it made the key's folder.)
-    if (here.error().code == Errc::not_found)
-      if (auto lease = end_stand_in(entry_dir)) (void)lease->release();
+    // (An LNL rank let go of its key before it made the key's folder, and no other rank
+    // of this host took the key's lock since.)
+    if (here.error().code == Errc::not_found && !entry_locked(entry_dir, EntryFiles::of_entry_path(*rel)))
+      give_back(entry_dir);
     return here.error();
   }
   if (!here->done()) {

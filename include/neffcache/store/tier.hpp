@@ -31,6 +31,7 @@ class TierRemote final : public Remote {
   NEFFCACHE_DECL bool held_elsewhere(int dir, std::string_view lock_name) const override;
   NEFFCACHE_DECL ClientHold hold_for_client(int dir, std::string_view lock_name) const override;
   NEFFCACHE_DECL ClientHold hold_key_for_client(const std::string& entry_dir) const override;
+  void give_back_key(const std::string& entry_dir) const override { tier_->give_back(entry_dir); }
   NEFFCACHE_DECL void neff_opened(int neff) const override;
   // (A read-only bucket takes no inputs: what it lacks is compiled and kept here.)
   bool publishes_writes() const override { return !tier_->read_only(); }
