@@ -173,7 +173,12 @@ Answer<Ok> Filesystem::flock(const Caller& caller, fuse_ino_t ino, const fuse_fi
     if (parent == &inodes_.root()) name = inodes_.name_of(i);
     inodes_.unpin(parent);
   }
-  const auto key = name ? lnl_lock_key(*name) : std::nullopt;
+  auto key = name ? lnl_lock_key(*name) : std::nullopt;
+  // (An open that holds the key asks again: a no-op, as on a disk.)
+  if (key) {
+    std::lock_guard lk(key_holds_mu_);
+    if (key_holds_.contains(fi.fh)) key.reset();
+  }
   if (!key) {
     auto a = locks_.flock(caller, fd, op);
     if (op & LOCK_UN) let_go_of_key(fi.fh);
@@ -183,32 +188,33 @@ Answer<Ok> Filesystem::flock(const Caller& caller, fuse_ino_t ino, const fuse_fi
   // rank of another host waits in its flock until this one lets go, then finds the entry
   // done (docs/SEMANTICS.md).
   const std::string entry_dir = fmt::format("{}/{}", inodes_.path_of(inodes_.root()), *key);
-  // Whether the last question took a lease now (not one held for another rank here).
-  auto fresh = std::make_shared<bool>(false);
+  // Each open that asks notes itself first (key_holds_), and the lease the key has here
+  // is given back when the last open that noted the key and did not get its lock is gone:
+  // whichever open took the lease, some open that holds the lock, or none, is left with it.
   return locks_.flock_shared(
       caller, fd, op,
-      [this, fh = fi.fh, entry_dir, lock = *name, fresh] {
+      [this, fh = fi.fh, entry_dir, lock = *name] {
+        {
+          std::lock_guard lk(key_holds_mu_);
+          key_holds_[fh] = entry_dir;
+        }
         const ClientHold held = told(opts_.store->remote().hold_key_for_client(entry_dir), lock);
-        if (held.kind == ClientHold::elsewhere) return false;
-        *fresh = held.fresh;
+        if (held.kind == ClientHold::elsewhere) {
+          std::lock_guard lk(key_holds_mu_);
+          key_holds_.erase(fh);
+          return false;
+        }
         // Fetched for the rank: the kernel forgets what it listed of the key before.
         if (held.kind == ClientHold::done) entry_changed(entry_dir);
-        // (Noted before this host's lock is tried: a rank that finds it taken then sees
-        // that its holder holds the key, and leaves the hold to it.)
-        std::lock_guard lk(key_holds_mu_);
-        key_holds_[fh] = entry_dir;
         return true;
       },
-      [this, fh = fi.fh, entry_dir, fresh](bool taken) {
+      [this, fh = fi.fh, entry_dir](bool taken) {
         if (taken) return;
-        // Another open of this host got the lock first: a lease taken now is given back,
-        // unless that open holds the key through us (it gives the lease back when it lets go).
         {
           std::lock_guard lk(key_holds_mu_);
           key_holds_.erase(fh);
-          if (!*fresh) return;
           for (const auto& [other, dir] : key_holds_)
-            if (dir == entry_dir) return;
+            if (dir == entry_dir) return;  // an open that holds the key (or asks): it gives the lease back
         }
         opts_.store->remote().give_back_key(entry_dir);
       });

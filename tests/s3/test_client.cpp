@@ -9,6 +9,13 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include <neffcache/cache/lnl.hpp>
+#include <neffcache/cache/record.hpp>
+#include <neffcache/s3/cache.hpp>
 #include <neffcache/s3/detail/sigv4.hpp>
 #include <neffcache/s3/client.hpp>
 
@@ -249,6 +256,34 @@ TEST_CASE("S3 streams large files up in parts and down to disk", "[s3]") {
   test::spit(dir / "small", "tiny");
   REQUIRE(s3->upload("e/small", (dir / "small").string()).has_value());
   CHECK(*s3->get("e/small") == "tiny");
+}
+
+TEST_CASE("an LNL NEFF published in parts gets a record naming its ETag, which indexes it", "[s3][index][lnl]") {
+  // A NEFF over the multipart threshold is given its ETag when the upload completes; the
+  // record must name that one (else the bucket's index would never key the entry).
+  test::TempDir dir;
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  const std::string entry = (dir / key).string(), neff = entry + "/" + lnl_neff_name(key);
+  test::spit(neff, pattern(3000));
+  test::spit(entry + "/.compilation_complete", lnl_marker(1, 3000));
+  struct stat st {};
+  REQUIRE(::stat(neff.c_str(), &st) == 0);
+  nlohmann::ordered_json ours{{"compiler_version", "2.21.0"}};
+  detail::describe_neff(ours, st);
+  const OwnFiles own = own_files(entry);
+  REQUIRE(own.make().has_value());
+  test::spit(own.record, ours.dump());
+  auto s3 = client_with(test::unique_bucket("lnlparts"), S3Settings{.multipart_threshold = 1000});
+  REQUIRE(s3->create_bucket().has_value());
+  auto up = detail::upload_s3_result(*s3, "e/" + key, EntryFiles::of_entry_path(entry), neff);
+  INFO((up ? "" : up.error().message));
+  REQUIRE(up.has_value());
+  const auto record = nlohmann::json::parse(s3->get("e/" + key + "/.neffcache-meta.json").value());
+  CHECK(record["compiler_version"] == "2.21.0");
+  CHECK(record["size"] == 3000);
+  const std::string etag = detail::unquote(s3->head("e/" + key + "/" + lnl_neff_name(key))->etag);
+  CHECK(etag.find('-') != std::string::npos);  // a multipart ETag
+  CHECK(record["etag"] == etag);
 }
 
 TEST_CASE("an S3 download of a missing object leaves no file", "[s3]") {

@@ -195,7 +195,6 @@ struct ClientHold {
     done,       // the entry is done elsewhere: nothing to hold (the client finds it, looking again)
   } kind = here_only;
   std::string why = {};
-  bool fresh = false;  // taken now (not a hold this host had already for another client)
 };
 
 // Whether the lock of the entry folder `entry_dir` (whose files are `files`) is held by

@@ -155,7 +155,7 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
     // a renewal that timed out under load must not let the lease lapse for other hosts.)
     lease->use(*s3_);
     stand_ins_.put(entry_dir, detail::StandIns::Held(std::move(*lease)));
-    return {ClientHold::taken, {}, /*fresh=*/true};
+    return {ClientHold::taken};
   }
   if (lease.error().code == Errc::busy) return note_answered(), ClientHold{ClientHold::elsewhere, lease.error().message};
   note_unanswered(lease.error());

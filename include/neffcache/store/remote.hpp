@@ -50,8 +50,8 @@ class Remote {
   // folder may not exist yet), to compile the key itself: as hold_for_client. What was
   // taken is given back through publish_written when the client lets go of the lock.
   virtual ClientHold hold_key_for_client(const std::string& /*entry_dir*/) const { return {}; }
-  // What hold_key_for_client took (ClientHold::fresh) for a client that then did not get
-  // the key's lock of this host is given back.
+  // What hold_key_for_client took for clients of this host that then did not get the
+  // key's lock is given back.
   virtual void give_back_key(const std::string& /*entry_dir*/) const {}
   // A reader opened the local NEFF `neff` (it is kept longest).
   virtual void neff_opened(int /*neff*/) const {}
