@@ -133,14 +133,10 @@ NEFFCACHE_DECL Result<void> upload_s3_result(S3Client& s3, const std::string& ba
   // our own place only (never the folder's, which a client may write). Best effort: without
   // it the entry has no identity, as a folder's without our record, and a record of an
   // earlier NEFF goes.
-  // (A NEFF uploaded in parts is given its ETag when the upload completes: asked then.)
   const std::string record = fmt::format("{}/{}", base, k_meta_file);
-  std::string etag = n->etag;
-  if (etag.empty())
-    if (auto head = s3.head(fmt::format("{}/{}", base, files.neff_name()))) etag = head->etag;
   auto v = recorded_compiler_version(beside, /*legacy=*/false);
-  if (v && !etag.empty())
-    (void)s3.put(record, s3_lnl_record(*v, static_cast<uint64_t>(after.st_size), etag).dump() + "\n");
+  if (v && !n->etag.empty())
+    (void)s3.put(record, s3_lnl_record(*v, static_cast<uint64_t>(after.st_size), n->etag).dump() + "\n");
   else
     (void)s3.remove(record);
   auto marker = read_file(fmt::format("{}/{}", beside, k_lnl_marker_file));

@@ -359,7 +359,15 @@ NEFFCACHE_DECL Result<ObjectInfo> S3Client::upload_parts(const std::string& key,
     auto [code, message] = detail::s3_error_fields(done->body);
     return abort(Error{Errc::io, fmt::format("{}: completing the upload failed: {} {}", describe(key), code, message)});
   }
-  return ObjectInfo{key, size, {}, {}};
+  // The object's ETag is made as the upload completes: from that answer, else (radosgw 16
+  // answers an empty one) asked for.
+  ObjectInfo made{key, size, {}, {}};
+  if (doc.Parse(done->body.data(), done->body.size()) == tinyxml2::XML_SUCCESS)
+    if (auto* result = doc.FirstChildElement("CompleteMultipartUploadResult"))
+      if (auto* etag = result->FirstChildElement("ETag"); etag && etag->GetText()) made.etag = detail::unquote(etag->GetText());
+  if (made.etag.empty())
+    if (auto there = head(key)) made.etag = there->etag;
+  return made;
 }
 
 }  // namespace neffcache

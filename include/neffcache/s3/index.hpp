@@ -51,6 +51,11 @@ class S3Index {
 
   // Whether an entry can have an identity in a bucket: of either dialect.
   static bool indexes(std::string_view entry) { return is_entry_path(entry); }
+  // Whether `entry` can hold a result of `id` by its path: a Neuron entry in the identity's
+  // compiler folder, or an LNL entry (whose version its record says: entry_id reads it).
+  static bool can_hold(std::string_view entry, const ContentId& id) {
+    return indexes(entry) && (is_lnl_key(entry) || compiler_dir_of(entry) == id.compiler_dir);
+  }
 
   // The identity of the S3 entry `entry` from its inputs, downloaded into a scratch
   // folder (`files`: its files on S3), and for an LNL entry its record's compiler version.

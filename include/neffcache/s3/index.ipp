@@ -82,8 +82,7 @@ NEFFCACHE_DECL Result<ContentId> S3Index::entry_id(const std::string& entry, con
 
 NEFFCACHE_DECL Result<IndexRecord> S3Index::add(const ContentId& id, const std::string& entry, bool failed,
                                                 std::string xxh3, double compile_seconds) const {
-  // (An LNL entry's compiler folder is its record's: the caller keyed it.)
-  if (!indexes(entry) || (!is_lnl_key(entry) && compiler_dir_of(entry) != id.compiler_dir))
+  if (!can_hold(entry, id))
     return Error{Errc::invalid_argument, fmt::format("{}: cannot hold a result of {}", entry, id.str())};
   IndexRecord r;
   r.entry = entry;
@@ -123,9 +122,7 @@ NEFFCACHE_DECL Result<IndexRecord> S3Index::check(const ContentId& id, const Ind
   auto bad = [&](std::string_view why) {
     return Error{Errc::invalid_argument, fmt::format("{}: {}", s3_.describe(base), why)};
   };
-  // (An LNL entry's compiler version is its record's, which entry_id reads below.)
-  if (!indexes(r.entry) || (!is_lnl_key(r.entry) && compiler_dir_of(r.entry) != id.compiler_dir))
-    return bad(fmt::format("not an entry that can hold a result of {}", id.str()));
+  if (!can_hold(r.entry, id)) return bad(fmt::format("not an entry that can hold a result of {}", id.str()));
   auto listing = s3_.list(base + "/", "/");
   if (!listing) return listing.error();
   EntryFiles files = EntryFiles::of_entry_path(r.entry);

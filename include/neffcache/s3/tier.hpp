@@ -248,6 +248,10 @@ class S3Tier {
   // and that compile names them. Errors: an upload failed.
   Result<void> upload_kernels(const std::string& hlo_path);
 
+  // Whether the names of a bucket's entry hold our record (k_meta_file).
+  static bool has_record(const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), k_meta_file) != names.end();
+  }
   // Fetches the NEFF of an entry done on S3 (`remote`: its files there) into the local
   // entry: downloaded into the staging folder, out of the mount's view, and renamed into
   // place (LNL: with its compiler's log), then the done marker (LNL's, as S3 has it).

@@ -145,9 +145,9 @@ NEFFCACHE_DECL ClientHold S3Tier::hold_for_client(const std::string& entry_dir, 
       if (EntryFiles::of_entry_path(*rel).is_lnl() && fill_entry(*rel))
         (void)looks_.single_flight("fetch " + *rel, [&] {
           return local_done(entry_dir) ||
-                 is_success(fetch(entry_dir, s3_key(o_.prefix, *rel), detail::files_named(*rel, *names),
-                                  std::find(names->begin(), names->end(), k_meta_file) != names->end())
-                                .outcome);
+                 is_success(
+                     fetch(entry_dir, s3_key(o_.prefix, *rel), detail::files_named(*rel, *names), has_record(*names))
+                         .outcome);
         });
       return {ClientHold::done, fmt::format("{}: done in the bucket", s3_->describe(key))};
     }
@@ -284,7 +284,7 @@ NEFFCACHE_DECL CompileResult S3Tier::settle(const std::string& entry_dir, const 
       farm_looks_.erase(entry_dir);  // (waited for no more)
     }
     if (local_done(entry_dir)) return CompileResult::of(CompileOutcome::already_done, "");
-    return fetch(entry_dir, base, remote, std::find(names->begin(), names->end(), k_meta_file) != names->end());
+    return fetch(entry_dir, base, remote, has_record(*names));
   }
   if (remote.failed() && !s.retry_failed) {
     take_failure(*s3_, entry_dir, base, remote);
