@@ -148,13 +148,16 @@ void op_create(fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_in
 
 void op_read(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, fuse_file_info* fi) {
   if (auto bytes = self(r).read_special(i, size, off, *fi)) return (void)fuse_reply_buf(r, bytes->data(), bytes->size());
-  // Answered with the backing descriptor itself: libfuse splices file -> pipe ->
-  // /dev/fuse, no copy through this process.
-  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
-  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  buf.buf[0].fd = static_cast<int>(fi->fh);
-  buf.buf[0].pos = off;
-  fuse_reply_data(r, &buf, FUSE_BUF_SPLICE_MOVE);
+  // Read into a buffer this thread keeps, whose pages stay mapped. libfuse's own answer
+  // from a descriptor (fuse_reply_data) splices only until a splice from a file not yet
+  // in the page cache answers EAGAIN, which it takes for a broken kernel: from then on it
+  // reads every request into a buffer it allocates and frees, a fresh mapping each time,
+  // whose page faults and unmapping cost 7 CPU seconds per GiB here (docs/BENCHMARKS.md).
+  static thread_local std::vector<char> buf;
+  if (buf.size() < size) buf.resize(size);
+  const ssize_t n = ::pread(static_cast<int>(fi->fh), buf.data(), size, off);
+  if (n < 0) return (void)fuse_reply_err(r, errno);
+  fuse_reply_buf(r, buf.data(), static_cast<size_t>(n));
 }
 
 void op_readdir(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, bool plus) {
