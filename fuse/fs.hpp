@@ -168,6 +168,10 @@ class Filesystem {
   // The open of another host's lock shown here (namespace.hpp): the client takes the lock
   // as on a disk where the file exists, so the file is made for it now.
   Answer<fuse_file_info> open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi);
+  // An open of `i` (`ino`) that writes it (`flags`), or truncated it, is answered: it is
+  // no longer finished (while it lasts), the kernel drops what it kept, and the content
+  // index forgets a done entry's NEFF. (Its release takes the writer back.)
+  void changing(fuse_ino_t ino, Inode& i, int flags);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
   // A job of the entry folder `entry_dir` ended: the kernel forgets what it keeps of the

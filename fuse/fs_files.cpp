@@ -39,8 +39,10 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
       return Errno{e};
     };
     if (writes) {
-      // Decided before the file is touched (a copy up, a truncation): passthrough.hpp.
-      if (int e = passthrough_.writer_opening(i)) return Errno{e};
+      // Decided before the file is touched (a copy up, a truncation): a twin's name gets
+      // a file of its own first (namespace.hpp), then passthrough.hpp's rule.
+      if (int e = ns_.own_content(i)) return Errno{e};
+      if (int e = passthrough_.writer_opening(i, opened, inodes_.layer_of(i) != 0)) return Errno{e};
       // A write of a file of a lower layer writes its copy in layer 0.
       if (int e = ns_.writable(i)) return fail(e);
     }
@@ -54,6 +56,7 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     int fd = ::open(proc_path(pfd->get()).c_str(), fi.flags & ~O_NOFOLLOW);
     if (fd < 0) return fail(errno);
     opened.fh = static_cast<uint64_t>(fd);
+    if (writes) changing(ino, i, fi.flags);
     // A done entry's files: no FLUSH at a reader's close either (nothing to write back; a
     // client that locks one has its locks dropped at the release of its open instead).
     const bool reading = !writes;
@@ -137,12 +140,27 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
   // A writer: it bars passthrough readers of the file until it ends. (A create reaches an
   // existing file only through a name the kernel saw as absent; one that readers pass
   // through then is refused, but after its O_TRUNC, if it had one.)
-  if (int e = passthrough_.writer_opening(*made)) {
+  if (int e = passthrough_.writer_opening(*made, c.fi, inodes_.layer_of(*made) != 0)) {
     UniqueFd drop(fd);
     forget(c.entry.ino, 1);
     return Errno{e};
   }
+  changing(c.entry.ino, *made, fi.flags);
   return c;
+}
+
+void Filesystem::changing(fuse_ino_t ino, Inode& i, int flags) {
+  // Not finished while it is written: readers take no pages kept from before, and a lookup
+  // meanwhile keeps it so (namespace.cpp).
+  if ((flags & O_ACCMODE) != O_RDONLY) ++i.writers;
+  if (i.finished.exchange(false) || i.done_neff) notify_changed(session_, ino);
+  // Its entry's NEFF: the content index's record of the old bytes goes, and the next hit
+  // offers the entry again.
+  if (i.done_neff && opts_.scheduler.settings.content_index)
+    if (const auto* index = opts_.store->content_index()) {
+      index->forget(std::filesystem::path(inodes_.rel_path(i)).parent_path().string());
+      i.index_offered = false;
+    }
 }
 
 int Filesystem::lock_not_made(ClientHold::Kind held, int dir_fd, const char* name, int err) {
@@ -299,6 +317,7 @@ int Filesystem::release(const Caller& caller, fuse_ino_t ino, const fuse_file_in
   }
   passthrough_.ended(caller, inodes_.get(ino));
   const bool written = (fi.flags & O_ACCMODE) != O_RDONLY;
+  if (written && !inodes_.get(ino).placeholder && --inodes_.get(ino).writers == 0) ns_.written(inodes_.get(ino));
   std::string path;
   if (inputs_.release_may_act(fi.fh, written, written && inodes_.get(ino).placeholder))
     path = inodes_.path_of(inodes_.get(ino));
@@ -319,6 +338,8 @@ void Filesystem::not_opened(fuse_ino_t ino, const fuse_file_info& fi) {
   if (is_stats_file(ino)) return stats_.release_snapshot(fi.fh);
   UniqueFd(static_cast<int>(fi.fh)).reset();
   passthrough_.not_answered(inodes_.get(ino));
+  if ((fi.flags & O_ACCMODE) != O_RDONLY && !inodes_.get(ino).placeholder && --inodes_.get(ino).writers == 0)
+    ns_.written(inodes_.get(ino));
 }
 
 int Filesystem::fsync(int datasync, const fuse_file_info& fi) {

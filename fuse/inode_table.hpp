@@ -55,9 +55,14 @@ struct Inode {
   ino_t ino = 0;
   int layer = 0;
   bool placeholder = false;  // model.neff or model.done of a pending entry; another host's lock file
-  // A file of a done Neuron entry (seen so by a lookup): its content never changes, so
-  // its pages may stay cached across opens (namespace.cpp says why LNL's are not).
+  // A file of a done entry the kernel may keep (NodeKind::finished), as its last lookup
+  // found it and while no open writes it (namespace.cpp says which files).
   std::atomic<bool> finished{false};
+  // Opens of it that write (or truncated it), under way: it is not finished meanwhile.
+  std::atomic<uint32_t> writers{0};
+  // A write of this NEFF, one of our hard-linked twins, was answered ESTALE: the next
+  // lookup of one of its names gives that name a file of its own (Namespace::own_content).
+  std::atomic<bool> unshare{false};
   // The NEFF of a done entry, of either dialect, as its last lookup found it: an open of
   // it to read is a hit, counted, and names its entry in stats.json's `opened`.
   std::atomic<bool> done_neff{false};

@@ -125,24 +125,49 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   Node n;
   if (::fstat(fd.get(), &n.attr) != 0) return Errno{errno};
   // A done entry (by its clients' hit test, in either dialect) and its files. The open of
-  // its NEFF is a hit. A done Neuron entry's names never change while it exists (a
-  // publish renames new inodes into place): finished, which the kernel may keep. An LNL
-  // rank writes into a done entry (.cache_accessed) and may remove its marker (a dead
-  // holder's), so its files are never finished. Nor is a lock file in a done entry: ours
-  // (a fetch, the end of a publish) and a client's go once the entry is done, ours behind
-  // the kernel's back, and a rank that polls the name must see it go.
-  const std::string folder = S_ISDIR(n.attr.st_mode) ? std::string(name) : inodes_.name_of(parent);
-  const bool done = (S_ISREG(n.attr.st_mode) || S_ISDIR(n.attr.st_mode)) && is_entry_folder(folder) &&
-                    done_at(S_ISDIR(n.attr.st_mode) ? fd.get() : dir->get(), folder);
-  const bool finished = done && !is_lnl_key(folder) && !ClientLocks::is_lock_name(name);
+  // its NEFF is a hit. What the kernel may keep (finished) is what changes only through
+  // the mount, where an open that writes it ends that (Filesystem::open):
+  //   - a done Neuron entry: its folder and files (a publish renames new inodes into place);
+  //   - a done LNL entry: its NEFF alone. A rank writes into the entry at every hit
+  //     (.cache_accessed), may remove the marker (a dead holder's) and then compiles the
+  //     key again, writing graph.hlo and the NEFF through the mount.
+  // Never a lock file: ours (a fetch, the end of a publish) and a client's go once the
+  // entry is done, ours behind the kernel's back, and a rank that polls the name must see
+  // it go.
+  const Seen seen = S_ISDIR(n.attr.st_mode) ? seen_as(fd.get(), name, name, n.attr.st_mode)
+                                            : seen_as(dir->get(), inodes_.name_of(parent), name, n.attr.st_mode);
   // (Never in a read-only layer: nothing there is written.)
   if (S_ISDIR(n.attr.st_mode) && found.layer == 0 && std::string_view(name).starts_with(k_module_dir_prefix))
     remove_stale_lock(fd.get());
   n.inode = inodes_.intern(parent, name, std::move(fd), n.attr, found.layer);
-  if (finished) n.inode->finished = true;
-  if (S_ISREG(n.attr.st_mode)) n.inode->done_neff = done && name == EntryFiles::of_folder(folder).neff_name();
+  // A write of a twin asked for its name to get a file of its own (own_content).
+  if (seen.neff && found.layer == 0 && n.attr.st_nlink > 1 && n.inode->unshare.exchange(false))
+    if (auto own = unshared(parent, dir->get(), name, *n.inode)) n = *own;
+  const bool finished = seen.kept && n.inode->writers == 0;
+  n.inode->finished = finished;
+  if (S_ISREG(n.attr.st_mode)) n.inode->done_neff = seen.done && seen.neff;
   n.kind = finished ? NodeKind::finished : NodeKind::plain;
   return n;
+}
+
+Namespace::Seen Namespace::seen_as(int entry_fd, const std::string& folder, const char* name, mode_t mode) {
+  Seen s;
+  s.done = (S_ISREG(mode) || S_ISDIR(mode)) && is_entry_folder(folder) && done_at(entry_fd, folder);
+  const EntryFiles files = EntryFiles::of_folder(folder);
+  s.neff = S_ISREG(mode) && name == files.neff_name();
+  s.kept = s.done && !ClientLocks::is_lock_name(name) && (!files.is_lnl() || s.neff);
+  return s;
+}
+
+void Namespace::written(Inode& i) {
+  Inode* parent = inodes_.pin_parent(i);
+  if (!parent) return;
+  int err = 0;
+  PathRef dir = inodes_.path_fd(*parent, err), self = inodes_.path_fd(i, err);
+  struct stat st {};
+  if (dir && self && ::fstat(self->get(), &st) == 0 && st.st_nlink > 0 && i.writers == 0)
+    i.finished = seen_as(dir->get(), inodes_.name_of(*parent), inodes_.name_of(i).c_str(), st.st_mode).kept;
+  inodes_.unpin(parent);
 }
 
 std::shared_ptr<const Listing> Namespace::listing(Inode& dir, off_t off, int& err) {

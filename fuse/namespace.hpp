@@ -82,6 +82,13 @@ class Namespace {
   // Before a change of inode `i` (its data, attributes, extended attributes): 0 once it is
   // in layer 0, EROFS where the mount may not write it.
   int writable(Inode& i);
+  // Before the bytes of `i` change (an open that writes or truncates it, a truncate): a
+  // NEFF that other entries share (our twins are hard links: compile/twin.hpp) answers
+  // ESTALE, and the kernel's second look at the name gives it a file of its own, so that
+  // no other entry changes. 0 or ESTALE.
+  int own_content(Inode& i);
+  // The last open that wrote `i` ended: it is finished again if a lookup would find it so.
+  void written(Inode& i);
   // Before a hard link of `i` is made as `name` in `parent`: may_make's answers, and EXDEV
   // for a file of a lower layer (checked after the name's rule, before its existence).
   int may_link(Inode& i, Inode& parent, const char* name);
@@ -119,6 +126,13 @@ class Namespace {
   // it or a whiteout hides it, or another errno.
   int find(Inode& parent, const char* name, Found& found);
   Answer<Node> lookup_backing(Inode& parent, const char* name);
+  // What the file or folder `name` (of type `mode`) of folder `folder` is to the entry
+  // view, `entry_fd` being the entry's folder (the folder `name` itself, or the one it is
+  // in): in a done entry, its NEFF, and whether the kernel may keep it (NodeKind::finished).
+  struct Seen {
+    bool done = false, neff = false, kept = false;
+  };
+  Seen seen_as(int entry_fd, const std::string& folder, const char* name, mode_t mode);
   // The attributes of the lock file `name` of the entry folder `dir_fd` while another host
   // holds the entry (store::Remote::held_elsewhere), nullopt when none does.
   std::optional<struct stat> shown_lock_attr(int dir_fd, const char* name);
@@ -140,6 +154,10 @@ class Namespace {
   std::shared_ptr<const Listing> list_merged(Inode& dir, int& err);
   // Whether the folder `rel` shows no names in any layer (whiteouts applied).
   bool merged_empty(const std::string& rel);
+  // own_content's second half, at the lookup of `name` (in `parent`, open as `dir_fd`),
+  // which found the shared inode `shared`: the name now holds a copy of its own, whose
+  // node is returned (one kernel reference moved from `shared`); nullopt if it could not.
+  std::optional<Node> unshared(Inode& parent, int dir_fd, const char* name, Inode& shared);
   int remove_layered(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
   int rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
                      PathRef& npfd);

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <set>
 
@@ -51,6 +52,23 @@ int take_attributes(int fd, const struct stat& st, bool as_root) {
   return ::futimens(fd, times) == 0 ? 0 : errno;
 }
 
+// Copies the regular file `in` (`st`) to the new file `out`: its bytes, mode, times and
+// (as root) owner.
+int copy_content(int in, int out, const struct stat& st, bool as_root) {
+  for (off_t left = st.st_size; left > 0;) {
+    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(left), 0);
+    if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS)) {  // across file systems, old kernels
+      char buf[1 << 16];
+      n = ::read(in, buf, sizeof buf);
+      if (n > 0 && ::write(out, buf, static_cast<std::size_t>(n)) != n) return errno ? errno : EIO;
+    }
+    if (n < 0) return errno;
+    if (n == 0) break;  // shorter than it was
+    left -= n;
+  }
+  return take_attributes(out, st, as_root);
+}
+
 // Copies the file `name` of folder `from` to `to_name` in folder `to` (a new name), with
 // its mode, times and (as root) owner: regular files by their bytes, links as links.
 int copy_file(int from, const char* name, int to, const char* to_name, bool as_root) {
@@ -75,18 +93,7 @@ int copy_file(int from, const char* name, int to, const char* to_name, bool as_r
   if (!in) return errno;
   UniqueFd out(::openat(to, to_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) return errno;
-  for (off_t left = st.st_size; left > 0;) {
-    ssize_t n = ::copy_file_range(in.get(), nullptr, out.get(), nullptr, static_cast<std::size_t>(left), 0);
-    if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS)) {  // across file systems, old kernels
-      char buf[1 << 16];
-      n = ::read(in.get(), buf, sizeof buf);
-      if (n > 0 && ::write(out.get(), buf, static_cast<std::size_t>(n)) != n) return errno ? errno : EIO;
-    }
-    if (n < 0) return errno;
-    if (n == 0) break;  // shorter than it was
-    left -= n;
-  }
-  return take_attributes(out.get(), st, as_root);
+  return copy_content(in.get(), out.get(), st, as_root);
 }
 
 // A name for a copy under way in a folder: renamed into place when whole.
@@ -280,6 +287,44 @@ int Namespace::writable(Inode& i) {
   if (int e = copy_up(i)) return e;
   // (Never a lower layer's file, whatever happened meanwhile.)
   return inodes_.layer_of(i) == 0 ? 0 : ESTALE;
+}
+
+int Namespace::own_content(Inode& i) {
+  // (A file of a lower layer gets its own in the copy up.)
+  if (inodes_.layer_of(i) != 0) return 0;
+  int err = 0;
+  PathRef fd = inodes_.path_fd(i, err);
+  struct stat st {};
+  if (!fd || ::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink < 2) return 0;
+  const std::filesystem::path rel = inodes_.rel_path(i);
+  const std::string folder = rel.parent_path().filename().string();
+  if (!is_entry_folder(folder) || rel.filename() != EntryFiles::of_folder(folder).neff_name()) return 0;
+  // The open names the inode, which all its names share: the kernel's second look names
+  // the one written (lookup_backing gives it its own file then).
+  i.unshare = true;
+  return ESTALE;
+}
+
+std::optional<Node> Namespace::unshared(Inode& parent, int dir_fd, const char* name, Inode& shared) {
+  // Copied into a file without a name, which gets one only when whole, for the moment
+  // before it is renamed over `name`: a listing of an LNL entry (which LNL copies) never
+  // shows a part.
+  UniqueFd in(::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd out(::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600));
+  struct stat st {};
+  if (!in || !out || ::fstat(in.get(), &st) != 0 || copy_content(in.get(), out.get(), st, as_root_) != 0) return std::nullopt;
+  const std::string tmp = copy_up_name(name);
+  if (::linkat(out.get(), "", dir_fd, tmp.c_str(), AT_EMPTY_PATH) != 0) return std::nullopt;
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) {
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return std::nullopt;
+  }
+  Node n;
+  UniqueFd own(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!own || ::fstat(own.get(), &n.attr) != 0) return std::nullopt;  // (then the open answers ESTALE again)
+  n.inode = inodes_.intern(parent, name, std::move(own), n.attr);
+  inodes_.forget(inodes_.id_of(&shared), 1);
+  return n;
 }
 
 PathRef Namespace::upper_dir(Inode& dir, int& err) {

@@ -45,20 +45,29 @@ std::string Passthrough::why_off() const {
 nlohmann::ordered_json Passthrough::stats() const {
   // (Asked by the metrics thread too, which may start before the kernel's INIT is answered.)
   if (!negotiated_.load(std::memory_order_acquire))
-    return {{"on", false}, {"why_off", "not negotiated yet"}, {"opens", 0}, {"fallbacks", 0}, {"busy", 0}};
+    return {{"on", false}, {"why_off", "not negotiated yet"}, {"opens", 0}, {"writers", 0}, {"fallbacks", 0}, {"busy", 0}};
   return {{"on", on()},
           {"why_off", on() ? nlohmann::ordered_json() : nlohmann::ordered_json(why_off())},
           {"opens", opens.load()},
+          {"writers", writers.load()},
           {"fallbacks", fallbacks.load()},
           {"busy", busy.load()}};
 }
 
-int Passthrough::writer_opening(Inode& i) {
+int Passthrough::writer_opening(Inode& i, fuse_file_info& fi, bool lower) {
   if (!on_) return 0;
   std::lock_guard lk(mu_);
-  // The kernel takes only passthrough opens of this inode now, of its backing file: a
-  // writer would write that file behind the daemon (or a lower layer's, after a copy-up).
-  if (i.backing_opens > 0) return ETXTBSY;
+  if (i.backing_opens > 0) {
+    // The kernel takes only passthrough opens of this inode now, of its backing file: it
+    // opens the writer's own from it, with the writer's flags. A lower layer's file
+    // would be written behind its copy up.
+    if (lower) return ETXTBSY;
+    ++i.backing_opens;
+    set_backing(fi, i.backing_id);
+    ++opens;
+    ++writers;
+    return 0;
+  }
   ++i.cached_opens;
   return 0;
 }

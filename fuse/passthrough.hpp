@@ -1,9 +1,10 @@
 // FUSE passthrough (libfuse 3.16, Linux 6.9): the kernel reads an open file from its backing
 // file itself, without a READ request to the daemon and without a copy through it.
 //
-// Which opens pass through: readers of a finished file (a done entry's: its content never
-// changes). Everything else goes through the daemon as before: placeholders and the opens
-// waiting for a compile (direct I/O), stats.json, lock files, LNL's writes, plain files.
+// Which opens pass through: readers of a finished file (a done entry's NEFF, in either
+// dialect; namespace.cpp), and every open of a file while readers pass through it.
+// Everything else goes through the daemon as before: placeholders and the opens waiting
+// for a compile (direct I/O), stats.json, lock files, writes, plain files.
 //
 // The kernel's rule per inode: while one open of it passes through, every other open must
 // pass through too, with the same backing file (else that open fails with EIO); and an
@@ -12,9 +13,10 @@
 //   - a reader of a finished file passes through, unless the inode has cached opens (then
 //     it is served through the daemon, and counted as `busy`);
 //   - any open of an inode with passthrough opens passes through with its backing file,
-//     but a writer (or O_TRUNC), which would write that file behind the daemon (or a
-//     lower layer's file after a copy-up), is refused with ETXTBSY, as a disk refuses a
-//     write to a running program;
+//     a writer (or O_TRUNC) too: the kernel opens the writer's own backing file from it
+//     with the writer's flags, so readers see its writes as on a disk (the daemon, told
+//     at the open, drops what it and the kernel kept of the old bytes). Only a file of a
+//     read-only lower layer, which the copy up replaces, refuses it with ETXTBSY;
 //   - registering the backing file can fail (a file on a stacked file system deeper than
 //     the kernel allows, a kernel that lost the capability): the open is served through
 //     the daemon and counted as a fallback.
@@ -62,7 +64,8 @@ inline bool opens_to_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY |
 
 class Passthrough {
  public:
-  std::atomic<uint64_t> opens{0};      // opens the kernel reads without the daemon
+  std::atomic<uint64_t> opens{0};      // opens the kernel reads (and writes) without the daemon
+  std::atomic<uint64_t> writers{0};    // of those, opens that write
   std::atomic<uint64_t> fallbacks{0};  // backing file not registered: served by the daemon
   std::atomic<uint64_t> busy{0};       // readers served by the daemon: the inode had cached opens
 
@@ -74,10 +77,11 @@ class Passthrough {
   // stats.json's "passthrough" section: on, why_off (null when on), and the counters.
   nlohmann::ordered_json stats() const;
 
-  // Before an open that writes (or truncates) `i` touches its file: ETXTBSY while readers
-  // pass through; else it is counted as a cached open from here on (not_answered() takes
-  // it back if the open then fails).
-  int writer_opening(Inode& i);
+  // Before an open that writes (or truncates) `i` touches its file: while readers pass
+  // through, it does too (its backing file named in `fi`), or ETXTBSY when `lower` (a
+  // file of a read-only lower layer); else it is counted as a cached open from here on.
+  // not_answered() takes it back if the open then fails.
+  int writer_opening(Inode& i, fuse_file_info& fi, bool lower);
   // A reader of `i` about to be answered with the descriptor fi.fh. `eligible`: a reader of
   // a finished file. Names the backing file in `fi` when it passes through (backing_of).
   void reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible);

@@ -170,15 +170,19 @@ TEST_CASE("handlers: lookups find a pending entry's placeholders and listings sh
   CHECK_FALSE(opened.value().direct_io);
   CHECK(read_all(fd.get()) == "NEFF");
   CHECK(m.stats()["hits"] == 1);
-  // An LNL hit counts too, and names its entry (what a warm start fetches), though its
-  // files are not kept: a rank writes into a done entry, and may remove its marker.
+  // An LNL hit counts too, and names its entry (what a warm start fetches). Its NEFF is
+  // kept, but neither the folder nor its other files: a rank writes into a done entry,
+  // and may remove its marker.
   auto lnl_neff = m.walk(key + "/" + neffcache::lnl_neff_name(key));
   REQUIRE(lnl_neff.ok());
-  CHECK(lnl_neff.value().attr_timeout == 1);
+  CHECK(lnl_neff.value().attr_timeout == 86400);
+  CHECK(m.walk(key).value().attr_timeout == 1);
+  CHECK(m.walk(key + "/.compilation_complete").value().attr_timeout == 1);
+  CHECK(m.walk(key + "/graph.hlo").value().attr_timeout == 1);
   auto lnl_opened = m.open(lnl_neff.value().ino, O_RDONLY);
   REQUIRE(lnl_opened.ok());
   UniqueFd lnl_fd(static_cast<int>(lnl_opened.value().fh));
-  CHECK_FALSE(lnl_opened.value().keep_cache);
+  CHECK(lnl_opened.value().keep_cache);
   CHECK(m.stats()["hits"] == 2);
   CHECK(m.stats()["opened"].dump().find(key) != std::string::npos);
 
@@ -317,7 +321,7 @@ TEST_CASE("handlers: over a read-only cache without an upper layer, a miss is re
 }
 
 TEST_CASE("handlers: passthrough's rule per inode: one backing file while readers pass through, no mix with cached "
-          "opens, writers refused meanwhile, a failed registration served by the daemon",
+          "opens, writers with them, a failed registration served by the daemon",
           "[handlers]") {
   Passthrough pt;
   fuse_conn_info conn{};
@@ -341,13 +345,15 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   without_mount::TestCaller caller;
   auto& backings = caller.backings();
   Inode done;
-  // Returns the errno and the backing id of an open of `done`.
-  auto open = [&](int flags, bool eligible) {
+  // Returns the errno and the backing id of an open of `done` (`lower`: a file of a
+  // read-only lower layer).
+  auto open = [&](int flags, bool eligible, bool lower = false) {
     fuse_file_info fi{};
     fi.flags = flags;
     fi.fh = 42;
     fi.keep_cache = 1;
-    const int e = opens_to_write(flags) ? pt.writer_opening(done) : (pt.reader_opening(caller, done, fi, eligible), 0);
+    const int e = opens_to_write(flags) ? pt.writer_opening(done, fi, lower)
+                                        : (pt.reader_opening(caller, done, fi, eligible), 0);
     // The kernel fails a passthrough open that asks to keep the cache.
     if (backing_of(fi) > 0) CHECK(fi.keep_cache == 0);
     return std::pair{e, backing_of(fi)};
@@ -357,13 +363,14 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   CHECK(open(O_RDONLY, true) == std::pair{0, 1});
   // Any other open of it must pass through too (the kernel refuses a mix)...
   CHECK(open(O_RDONLY, false) == std::pair{0, 1});
-  // ...but a writer would write the backing file behind the daemon.
-  CHECK(open(O_RDWR, true).first == ETXTBSY);
-  CHECK(open(O_WRONLY, false).first == ETXTBSY);
-  CHECK(open(O_RDONLY | O_TRUNC, false).first == ETXTBSY);
-  CHECK(pt.opens == 3);
-  pt.ended(caller, done);
-  pt.ended(caller, done);
+  // ...writers too (the kernel opens theirs from it with their flags), but not one of a
+  // lower layer's file, which the copy up replaces.
+  CHECK(open(O_RDWR, true) == std::pair{0, 1});
+  CHECK(open(O_RDONLY | O_TRUNC, false) == std::pair{0, 1});
+  CHECK(open(O_WRONLY, false, true).first == ETXTBSY);
+  CHECK(pt.opens == 5);
+  CHECK(pt.writers == 2);
+  for (int k = 0; k < 4; ++k) pt.ended(caller, done);
   CHECK(backings.closed.empty());
   pt.ended(caller, done);  // the last: its backing file is given back
   CHECK(backings.closed == std::vector<int>{1});
@@ -403,8 +410,8 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   CHECK(done.cached_opens == 0);
 }
 
-TEST_CASE("handlers: with passthrough, a writer of a file that readers pass through is refused before it truncates "
-          "anything",
+TEST_CASE("handlers: with passthrough, a writer of a file that readers pass through passes through with them, and "
+          "the file is not finished while it lasts",
           "[handlers]") {
   if (!k_libfuse_has_passthrough || ::geteuid() != 0) SKIP("needs a libfuse with passthrough, and root");
   Unmounted m;
@@ -419,17 +426,24 @@ TEST_CASE("handlers: with passthrough, a writer of a file that readers pass thro
   m.fs->init(&conn);
 #endif
   const fuse_ino_t neff = m.ino(k_done + "/model.neff");
+  Inode& inode = *reinterpret_cast<Inode*>(neff);
+  CHECK(inode.finished);
   auto reader = m.open(neff, O_RDONLY);
   REQUIRE(reader.ok());
   CHECK(backing_of(reader.value()) == 1);
-  CHECK(m.open(neff, O_WRONLY | O_TRUNC).error() == ETXTBSY);
-  CHECK(test::slurp(cache / k_done / "model.neff") == "NEFF");
-  CHECK(m.fs->release(m.caller, neff, reader.value()) == 0);
-  CHECK(m.caller.backings().closed == std::vector<int>{1});
   auto writer = m.open(neff, O_WRONLY | O_TRUNC);
   REQUIRE(writer.ok());
-  CHECK(backing_of(writer.value()) == 0);
+  CHECK(backing_of(writer.value()) == 1);
   CHECK(fs::file_size(cache / k_done / "model.neff") == 0);
+  CHECK(!inode.finished);
+  CHECK(m.ino(k_done + "/model.neff") == neff);  // a lookup meanwhile keeps it so
+  CHECK(!inode.finished);
   CHECK(m.fs->release(m.caller, neff, writer.value()) == 0);
-  CHECK(m.stats()["passthrough"]["opens"] == 1);
+  CHECK(m.fs->release(m.caller, neff, reader.value()) == 0);
+  CHECK(m.caller.backings().closed == std::vector<int>{1});
+  CHECK(m.stats()["passthrough"]["opens"] == 2);
+  CHECK(m.stats()["passthrough"]["writers"] == 1);
+  // Done still, and written by no one: the next lookup finds it finished again.
+  m.ino(k_done + "/model.neff");
+  CHECK(inode.finished);
 }

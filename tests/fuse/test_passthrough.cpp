@@ -3,7 +3,12 @@
 // behind the daemon's back, nothing outside the backing folder.
 #include <sys/mman.h>
 
+#include <catch2/generators/catch_generators.hpp>
+
+#include <neffcache/cache/layout.hpp>
+
 #include "fuse_test.hpp"
+#include "lnl.hpp"
 #include "passthrough.hpp"
 
 using namespace fusetest;  // the library, the mount fixture, chrono literals
@@ -400,33 +405,30 @@ TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthroug
     ::munmap(map, bytes.size());
     ::close(fd);
   }
-  // While a reader passes through, a writer of the same file is refused (ETXTBSY), and
-  // other readers pass through with it.
+  // While a reader passes through, a writer of the same file passes through on its backing
+  // file, and the reader sees what it writes (the test below compares with a disk).
   int reader = ::open(neff.c_str(), O_RDONLY);
   REQUIRE(reader >= 0);
-  CHECK(::open(neff.c_str(), O_RDWR) == -1);
-  CHECK(errno == ETXTBSY);
-  CHECK(::open(neff.c_str(), O_RDONLY | O_TRUNC) == -1);
-  CHECK(errno == ETXTBSY);
-  CHECK(read_all(neff).second == bytes);  // nothing truncated
+  const uint64_t writers = m.daemon().stats()["passthrough"]["writers"];
+  int writer = ::open(neff.c_str(), O_RDWR);
+  REQUIRE(writer >= 0);
+  CHECK(m.daemon().stats()["passthrough"]["writers"] == writers + 1);
+  CHECK(reads_between(m, [&] { CHECK(::pwrite(writer, "NEWB", 4, 0) == 4); }) == 0);
+  std::string head(4, '\0');
+  CHECK(::pread(reader, head.data(), 4, 0) == 4);
+  CHECK(head == "NEWB");
   ::close(reader);
+  ::close(writer);
+  CHECK(read_all(neff).second == "NEWB" + bytes.substr(4));
   // A writer first: readers go through the daemon until it ends (the kernel allows no mix),
-  // and see what it wrote. (The kernel sends a close's RELEASE in the background: until the
-  // daemon has it, the readers still count, and a writer is refused a moment longer.)
-  auto open_until = [&](int flags) {
-    int fd = -1;
-    for (int tries = 0; tries < 200 && (fd = ::open(neff.c_str(), flags)) < 0 && errno == ETXTBSY; ++tries)
-      std::this_thread::sleep_for(10ms);
-    return fd;
-  };
-  int writer = open_until(O_RDWR);
+  // and see what it wrote.
+  writer = ::open(neff.c_str(), O_RDWR);
   REQUIRE(writer >= 0);
   const uint64_t busy = m.daemon().stats()["passthrough"]["busy"];
   CHECK(::pwrite(writer, bytes.data(), 4, 0) == 4);
   CHECK(read_all(neff).second == bytes);
-  CHECK(m.daemon().stats()["passthrough"]["busy"] == busy + 1);
   ::close(writer);
-  // Once its RELEASE is in, readers pass through again.
+  // Once its RELEASE is in and a lookup finds it done again, readers pass through again.
   const uint64_t before = m.daemon().stats()["passthrough"]["opens"];
   bool passed = false;
   for (int tries = 0; tries < 200 && !passed; ++tries) {
@@ -434,7 +436,88 @@ TEST_CASE("a done NEFF is read by the kernel without the daemon (FUSE passthroug
     passed = m.daemon().stats()["passthrough"]["opens"] > before;
     if (!passed) std::this_thread::sleep_for(10ms);
   }
+  CHECK(m.daemon().stats()["passthrough"]["busy"].get<uint64_t>() >= busy);
   CHECK(passed);
+}
+
+// A done entry of either dialect below `root` whose NEFF holds `bytes`; returns the NEFF's
+// path below `root`.
+static std::string put_done_entry(const fs::path& root, bool lnl, const std::string& seed, const std::string& bytes) {
+  if (lnl) {
+    const std::string key = test::lnl_key(seed);
+    test::make_lnl_entry(root, "gopjrt_tuple.hlo.pb", key);
+    test::spit(root / key / lnl_neff_name(key), bytes);
+    test::spit(root / key / ".compilation_complete", "completed:1\n");
+    return key + "/" + lnl_neff_name(key);
+  }
+  const std::string dir = test::k_fake_dir + "/MODULE_" + seed + "+abc";
+  test::spit(root / dir / "model.hlo_module.pb", "x");
+  test::spit(root / dir / "model.neff", bytes);
+  test::spit(root / dir / "model.done", "");
+  return dir + "/model.neff";
+}
+
+TEST_CASE("a done NEFF of either dialect passes through, and a writer of it behaves as on a disk; its twin keeps "
+          "its own bytes",
+          "[fuse][lnl]") {
+  const bool lnl = GENERATE(false, true);
+  CAPTURE(lnl);
+  Mount m;
+  if (m.daemon().stats()["passthrough"]["on"] == false) SKIP("passthrough is off here");
+  test::TempDir plain;
+  const std::string old_bytes(3 << 20, 'o'), new_bytes = std::string(1 << 20, 'n') + "end";
+  // The same steps on a folder and through the mount: a reader opens the NEFF and reads
+  // its start; a writer rewrites it whole (O_TRUNC) while the reader keeps it open; the
+  // reader reads again; a new open reads it. Returns what each read gave.
+  auto steps = [&](const fs::path& root, const std::string& neff) {
+    std::vector<std::string> seen;
+    int reader = ::open((root / neff).c_str(), O_RDONLY);
+    REQUIRE(reader >= 0);
+    std::string buf(4096, '\0');
+    seen.push_back(std::to_string(::pread(reader, buf.data(), buf.size(), 0)) + buf.substr(0, 8));
+    int writer = ::open((root / neff).c_str(), O_WRONLY | O_TRUNC);
+    REQUIRE(writer >= 0);
+    CHECK(::write(writer, new_bytes.data(), new_bytes.size()) == static_cast<ssize_t>(new_bytes.size()));
+    ::close(writer);
+    std::string all(old_bytes.size(), '\0');
+    const ssize_t n = ::pread(reader, all.data(), all.size(), 0);
+    seen.push_back(std::to_string(n) + (n == static_cast<ssize_t>(new_bytes.size()) && all.substr(0, n) == new_bytes ? " new" : " other"));
+    struct stat st {};
+    ::fstat(reader, &st);
+    seen.push_back(std::to_string(st.st_size));
+    ::close(reader);
+    auto [err, again] = read_all(root / neff);
+    seen.push_back(std::to_string(err) + (again == new_bytes ? " new" : " other"));
+    return seen;
+  };
+  const std::string on_disk = put_done_entry(plain.path(), lnl, "written", old_bytes);
+  const std::string neff = put_done_entry(m.backing(), lnl, "written", old_bytes);
+  // A hit passes through, without a READ.
+  const uint64_t opens = m.daemon().stats()["passthrough"]["opens"];
+  CHECK(reads_between(m, [&] { CHECK(read_all(m.mnt() / neff).second == old_bytes); }) == 0);
+  CHECK(m.daemon().stats()["passthrough"]["opens"] == opens + 1);
+  const auto expected = steps(plain.path(), on_disk);
+  CHECK(expected == std::vector<std::string>{"4096oooooooo", fmt::format("{} new", new_bytes.size()),
+                                             std::to_string(new_bytes.size()), "0 new"});
+  CHECK(steps(m.mnt(), neff) == expected);
+  CHECK(test::slurp(m.backing() / neff) == new_bytes);
+
+  // A twin (our twins are hard links): written through one name, the other entry keeps
+  // its bytes, and the name written reads the new ones.
+  const std::string first = put_done_entry(m.backing(), lnl, "twin a", old_bytes);
+  const std::string second = put_done_entry(m.backing(), lnl, "twin b", "");
+  fs::remove(m.backing() / second);
+  fs::create_hard_link(m.backing() / first, m.backing() / second);
+  CHECK(read_all(m.mnt() / second).second == old_bytes);  // the kernel knows both names
+  CHECK(read_all(m.mnt() / first).second == old_bytes);
+  int writer = ::open((m.mnt() / first).c_str(), O_WRONLY | O_TRUNC);
+  REQUIRE(writer >= 0);
+  CHECK(::write(writer, new_bytes.data(), new_bytes.size()) == static_cast<ssize_t>(new_bytes.size()));
+  ::close(writer);
+  CHECK(read_all(m.mnt() / first).second == new_bytes);
+  CHECK(read_all(m.mnt() / second).second == old_bytes);
+  CHECK(test::slurp(m.backing() / second) == old_bytes);
+  CHECK(fs::hard_link_count(m.backing() / second) == 1);
 }
 
 TEST_CASE("with --no-passthrough every read of a done NEFF goes through the daemon", "[fuse]") {

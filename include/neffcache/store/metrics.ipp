@@ -33,6 +33,9 @@ NEFFCACHE_DECL const std::vector<MetricSpec>& daemon_metrics() {
        "1 when the kernel reads done files without the daemon.", "/passthrough/on"},
       {"neffcache_passthrough_opens_total", "counter", "Opens served by FUSE passthrough.",
        "/passthrough/opens"},
+      {"neffcache_passthrough_writers_total", "counter",
+       "Opens for writing served by FUSE passthrough (readers were passing through the file).",
+       "/passthrough/writers"},
       {"neffcache_passthrough_fallbacks_total", "counter",
        "Opens of done files served by the daemon because the kernel refused to register the "
        "backing file.",
