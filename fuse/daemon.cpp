@@ -447,6 +447,7 @@ int run_daemon(int argc, char** argv) {
     fuse_session_destroy(se);
     return fail(fmt::format("cannot mount on {}", mountpoint));
   }
+  neffcachefs::Filesystem::mounted(mountpoint);
   std::string served = opts.store->name();
   if (bucket_lower) served = fmt::format("{} over {} (read-only)", opts.backing, served);
   if (!opts.lowers.empty())

@@ -19,10 +19,16 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
 namespace neffcachefs {
+
+// What the kernel may read ahead of a reader through the page cache (INIT, and the mount's
+// own setting: Filesystem::mounted).
+constexpr unsigned k_readahead = 1 << 20;
 
 using namespace neffcache;
 using detail::UniqueFd;
@@ -146,10 +152,28 @@ void Filesystem::init(fuse_conn_info* conn) {
   else
     fmt::print(stderr, "neffcachefs: FUSE passthrough off: {}\n", why);
   conn->max_write = 1 << 20;
-  conn->max_readahead = 1 << 20;
+  conn->max_readahead = k_readahead;
   // Parallel readers of many NEFFs: the kernel default of 12 throttles them.
   conn->max_background = 64;
   conn->congestion_threshold = 48;
+}
+
+void Filesystem::mounted(const std::string& mountpoint) {
+  // The mount's device, from the mount table: a stat of the mount point would wait for
+  // INIT, which no thread answers yet.
+  std::ifstream table("/proc/self/mountinfo");
+  // (Its folder made canonical, not the mount point itself, which would wait for INIT too.)
+  const std::filesystem::path point(mountpoint);
+  std::error_code ec;
+  const std::string at = (std::filesystem::weakly_canonical(point.parent_path(), ec) / point.filename()).string();
+  std::string dev;
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point;
+    if (fields >> id >> parent >> device >> root >> point && point == at) dev = device;  // the last: on top
+  }
+  if (dev.empty()) return;
+  std::ofstream("/sys/class/bdi/" + dev + "/read_ahead_kb") << (k_readahead >> 10);
 }
 
 Answer<fuse_entry_param> Filesystem::lookup(fuse_ino_t parent, const char* name) {
@@ -215,6 +239,8 @@ Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, 
     return getattr(ino, fi);
   }
   if (i.placeholder || i.special != Inode::Special::none) return Errno{EACCES};
+  // A truncate changes the bytes: a twin's name gets a file of its own first.
+  if (int e = (to_set & FUSE_SET_ATTR_SIZE) ? ns_.own_content(i) : 0) return Errno{e};
   if (int e = ns_.writable(i)) return Errno{e};
   int err = 0;
   PathRef fd = inodes_.path_fd(i, err);
@@ -230,8 +256,10 @@ Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, 
     gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
     rc = ::fchownat(fd->get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
   }
-  if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE))
+  if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
     rc = fi ? ::ftruncate(static_cast<int>(fi->fh), attr->st_size) : ::truncate(path.c_str(), attr->st_size);
+    if (rc == 0) changing(ino, i, O_RDONLY);
+  }
   if (rc == 0 && (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
     struct timespec tv[2];
     tv[0].tv_nsec = tv[1].tv_nsec = UTIME_OMIT;

@@ -75,6 +75,11 @@ class Filesystem {
     session_ = se;
     compile_.set_session(se);
   }
+  // Once mounted on `mountpoint` (before the loop): as root, raises the kernel's read-ahead
+  // for the mount to what INIT asks for (max_readahead). The kernel takes the smaller of the
+  // two, and its own starts at 128 KiB, so a cold read through the page cache made one READ
+  // per 128 KiB. Quiet when it cannot (not root).
+  static void mounted(const std::string& mountpoint);
   // Starts the threads (compile workers, prepare, reap, deadline). After daemonizing:
   // the fork keeps only the thread that calls it.
   void start();
@@ -168,9 +173,9 @@ class Filesystem {
   // The open of another host's lock shown here (namespace.hpp): the client takes the lock
   // as on a disk where the file exists, so the file is made for it now.
   Answer<fuse_file_info> open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi);
-  // An open of `i` (`ino`) that writes it (`flags`), or truncated it, is answered: it is
-  // no longer finished (while it lasts), the kernel drops what it kept, and the content
-  // index forgets a done entry's NEFF. (Its release takes the writer back.)
+  // An open of `i` (`ino`) that writes it (`flags`) is answered, or it was truncated: it is
+  // no longer finished (while a writer lasts), the kernel drops what it kept, and the
+  // content index forgets a done entry's NEFF. (A writer's release takes it back.)
   void changing(fuse_ino_t ino, Inode& i, int flags);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);
