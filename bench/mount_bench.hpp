@@ -125,6 +125,21 @@ inline fs::path make_done_entry(const fs::path& root, const std::string& name, u
   return dir;
 }
 
+// A done LNL entry (LNL's hit test: graph.hlo, the NEFF, the marker, the metadata listed)
+// whose NEFF has `neff_bytes`, under the key `seed` spells. Returns the NEFF's path.
+inline fs::path make_done_lnl_entry(const fs::path& root, uint64_t seed, uint64_t neff_bytes) {
+  const std::string key = fmt::format("{:032x}", seed);
+  auto dir = root / key;
+  fs::create_directories(dir);
+  touch(dir / "graph.hlo", "a graph");
+  touch(dir / ".artifact_metadata_v0.json", fmt::format(R"({{"cache_key": "{}", "version": 0}})", key));
+  const fs::path neff = dir / fmt::format("graph_{}.neff", key);
+  if (neff_bytes > 4096) write_blob(neff, neff_bytes);
+  else touch(neff, std::string(neff_bytes, 'n'));
+  touch(dir / ".compilation_complete", "completed:1\n");
+  return neff;
+}
+
 // A pending entry whose graph compiles on its own: the flag makes its dedup key unique.
 inline fs::path make_pending_entry(const fs::path& root, const std::string& name, const fs::path& hlo) {
   auto dir = root / "neuronxcc-2.21.0" / ("MODULE_" + name);
