@@ -240,7 +240,8 @@ Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, 
   }
   if (i.placeholder || i.special != Inode::Special::none) return Errno{EACCES};
   // A truncate changes the bytes: a twin's name gets a file of its own first.
-  if (int e = (to_set & FUSE_SET_ATTR_SIZE) ? ns_.own_content(i) : 0) return Errno{e};
+  // (A descriptor's: its open, which wrote, split it already.)
+  if (int e = (to_set & FUSE_SET_ATTR_SIZE) && !fi ? ns_.own_content(i) : 0) return Errno{e};
   if (int e = ns_.writable(i)) return Errno{e};
   int err = 0;
   PathRef fd = inodes_.path_fd(i, err);

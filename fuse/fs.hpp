@@ -173,9 +173,10 @@ class Filesystem {
   // The open of another host's lock shown here (namespace.hpp): the client takes the lock
   // as on a disk where the file exists, so the file is made for it now.
   Answer<fuse_file_info> open_shown_lock(const Caller& caller, Inode& i, const fuse_file_info& fi);
-  // An open of `i` (`ino`) that writes it (`flags`) is answered, or it was truncated: it is
-  // no longer finished (while a writer lasts), the kernel drops what it kept, and the
-  // content index forgets a done entry's NEFF. (A writer's release takes it back.)
+  // An open of `i` (`ino`) that writes it (`flags`) is answered, or it was truncated: the
+  // content index forgets a done entry's NEFF, and a writer (an open to write) makes it
+  // no longer finished while it lasts and the kernel drop what it kept. (Its release
+  // takes it back.)
   void changing(fuse_ino_t ino, Inode& i, int flags);
   // Starts what a finished input calls for in `entry_dir`.
   void act(InputAction action, const std::string& entry_dir);

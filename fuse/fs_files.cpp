@@ -42,7 +42,7 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
       // Decided before the file is touched (a copy up, a truncation): a twin's name gets
       // a file of its own first (namespace.hpp), then passthrough.hpp's rule.
       if (int e = ns_.own_content(i)) return Errno{e};
-      if (int e = passthrough_.writer_opening(i, opened, inodes_.layer_of(i) != 0)) return Errno{e};
+      if (int e = passthrough_.writer_opening(i, opened)) return Errno{e};
       // A write of a file of a lower layer writes its copy in layer 0.
       if (int e = ns_.writable(i)) return fail(e);
     }
@@ -63,7 +63,7 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     const NodeKind kind = Namespace::kind_of(i);
     set_open_caching(opened, kind, reading);
     if (reading) {
-      passthrough_.reader_opening(caller, i, opened, kind == NodeKind::finished);
+      passthrough_.reader_opening(caller, i, opened, kind == NodeKind::finished, inodes_.layer_of(i) != 0);
       if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     }
     if (reading && i.done_neff) {
@@ -140,7 +140,7 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
   // A writer: it bars passthrough readers of the file until it ends. (A create reaches an
   // existing file only through a name the kernel saw as absent; one that readers pass
   // through then is refused, but after its O_TRUNC, if it had one.)
-  if (int e = passthrough_.writer_opening(*made, c.fi, inodes_.layer_of(*made) != 0)) {
+  if (int e = passthrough_.writer_opening(*made, c.fi)) {
     UniqueFd drop(fd);
     forget(c.entry.ino, 1);
     return Errno{e};
@@ -151,9 +151,12 @@ Answer<Filesystem::Created> Filesystem::create(const Caller& caller, fuse_ino_t 
 
 void Filesystem::changing(fuse_ino_t ino, Inode& i, int flags) {
   // Not finished while it is written: readers take no pages kept from before, and a lookup
-  // meanwhile keeps it so (namespace.cpp).
-  if ((flags & O_ACCMODE) != O_RDONLY) ++i.writers;
-  if (i.finished.exchange(false) || i.done_neff) notify_changed(session_, ino);
+  // meanwhile keeps it so (namespace.cpp). (A truncation alone, by an open or a truncate,
+  // the kernel makes itself, and drops its own pages for.)
+  if ((flags & O_ACCMODE) != O_RDONLY) {
+    ++i.writers;
+    if (i.finished.exchange(false) || i.done_neff) notify_changed(session_, ino);
+  }
   // Its entry's NEFF: the content index's record of the old bytes goes, and the next hit
   // offers the entry again.
   if (i.done_neff && opts_.scheduler.settings.content_index)

@@ -61,8 +61,10 @@ struct Inode {
   // Opens of it that write (or truncated it), under way: it is not finished meanwhile.
   std::atomic<uint32_t> writers{0};
   // A write of this NEFF, one of our hard-linked twins, was answered ESTALE: the next
-  // lookup of one of its names gives that name a file of its own (Namespace::own_content).
+  // lookup of one of its names gives that name a file of its own (Namespace::own_content),
+  // or leaves here why it could not, which the retried write then gets.
   std::atomic<bool> unshare{false};
+  std::atomic<int> unshare_error{0};
   // The NEFF of a done entry, of either dialect, as its last lookup found it: an open of
   // it to read is a hit, counted, and names its entry in stats.json's `opened`.
   std::atomic<bool> done_neff{false};
@@ -82,6 +84,7 @@ struct Inode {
   // Guarded by Passthrough::mu_ (passthrough.hpp): the backing file registered with the
   // kernel while opens pass through, and the opens of each kind.
   int backing_id = 0;
+  bool backing_lower = false;  // it is a read-only lower layer's file
   uint32_t backing_opens = 0;
   uint32_t cached_opens = 0;
 };

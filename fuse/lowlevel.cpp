@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include <neffcache/core/detail/fs.hpp>
@@ -153,11 +155,28 @@ void op_read(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, fuse_file_info*
   // in the page cache answers EAGAIN, which it takes for a broken kernel: from then on it
   // reads every request into a buffer it allocates and frees, a fresh mapping each time,
   // whose page faults and unmapping cost 7 CPU seconds per GiB here (docs/BENCHMARKS.md).
-  static thread_local std::vector<char> buf;
-  if (buf.size() < size) buf.resize(size);
-  const ssize_t n = ::pread(static_cast<int>(fi->fh), buf.data(), size, off);
-  if (n < 0) return (void)fuse_reply_err(r, errno);
-  fuse_reply_buf(r, buf.data(), static_cast<size_t>(n));
+  // Aligned to a page: the backing file is open with the reader's flags, O_DIRECT too.
+  struct Buffer {
+    std::unique_ptr<char, decltype(&std::free)> bytes{nullptr, &std::free};
+    size_t size = 0;
+  };
+  static thread_local Buffer buf;
+  if (buf.size < size) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), want = (size + page - 1) / page * page;
+    buf.bytes.reset(static_cast<char*>(std::aligned_alloc(page, want)));
+    buf.size = buf.bytes ? want : 0;
+    if (!buf.bytes) return (void)fuse_reply_err(r, ENOMEM);
+  }
+  // Whole, or up to the end of the file: a short answer tells the kernel the file ends there.
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::pread(static_cast<int>(fi->fh), buf.bytes.get() + got, size - got, off + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && got == 0) return (void)fuse_reply_err(r, errno);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  fuse_reply_buf(r, buf.bytes.get(), got);
 }
 
 void op_readdir(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, bool plus) {

@@ -142,9 +142,15 @@ Answer<Node> Namespace::lookup_backing(Inode& parent, const char* name) {
   n.inode = inodes_.intern(parent, name, std::move(fd), n.attr, found.layer);
   // A write of a twin asked for its name to get a file of its own (own_content).
   if (seen.neff && found.layer == 0 && n.attr.st_nlink > 1 && n.inode->unshare.exchange(false))
-    if (auto own = unshared(parent, dir->get(), name, *n.inode)) n = *own;
-  const bool finished = seen.kept && n.inode->writers == 0;
-  n.inode->finished = finished;
+    if (int e = unshared(parent, dir->get(), name, n)) {
+      inodes_.forget(inodes_.id_of(n.inode), 1);
+      return Errno{e};
+    }
+  // (Set first, then undone if a writer came meanwhile: Filesystem::changing counts the
+  // writer before it clears the flag.)
+  n.inode->finished = seen.kept;
+  if (n.inode->writers != 0) n.inode->finished = false;
+  const bool finished = n.inode->finished;
   if (S_ISREG(n.attr.st_mode)) n.inode->done_neff = seen.done && seen.neff;
   n.kind = finished ? NodeKind::finished : NodeKind::plain;
   return n;
@@ -165,8 +171,10 @@ void Namespace::written(Inode& i) {
   int err = 0;
   PathRef dir = inodes_.path_fd(*parent, err), self = inodes_.path_fd(i, err);
   struct stat st {};
-  if (dir && self && ::fstat(self->get(), &st) == 0 && st.st_nlink > 0 && i.writers == 0)
+  if (dir && self && ::fstat(self->get(), &st) == 0 && st.st_nlink > 0) {
     i.finished = seen_as(dir->get(), inodes_.name_of(*parent), inodes_.name_of(i).c_str(), st.st_mode).kept;
+    if (i.writers != 0) i.finished = false;
+  }
   inodes_.unpin(parent);
 }
 

@@ -155,9 +155,11 @@ class Namespace {
   // Whether the folder `rel` shows no names in any layer (whiteouts applied).
   bool merged_empty(const std::string& rel);
   // own_content's second half, at the lookup of `name` (in `parent`, open as `dir_fd`),
-  // which found the shared inode `shared`: the name now holds a copy of its own, whose
-  // node is returned (one kernel reference moved from `shared`); nullopt if it could not.
-  std::optional<Node> unshared(Inode& parent, int dir_fd, const char* name, Inode& shared);
+  // which found `n`, the shared inode: the name holds a copy of its own now, and `n` is its
+  // node (the kernel's reference moved from the shared inode). When no copy could be made,
+  // `n` stays and the shared inode keeps why (Inode::unshare_error). An errno when the name
+  // holds the copy but it cannot be answered (the lookup fails: never the shared inode).
+  int unshared(Inode& parent, int dir_fd, const char* name, Node& n);
   int remove_layered(Inode& parent, const char* name, bool dir, const std::function<void(int dir_fd)>& forget);
   int rename_layered(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags, PathRef& pfd,
                      PathRef& npfd);

@@ -299,32 +299,52 @@ int Namespace::own_content(Inode& i) {
   const std::filesystem::path rel = inodes_.rel_path(i);
   const std::string folder = rel.parent_path().filename().string();
   if (!is_entry_folder(folder) || rel.filename() != EntryFiles::of_folder(folder).neff_name()) return 0;
+  // The split failed at the kernel's second look: its error, once (the next write tries again).
+  if (int e = i.unshare_error.exchange(0)) return e;
   // The open names the inode, which all its names share: the kernel's second look names
   // the one written (lookup_backing gives it its own file then).
   i.unshare = true;
   return ESTALE;
 }
 
-std::optional<Node> Namespace::unshared(Inode& parent, int dir_fd, const char* name, Inode& shared) {
-  // Copied into a file without a name, which gets one only when whole, for the moment
-  // before it is renamed over `name`: a listing of an LNL entry (which LNL copies) never
-  // shows a part.
+int Namespace::unshared(Inode& parent, int dir_fd, const char* name, Node& n) {
+  Inode& shared = *n.inode;
+  auto cannot = [&](int e) {
+    shared.unshare_error = e ? e : EIO;
+    fmt::print(stderr, "neffcachefs: {}/{}: cannot give it a file of its own before it is written: {}\n",
+               path_of_fd(dir_fd), name, std::strerror(shared.unshare_error));
+    return 0;
+  };
+  // Copied whole, then renamed over `name`. Into a file without a name where the file
+  // system allows it, linked only for the moment before the rename: a listing of an LNL
+  // entry (which LNL copies) then never shows a part.
   UniqueFd in(::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  UniqueFd out(::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600));
   struct stat st {};
-  if (!in || !out || ::fstat(in.get(), &st) != 0 || copy_content(in.get(), out.get(), st, as_root_) != 0) return std::nullopt;
+  if (!in || ::fstat(in.get(), &st) != 0) return cannot(errno);
   const std::string tmp = copy_up_name(name);
-  if (::linkat(out.get(), "", dir_fd, tmp.c_str(), AT_EMPTY_PATH) != 0) return std::nullopt;
-  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) {
+  UniqueFd out(::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600));
+  const bool unnamed = static_cast<bool>(out);
+  if (!unnamed) out = UniqueFd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out) return cannot(errno);
+  int err = copy_content(in.get(), out.get(), st, as_root_);
+  // (Through /proc: a link by descriptor itself needs CAP_DAC_READ_SEARCH.)
+  if (!err && unnamed &&
+      ::linkat(AT_FDCWD, fmt::format("/proc/self/fd/{}", out.get()).c_str(), dir_fd, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+    err = errno;
+  if (!err && ::renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) err = errno;
+  if (err) {
     ::unlinkat(dir_fd, tmp.c_str(), 0);
-    return std::nullopt;
+    return cannot(err);
   }
-  Node n;
+  // The name is the copy's now: never answered with the shared inode.
   UniqueFd own(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-  if (!own || ::fstat(own.get(), &n.attr) != 0) return std::nullopt;  // (then the open answers ESTALE again)
-  n.inode = inodes_.intern(parent, name, std::move(own), n.attr);
+  Node copy;
+  if (!own || ::fstat(own.get(), &copy.attr) != 0) return errno ? errno : EIO;
+  copy.inode = inodes_.intern(parent, name, std::move(own), copy.attr);
+  copy.kind = n.kind;
   inodes_.forget(inodes_.id_of(&shared), 1);
-  return n;
+  n = copy;
+  return 0;
 }
 
 PathRef Namespace::upper_dir(Inode& dir, int& err) {

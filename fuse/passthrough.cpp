@@ -54,14 +54,14 @@ nlohmann::ordered_json Passthrough::stats() const {
           {"busy", busy.load()}};
 }
 
-int Passthrough::writer_opening(Inode& i, fuse_file_info& fi, bool lower) {
+int Passthrough::writer_opening(Inode& i, fuse_file_info& fi) {
   if (!on_) return 0;
   std::lock_guard lk(mu_);
   if (i.backing_opens > 0) {
     // The kernel takes only passthrough opens of this inode now, of its backing file: it
     // opens the writer's own from it, with the writer's flags. A lower layer's file
-    // would be written behind its copy up.
-    if (lower) return ETXTBSY;
+    // would be written behind its copy up (made by this write, or since the registration).
+    if (i.backing_lower) return ETXTBSY;
     ++i.backing_opens;
     set_backing(fi, i.backing_id);
     ++opens;
@@ -72,7 +72,7 @@ int Passthrough::writer_opening(Inode& i, fuse_file_info& fi, bool lower) {
   return 0;
 }
 
-void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible) {
+void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible, bool lower) {
   if (!on_) return;
   std::lock_guard lk(mu_);
   close_pending_locked(caller);
@@ -87,6 +87,7 @@ void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info&
     const int id = caller.open_backing(static_cast<int>(fi.fh));
     if (id > 0) {
       i.backing_id = id;
+      i.backing_lower = lower;
       i.backing_opens = 1;
       set_backing(fi, id);
       ++opens;

@@ -78,13 +78,14 @@ class Passthrough {
   nlohmann::ordered_json stats() const;
 
   // Before an open that writes (or truncates) `i` touches its file: while readers pass
-  // through, it does too (its backing file named in `fi`), or ETXTBSY when `lower` (a
-  // file of a read-only lower layer); else it is counted as a cached open from here on.
+  // through, it does too (its backing file named in `fi`), or ETXTBSY when their backing
+  // file is a read-only lower layer's; else it is counted as a cached open from here on.
   // not_answered() takes it back if the open then fails.
-  int writer_opening(Inode& i, fuse_file_info& fi, bool lower);
+  int writer_opening(Inode& i, fuse_file_info& fi);
   // A reader of `i` about to be answered with the descriptor fi.fh. `eligible`: a reader of
-  // a finished file. Names the backing file in `fi` when it passes through (backing_of).
-  void reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible);
+  // a finished file; `lower`: the file is a read-only lower layer's. Names the backing file
+  // in `fi` when it passes through (backing_of).
+  void reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible, bool lower);
   // The release of an open that either call counted (placeholders: none, and none counted).
   void ended(const Caller& caller, Inode& i);
   // An open counted but never answered, or whose answer did not reach the kernel (no

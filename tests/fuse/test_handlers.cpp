@@ -352,8 +352,8 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
     fi.flags = flags;
     fi.fh = 42;
     fi.keep_cache = 1;
-    const int e = opens_to_write(flags) ? pt.writer_opening(done, fi, lower)
-                                        : (pt.reader_opening(caller, done, fi, eligible), 0);
+    const int e = opens_to_write(flags) ? pt.writer_opening(done, fi)
+                                        : (pt.reader_opening(caller, done, fi, eligible, lower), 0);
     // The kernel fails a passthrough open that asks to keep the cache.
     if (backing_of(fi) > 0) CHECK(fi.keep_cache == 0);
     return std::pair{e, backing_of(fi)};
@@ -363,11 +363,9 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   CHECK(open(O_RDONLY, true) == std::pair{0, 1});
   // Any other open of it must pass through too (the kernel refuses a mix)...
   CHECK(open(O_RDONLY, false) == std::pair{0, 1});
-  // ...writers too (the kernel opens theirs from it with their flags), but not one of a
-  // lower layer's file, which the copy up replaces.
+  // ...writers too (the kernel opens theirs from it with their flags).
   CHECK(open(O_RDWR, true) == std::pair{0, 1});
   CHECK(open(O_RDONLY | O_TRUNC, false) == std::pair{0, 1});
-  CHECK(open(O_WRONLY, false, true).first == ETXTBSY);
   CHECK(pt.opens == 5);
   CHECK(pt.writers == 2);
   for (int k = 0; k < 4; ++k) pt.ended(caller, done);
@@ -385,6 +383,11 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   CHECK(open(O_RDONLY, true) == std::pair{0, 2});
   pt.ended(caller, done);
   CHECK(backings.closed == std::vector<int>{1, 2});
+  // Readers of a read-only lower layer's file: a writer would write it behind its copy up.
+  CHECK(open(O_RDONLY, true, true) == std::pair{0, 3});
+  CHECK(open(O_WRONLY, false).first == ETXTBSY);
+  pt.ended(caller, done);
+  CHECK(backings.closed == std::vector<int>{1, 2, 3});
   // A writer whose open then fails is taken back.
   CHECK(open(O_WRONLY, false) == std::pair{0, 0});
   pt.not_answered(done);
@@ -397,7 +400,7 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
   CHECK(done.cached_opens == 1);
   pt.ended(caller, done);
   CHECK(done.cached_opens == 0);
-  CHECK(backings.closed.size() == 2);
+  CHECK(backings.closed.size() == 3);
   CHECK(pt.on());
   backings.refuse_with = EPERM;
   CHECK(open(O_RDONLY, true) == std::pair{0, 0});
