@@ -239,17 +239,18 @@ Answer<Filesystem::Attr> Filesystem::setattr(fuse_ino_t ino, struct stat* attr, 
     return getattr(ino, fi);
   }
   if (i.placeholder || i.special != Inode::Special::none) return Errno{EACCES};
-  // A truncate changes the bytes: a twin's name gets a file of its own first.
-  // (A descriptor's: its open, which wrote, split it already.)
-  if (int e = (to_set & FUSE_SET_ATTR_SIZE) && !fi ? ns_.own_content(i) : 0) return Errno{e};
   if (int e = ns_.writable(i)) return Errno{e};
   int err = 0;
   PathRef fd = inodes_.path_fd(i, err);
   if (!fd) return Errno{err};
   std::string path = proc_path(fd->get());
-  // A directory's handle is ours, not a descriptor: it is changed by path.
   struct stat own {};
-  if (fi && (::fstat(fd->get(), &own) != 0 || !S_ISREG(own.st_mode))) fi = nullptr;
+  const bool known = (fi || (to_set & FUSE_SET_ATTR_SIZE)) && ::fstat(fd->get(), &own) == 0;
+  // A directory's handle is ours, not a descriptor: it is changed by path.
+  if (fi && (!known || !S_ISREG(own.st_mode))) fi = nullptr;
+  // A truncate by name changes the bytes: a twin's name gets a file of its own first. (A
+  // descriptor's open, which wrote, split it already.)
+  if (int e = known && (to_set & FUSE_SET_ATTR_SIZE) && !fi ? ns_.own_content(i, own) : 0) return Errno{e};
   int rc = 0;
   if (to_set & FUSE_SET_ATTR_MODE) rc = fi ? ::fchmod(static_cast<int>(fi->fh), attr->st_mode) : ::chmod(path.c_str(), attr->st_mode);
   if (rc == 0 && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {

@@ -39,9 +39,7 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
       return Errno{e};
     };
     if (writes) {
-      // Decided before the file is touched (a copy up, a truncation): a twin's name gets
-      // a file of its own first (namespace.hpp), then passthrough.hpp's rule.
-      if (int e = ns_.own_content(i)) return Errno{e};
+      // Decided before the file is touched (a copy up, a truncation): passthrough.hpp.
       if (int e = passthrough_.writer_opening(i, opened)) return Errno{e};
       // A write of a file of a lower layer writes its copy in layer 0.
       if (int e = ns_.writable(i)) return fail(e);
@@ -53,6 +51,8 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     // entry removed or repaired): the kernel looks the name up again.
     struct stat st {};
     if (::fstat(pfd->get(), &st) == 0 && st.st_nlink == 0 && !S_ISDIR(st.st_mode)) return fail(ESTALE);
+    // A twin's name gets a file of its own before it is written (namespace.hpp).
+    if (int e = writes ? ns_.own_content(i, st) : 0) return fail(e);
     int fd = ::open(proc_path(pfd->get()).c_str(), fi.flags & ~O_NOFOLLOW);
     if (fd < 0) return fail(errno);
     opened.fh = static_cast<uint64_t>(fd);

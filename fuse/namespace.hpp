@@ -82,11 +82,12 @@ class Namespace {
   // Before a change of inode `i` (its data, attributes, extended attributes): 0 once it is
   // in layer 0, EROFS where the mount may not write it.
   int writable(Inode& i);
-  // Before the bytes of `i` change (an open that writes or truncates it, a truncate): a
-  // NEFF that other entries share (our twins are hard links: compile/twin.hpp) answers
-  // ESTALE, and the kernel's second look at the name gives it a file of its own, so that
-  // no other entry changes. 0 or ESTALE.
-  int own_content(Inode& i);
+  // Before the bytes of `i` (its file's attributes `st`) change (an open that writes or
+  // truncates it, a truncate): a NEFF that other entries share (our twins are hard links:
+  // compile/twin.hpp) answers ESTALE, and the kernel's second look at the name gives it a
+  // file of its own, so that no other entry changes. 0, ESTALE, or why the last split
+  // failed (once).
+  int own_content(Inode& i, const struct stat& st);
   // The last open that wrote `i` ended: it is finished again if a lookup would find it so.
   void written(Inode& i);
   // Before a hard link of `i` is made as `name` in `parent`: may_make's answers, and EXDEV

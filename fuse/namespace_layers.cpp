@@ -289,13 +289,9 @@ int Namespace::writable(Inode& i) {
   return inodes_.layer_of(i) == 0 ? 0 : ESTALE;
 }
 
-int Namespace::own_content(Inode& i) {
+int Namespace::own_content(Inode& i, const struct stat& st) {
   // (A file of a lower layer gets its own in the copy up.)
-  if (inodes_.layer_of(i) != 0) return 0;
-  int err = 0;
-  PathRef fd = inodes_.path_fd(i, err);
-  struct stat st {};
-  if (!fd || ::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink < 2) return 0;
+  if (!S_ISREG(st.st_mode) || st.st_nlink < 2 || inodes_.layer_of(i) != 0) return 0;
   const std::filesystem::path rel = inodes_.rel_path(i);
   const std::string folder = rel.parent_path().filename().string();
   if (!is_entry_folder(folder) || rel.filename() != EntryFiles::of_folder(folder).neff_name()) return 0;
@@ -341,7 +337,6 @@ int Namespace::unshared(Inode& parent, int dir_fd, const char* name, Node& n) {
   Node copy;
   if (!own || ::fstat(own.get(), &copy.attr) != 0) return errno ? errno : EIO;
   copy.inode = inodes_.intern(parent, name, std::move(own), copy.attr);
-  copy.kind = n.kind;
   inodes_.forget(inodes_.id_of(&shared), 1);
   n = copy;
   return 0;
