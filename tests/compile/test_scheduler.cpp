@@ -51,6 +51,9 @@ class RecordingRunner final : public ProcessRunner {
     {
       std::unique_lock lk(mu_);
       order_.push_back(key);
+      // (Until `concurrency_` ran at once, or 10 s passed.)
+      together_.notify_all();
+      together_.wait_for(lk, std::chrono::seconds(10), [&] { return max_ >= concurrency_; });
       if (order_.size() == 1 && hold_first_) {
         started_.notify_all();
         gate_.wait(lk, [&] { return open_; });
@@ -81,11 +84,14 @@ class RecordingRunner final : public ProcessRunner {
   std::atomic<int> max_{0};
   std::atomic<int> write_errors_{0};
   std::chrono::milliseconds delay_{0};
+  // Each run waits until this many ran at once (or 10 s passed): whether the scheduler lets
+  // that many run then no longer depends on how fast it prepares the next job.
+  int concurrency_ = 0;
 
  private:
   std::atomic<int> running_{0};
   std::mutex mu_;
-  std::condition_variable gate_, started_;
+  std::condition_variable gate_, started_, together_;
   std::vector<std::string> order_;
   bool hold_first_ = false, open_ = false;
 };
@@ -182,6 +188,7 @@ TEST_CASE("running compiles never exceed jobs", "[scheduler]") {
   test::TempDir root, work;
   RecordingRunner runner;
   runner.delay_ = 40ms;
+  runner.concurrency_ = 3;
   std::vector<std::shared_future<CompileResult>> futures;
   {
     Scheduler sched(recording_options(work, runner, 3));
