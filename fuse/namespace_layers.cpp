@@ -11,12 +11,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
 
 #include <neffcache/compile/publish.hpp>
+#include <neffcache/core/detail/proc.hpp>
 
 #include "caller.hpp"
 #include "layers.hpp"
@@ -98,8 +98,7 @@ int copy_file(int from, const char* name, int to, const char* to_name, bool as_r
 
 // A name for a copy under way in a folder: renamed into place when whole.
 std::string copy_up_name(std::string_view name) {
-  static thread_local std::mt19937_64 random{std::random_device{}()};
-  return fmt::format("{}{}.{:016x}", k_copy_up_prefix, name, random());
+  return fmt::format("{}{}.{:016x}", k_copy_up_prefix, name, neffcache::detail::random_u64());
 }
 
 // Whether the folder open as `dir` is opaque: the layers below show nothing in it.

@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <tinyxml2.h>
 
+#include <neffcache/core/detail/proc.hpp>
+
 namespace neffcache {
 
 NEFFCACHE_DECL std::string s3_key(const std::string& prefix, std::string_view rel) {
@@ -108,8 +110,7 @@ NEFFCACHE_DECL Result<ObjectBytes> S3Client::get_with_info(const std::string& ke
 
 NEFFCACHE_DECL Result<ObjectInfo> S3Client::download(const std::string& key, const std::string& path,
                                                     const std::optional<detail::FileOwner>& owner, FileSync sync) {
-  std::random_device rd;
-  std::string tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
+  std::string tmp = detail::temp_name_beside(path);
   detail::UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd) return sys_error("create", tmp);
   detail::give(fd.get(), owner);
@@ -260,7 +261,7 @@ NEFFCACHE_DECL Result<detail::HttpReply> S3Client::request(Call c) {
   std::string url = fmt::format("{}://{}{}{}{}", settings_.endpoint.substr(0, settings_.endpoint.find("://")),
                                 host, path, query.empty() ? "" : "?", query);
   std::string payload_hash = c.body_fd >= 0 ? std::string(detail::k_unsigned_payload) : detail::sha256_hex(c.body);
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng(detail::random_u64());
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) {
       retries_.fetch_add(1);

@@ -87,6 +87,10 @@ NEFFCACHE_DECL Result<void> write_all(int fd, std::string_view bytes, const std:
 // empty if it cannot be read.
 NEFFCACHE_DECL std::string path_of_fd(int fd);
 
+// A new name beside `path` for its next content while it is written ("<path>.neffcache-tmp.<hex>",
+// which cache maintenance knows), to be renamed over `path` when whole.
+NEFFCACHE_DECL std::string temp_name_beside(std::string_view path);
+
 // Writes `bytes` to a temporary file, fsyncs it and renames it over `path`: readers see
 // the old content or the new one, never a part. The temporary is `tmp` (on the file
 // system of `path`: a folder whose names are not ours to add to keeps it elsewhere), by

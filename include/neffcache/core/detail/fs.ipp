@@ -6,9 +6,10 @@
 #include <fcntl.h>
 
 #include <climits>
-#include <random>
 
 #include <fmt/format.h>
+
+#include <neffcache/core/detail/proc.hpp>
 
 namespace neffcache::detail {
 
@@ -57,12 +58,13 @@ NEFFCACHE_DECL Result<void> write_all(int fd, std::string_view bytes, const std:
   return {};
 }
 
+NEFFCACHE_DECL std::string temp_name_beside(std::string_view path) {
+  return fmt::format("{}.neffcache-tmp.{:08x}", path, static_cast<uint32_t>(random_u64()));
+}
+
 NEFFCACHE_DECL Result<void> write_file_atomic(const std::string& path, std::string_view bytes, mode_t mode,
                                               const std::optional<FileOwner>& owner, std::string tmp) {
-  if (tmp.empty()) {
-    std::random_device rd;
-    tmp = fmt::format("{}.neffcache-tmp.{:08x}", path, rd());
-  }
+  if (tmp.empty()) tmp = temp_name_beside(path);
   UniqueFd fd(sys::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!fd) return sys_error("create", tmp);
   give(fd.get(), owner);

@@ -52,6 +52,11 @@ NEFFCACHE_DECL uint64_t stat_rss_kib_in_group(std::string_view stat, pid_t pgrp,
 // that inject faults count a compile's seam calls in order.
 NEFFCACHE_DECL uint64_t group_rss_kib(pid_t pgrp);
 
+// 64 random bits from the kernel (getrandom(2)), for names and identities that must not
+// collide between processes and hosts; the one source of randomness of the library.
+// (std::random_device would bind the programs to arc4random, glibc 2.36: cmake/dependencies.cmake.)
+NEFFCACHE_DECL uint64_t random_u64();
+// random_u64() as 16 hexadecimal digits.
 NEFFCACHE_DECL std::string random_hex64();
 
 }  // namespace neffcache::detail

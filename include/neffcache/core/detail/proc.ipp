@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <charconv>
@@ -12,7 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -105,9 +106,15 @@ NEFFCACHE_DECL uint64_t group_rss_kib(pid_t pgrp) {
   return total;
 }
 
-NEFFCACHE_DECL std::string random_hex64() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}", rd(), rd());
+NEFFCACHE_DECL uint64_t random_u64() {
+  uint64_t value = 0;
+  while (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
+    // Only a signal interrupts it (it blocks only until the kernel's pool is first filled, at boot).
+    if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "getrandom");
+  }
+  return value;
 }
+
+NEFFCACHE_DECL std::string random_hex64() { return fmt::format("{:016x}", random_u64()); }
 
 }  // namespace neffcache::detail
