@@ -31,7 +31,6 @@
 #include <neffcache/store/directory.hpp>
 #include <neffcache/store/metrics.hpp>
 #include <neffcache/store/tier.hpp>
-#include <systemd/sd-daemon.h>
 
 #include "common/version.hpp"
 
@@ -39,6 +38,7 @@
 #include "fs.hpp"
 #include "metrics_file.hpp"
 #include "passthrough.hpp"
+#include "systemd_notify.hpp"
 
 namespace {
 
@@ -74,10 +74,6 @@ void sweep_scratch_dirs(const std::string& tmp) {
     if (dir && ::flock(dir.get(), LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(e.path(), ec);
   }
 }
-
-// Tells systemd how the daemon is (a unit of Type=notify: READY=1 once mounted, STOPPING=1
-// when it stops); nothing when it was not started by systemd (no NOTIFY_SOCKET).
-void notify_systemd(const std::string& state) { ::sd_notify(0, state.c_str()); }
 
 }  // namespace
 
