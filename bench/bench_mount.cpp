@@ -1059,7 +1059,7 @@ int main(int argc, char** argv) {
                                                                            "twins", "s3fetch", "s3pair", "s3twin", "s3warm",
                                                                            "s3farm", "s3hosts"}));
   app.add_option("--passthrough-hp", o.passthrough_hp,
-                 "libfuse's passthrough_hp example (scripts/libfuse.sh example DIR): small hits through it too");
+                 "libfuse's passthrough_hp example (scripts/private_libs.sh libfuse-example DIR): small hits through it too");
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
   app.add_option("--hit-mib", o.hit_mib, "size of the NEFF of the hit benchmark")->capture_default_str();
   app.add_option("--small-mib", o.small_mib, "size of the NEFF of the small-hit benchmark")->capture_default_str();

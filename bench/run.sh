@@ -30,5 +30,5 @@ bash tests/s3/radosgw.sh start "$rgw" >/dev/null
 trap 'bash tests/s3/radosgw.sh stop "$rgw" >/dev/null' EXIT
 # libfuse's passthrough_hp, the limit for a small hit through FUSE (once; about 10 s).
 hp=build-bench/libfuse-example/passthrough_hp
-[ -x "$hp" ] || bash scripts/libfuse.sh example "$(dirname "$hp")" >/dev/null
+[ -x "$hp" ] || bash scripts/private_libs.sh libfuse-example "$(dirname "$hp")" >/dev/null
 build-bench/bench/bench_mount --s3-env "$rgw/s3.env" --passthrough-hp "$hp" "$@"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds the libraries the programs link statically from Debian trixie's source packages, each
+# into a private prefix (scripts/setup.sh puts them under /opt/neffcache), as root. Nothing of
+# the system's copies is replaced, and nothing from trixie is installed: only its sources are
+# fetched (a deb-src line), which apt checks against trixie's signed index, and dpkg-source
+# applies Debian's patches.
+#   private_libs.sh libfuse PREFIX    libfuse 3.17: FUSE passthrough needs 3.16, bookworm has 3.14,
+#                                     and trixie's binary packages need trixie's glibc
+#   private_libs.sh curl PREFIX       libcurl, HTTP and HTTPS over the system's OpenSSL 3 only:
+#                                     Debian's libcurl binds its symbols at a version node
+#                                     (CURL_OPENSSL_4) that Fedora-family libcurl lacks, and its
+#                                     libcurl.a needs a dozen libraries that have no .a
+#   private_libs.sh tinyxml2 PREFIX   tinyxml2: its soname differs between the targets, and
+#                                     Debian ships no libtinyxml2.a
+#   private_libs.sh libfuse-example DIR   libfuse's passthrough_hp example, statically linked,
+#                                     into DIR (bench/run.sh: the limit of a FUSE open)
+# Each library is static and position-independent, with its headers and its pkg-config or
+# CMake files. docs/INSTALL.md says why each one is built here.
+set -euo pipefail
+what=${1:-} dest=${2:-}
+case "$what" in libfuse | curl | tinyxml2 | libfuse-example) ;; *) what="" ;; esac
+if [ -z "$what" ] || [ -z "$dest" ]; then
+  echo "usage: $0 libfuse|curl|tinyxml2 PREFIX | libfuse-example DIR" >&2
+  exit 2
+fi
+
+# Source packages only (deb-src): nothing from trixie can be installed through it.
+src=/etc/apt/sources.list.d/trixie-src.sources
+if ! grep -qs '^Types: deb-src' "$src"; then
+  cat >"$src" <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  apt-get update -qq
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# fetch_source PACKAGE: the patched sources of trixie's PACKAGE in $work/src, of the newest version
+# that the mirror has (a mirror can list a version in its index before its files arrive).
+fetch_source() {
+  local version
+  for version in $(apt-cache showsrc "$1" | sed -n 's/^Version: //p' | sort -rV); do
+    if (cd "$work" && apt-get source -qq --download-only -o APT::Sandbox::User=root "$1=$version" >/dev/null 2>&1); then
+      (cd "$work" && dpkg-source -x "$1"_*.dsc src >/dev/null 2>&1)
+      return
+    fi
+    rm -f "$work/$1"_*
+  done
+  echo "private_libs.sh: no version of the source package $1 could be fetched" >&2
+  exit 1
+}
+# licence PACKAGE: the source package's copyright file (Debian's machine-readable one: holders and
+# licence texts) into PREFIX/share/doc/PACKAGE, for the copyright files of our packages.
+licence() {
+  mkdir -p "$dest/share/doc/$1"
+  cp "$work/src/debian/copyright" "$dest/share/doc/$1/copyright"
+}
+# cmake_install SOURCE_DIR OPTIONS...: a Release build of a CMake project, installed into $dest.
+cmake_install() {
+  local dir=$1
+  shift
+  cmake -S "$dir" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$dest" \
+    -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@" >/dev/null
+  ninja -C "$work/build" >/dev/null
+  rm -rf "$dest"
+  ninja -C "$work/build" install >/dev/null
+}
+
+case "$what" in
+libfuse | libfuse-example)
+  fetch_source fuse3
+  options=(-Ddefault_library=static -Dutils=false -Dtests=false -Dbuildtype=release -Db_pie=true)
+  if [ "$what" = libfuse ]; then
+    meson setup "$work/build" "$work/src" --prefix="$dest" --libdir=lib -Dexamples=false "${options[@]}" >/dev/null
+    ninja -C "$work/build" >/dev/null
+    rm -rf "$dest"
+    ninja -C "$work/build" install >/dev/null
+    licence fuse3
+    echo "libfuse $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/fuse3.pc") built into $dest"
+  else
+    meson setup "$work/build" "$work/src" -Dexamples=true "${options[@]}" >/dev/null
+    ninja -C "$work/build" example/passthrough_hp >/dev/null
+    mkdir -p "$dest"
+    cp "$work/build/example/passthrough_hp" "$dest/"
+    echo "libfuse's passthrough_hp built into $dest"
+  fi
+  ;;
+curl)
+  fetch_source curl
+  # HTTP only (S3), TLS by the system's OpenSSL, and no other library: no compression (S3's
+  # objects are NEFFs as they are), HTTP/1.1, no IDN or public-suffix list. No CA bundle path of
+  # its own: with none, libcurl asks OpenSSL for its default paths, which the target's own
+  # libcrypto knows (/etc/ssl/certs on Debian and Ubuntu, /etc/pki/tls on Amazon Linux).
+  cmake_install "$work/src" -DHTTP_ONLY=ON -DCURL_USE_OPENSSL=ON -DCURL_ZLIB=OFF -DCURL_BROTLI=OFF \
+    -DCURL_ZSTD=OFF -DUSE_NGHTTP2=OFF -DUSE_LIBIDN2=OFF -DCURL_USE_LIBPSL=OFF -DCURL_USE_LIBSSH2=OFF \
+    -DCURL_USE_GSSAPI=OFF -DCURL_DISABLE_LDAP=ON -DCURL_CA_BUNDLE=none -DCURL_CA_PATH=none \
+    -DCURL_CA_FALLBACK=ON -DBUILD_CURL_EXE=OFF -DBUILD_TESTING=OFF -DBUILD_LIBCURL_DOCS=OFF \
+    -DBUILD_MISC_DOCS=OFF -DENABLE_CURL_MANUAL=OFF -DBUILD_EXAMPLES=OFF -DCURL_DISABLE_INSTALL=OFF
+  licence curl
+  echo "libcurl $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/libcurl.pc") built into $dest"
+  ;;
+tinyxml2)
+  fetch_source tinyxml2
+  cmake_install "$work/src" -Dtinyxml2_BUILD_TESTING=OFF -DBUILD_TESTING=OFF
+  licence tinyxml2
+  echo "tinyxml2 $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/tinyxml2.pc") built into $dest"
+  ;;
+esac
