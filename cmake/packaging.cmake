@@ -1,19 +1,23 @@
-# What an operator installs besides the programs, and the Debian package (issue 38):
+# What an operator installs besides the programs, and the packages (issues 38 and 57), all from
+# one build:
 #   cmake -S . -B build-package -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=Release
-#   cmake --build build-package && (cd build-package && cpack -G DEB)
-# gives neffcache_<version>_amd64.deb (scripts/package_check.sh installs it into a fresh
-# bookworm root). CPack over dpkg-buildpackage: the build and its install rules are CMake's
-# already, and a debian/ folder would say them a second time.
+#   cmake --build build-package && (cd build-package && cpack)
+# gives neffcache_<version>_amd64.deb (Debian 12 and 13, Ubuntu 22.04 and 24.04),
+# neffcache-<version>-1.x86_64.rpm (Amazon Linux 2023) and neffcache-<version>-Linux-x86_64.tar.gz
+# (the same files under usr/ and etc/). The programs load on each (NEFFCACHE_PORTABLE,
+# cmake/dependencies.cmake). scripts/package_check.sh installs the .deb into fresh Debian 12 and
+# 13 roots. CPack over dpkg-buildpackage and rpmbuild specs: the build and its install rules are
+# CMake's already, and a debian/ folder or a spec would say them a second time.
 #
 # - systemd units: neffcachefs.service (the cache at /var/tmp/neuron-compile-cache, settings in
 #   <sysconfdir>/default/neffcachefs) and the template neffcachefs-lnl@.service (an LNL cache per
-#   <sysconfdir>/neffcache/lnl/INSTANCE.conf), Type=notify. The package has no maintainer
-#   scripts: nothing is enabled or started on install, nothing restarted on upgrade (opens
-#   waiting for a compile would get EIO), and a purge removes the settings file only, never a
-#   cache (the package owns no cache folder).
+#   <sysconfdir>/neffcache/lnl/INSTANCE.conf), Type=notify, in <prefix>/lib/systemd/system, where
+#   both families look. The packages have no maintainer scripts: nothing is enabled or started on
+#   install, nothing restarted on upgrade (opens waiting for a compile would get EIO), and a purge
+#   removes the settings file only, never a cache (the packages own no cache folder).
 # - The stand-ins go to <prefix>/libexec/neffcache (tools/CMakeLists.txt).
-# - Documents (README, docs/) and the copyright file go to <prefix>/share/doc/neffcache, the
-#   LNL example to <prefix>/share/neffcache/examples.
+# - Documents (README, docs/), the copyright file and the licences of the libraries the programs
+#   carry go to <prefix>/share/doc/neffcache, the LNL example to <prefix>/share/neffcache/examples.
 
 # <prefix>/etc, except for the prefix /usr, whose settings live in /etc (as GNUInstallDirs says).
 if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
@@ -32,8 +36,44 @@ install(FILES packaging/neffcachefs.default DESTINATION ${neffcache_etc}/default
 install(DIRECTORY DESTINATION ${neffcache_etc}/neffcache/lnl)
 # (The example is not under doc/: images that leave documentation out keep it.)
 install(FILES packaging/lnl-vllm.conf DESTINATION ${CMAKE_INSTALL_DATADIR}/neffcache/examples)
-# README.md beside docs/, as in the sources, so that its links hold.
+# The copyright file names every library the programs carry (linked in, or compiled in from its
+# headers), with its licence; beside it, in licenses/, each one's copyright file as Debian gives
+# it (holders and licence texts).
+set(NEFFCACHE_CARRIED "")
+# carried(NAME VERSION LICENCE COPYRIGHT_FILE WHAT)
+function(carried name version licence file what)
+  if(NOT EXISTS "${file}")
+    message(WARNING "${file} is missing: the package's copyright file will not carry ${name}'s licence")
+    return()
+  endif()
+  string(APPEND NEFFCACHE_CARRIED " - ${name} ${version} (${licence}): ${what}; licenses/${name}\n")
+  set(NEFFCACHE_CARRIED "${NEFFCACHE_CARRIED}" PARENT_SCOPE)
+  install(FILES "${file}" DESTINATION ${CMAKE_INSTALL_DOCDIR}/licenses RENAME ${name})
+endfunction()
+set(compiled_in "compiled in from its headers")
+carried(CLI11 "${CLI11_VERSION}" BSD-3-Clause /usr/share/doc/libcli11-dev/copyright "${compiled_in}")
+carried(nlohmann-json "${nlohmann_json_VERSION}" MIT /usr/share/doc/nlohmann-json3-dev/copyright "${compiled_in}")
+carried(xxHash "" BSD-2-Clause /usr/share/doc/libxxhash-dev/copyright "${compiled_in}")
+if(NEFFCACHE_PORTABLE)
+  carried(fmt "${fmt_VERSION}" MIT /usr/share/doc/libfmt-dev/copyright "${compiled_in}")
+  carried(protobuf "${Protobuf_VERSION}" BSD-3-Clause /usr/share/doc/libprotobuf-dev/copyright "linked in (Debian's libprotobuf.a)")
+  file(STRINGS ${NEFFCACHE_CURL_PREFIX}/lib/pkgconfig/libcurl.pc curl_version REGEX "^Version:")
+  string(REPLACE "Version: " "" curl_version "${curl_version}")
+  carried(libcurl "${curl_version}" curl ${NEFFCACHE_CURL_PREFIX}/share/doc/curl/copyright
+          "linked in (built from Debian's source package by scripts/private_libs.sh)")
+  file(STRINGS ${NEFFCACHE_TINYXML2_PREFIX}/lib/pkgconfig/tinyxml2.pc tinyxml2_version REGEX "^Version:")
+  string(REPLACE "Version: " "" tinyxml2_version "${tinyxml2_version}")
+  carried(tinyxml2 "${tinyxml2_version}" Zlib ${NEFFCACHE_TINYXML2_PREFIX}/share/doc/tinyxml2/copyright
+          "linked in (built from Debian's source package by scripts/private_libs.sh)")
+  carried(libstdc++ "" "GPL-3.0-or-later WITH GCC-exception-3.1" /usr/share/doc/libstdc++6/copyright
+          "libstdc++ and libgcc, linked in; the GCC Runtime Library Exception allows it")
+endif()
+if(NEFFCACHE_LIBFUSE_STATIC)
+  carried(libfuse "${NEFFCACHE_LIBFUSE_VERSION}" LGPL-2.1 ${NEFFCACHE_LIBFUSE_PREFIX}/share/doc/fuse3/copyright
+          "linked into neffcachefs (built from Debian's source package by scripts/private_libs.sh)")
+endif()
 configure_file(packaging/copyright.in ${PROJECT_BINARY_DIR}/debian/copyright @ONLY)
+# README.md beside docs/, as in the sources, so that its links hold.
 install(FILES README.md ${PROJECT_BINARY_DIR}/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs FILES_MATCHING PATTERN "*.md" PATTERN man EXCLUDE)
 
@@ -50,9 +90,10 @@ string(CONCAT CPACK_PACKAGE_DESCRIPTION
     "for demos and tests, are in /usr/libexec/neffcache.")
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-# Depends: what the binaries link, as dpkg-shlibdeps finds it (libfuse is linked statically when
-# the private 3.17 is there, and then is no dependency), and fuse3 for fusermount3, which the
-# units' ExecStopPost and unprivileged mounts run.
+# Depends: what the binaries link, as dpkg-shlibdeps finds it (glibc, libssl3, libarchive13,
+# zlib1g: the names hold on Debian 12 and 13 and Ubuntu 22.04 and 24.04, where the t64 packages
+# provide the old names; what is linked in is no dependency), and fuse3 for fusermount3, which
+# the units' ExecStopPost and unprivileged mounts run.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3")
 # The headers need these to build a tool against (find_package(neffcache)); a host that only
@@ -63,11 +104,26 @@ set(CPACK_DEBIAN_PACKAGE_SUGGESTS
 file(WRITE ${PROJECT_BINARY_DIR}/debian/conffiles "${NEFFCACHE_DEFAULTS_FILE}\n")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/conffiles)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+
+# The rpm (Amazon Linux 2023): Requires as rpmbuild computes them from the binaries (libc.so.6,
+# libcrypto.so.3, ... with their versions), plus fuse3. Its folders that the system's packages
+# own are left out of its file list.
+set(CPACK_RPM_PACKAGE_LICENSE "LicenseRef-not-chosen AND LGPL-2.1-only AND MIT AND BSD-3-Clause AND BSD-2-Clause AND Zlib AND curl AND GPL-3.0-or-later WITH GCC-exception-3.1")
+set(CPACK_RPM_PACKAGE_GROUP "System Environment/Daemons")
+set(CPACK_RPM_PACKAGE_AUTOREQ ON)
+set(CPACK_RPM_PACKAGE_REQUIRES "fuse3")
+set(CPACK_RPM_USER_FILELIST "%config(noreplace) ${NEFFCACHE_DEFAULTS_FILE}")
+set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION /etc/default /usr/lib/systemd /usr/lib/systemd/system
+    /usr/libexec /usr/share/cmake /usr/share/man /usr/share/man/man1 /usr/share/man/man8)
+set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
+# The tarball: the same files, under usr/ and etc/ as they would be installed.
+set(CPACK_SET_DESTDIR ON)
+
 set(CPACK_STRIP_FILES ON)
 # The version is read when cpack runs (cmake/cpack_version.cmake), from the build's version
 # file: the commit the binaries were built from, not the one cmake was configured at.
 set(NEFFCACHE_VERSION_FILE ${NEFFCACHE_VERSION_CPP}.txt)
 configure_file(cmake/cpack_version.cmake.in ${PROJECT_BINARY_DIR}/cpack_version.cmake @ONLY)
 set(CPACK_PROJECT_CONFIG_FILE ${PROJECT_BINARY_DIR}/cpack_version.cmake)
-set(CPACK_GENERATOR DEB)
+set(CPACK_GENERATOR DEB RPM TGZ)
 include(CPack)
