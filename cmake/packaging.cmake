@@ -46,7 +46,11 @@ function(carried name version licence file what)
     message(WARNING "${file} is missing: the package's copyright file will not carry ${name}'s licence")
     return()
   endif()
-  string(APPEND NEFFCACHE_CARRIED " - ${name} ${version} (${licence}): ${what}; licenses/${name}\n")
+  if(licence STREQUAL "")
+    string(APPEND NEFFCACHE_CARRIED " - ${what}: licenses/${name}\n")
+  else()
+    string(APPEND NEFFCACHE_CARRIED " - ${name} ${version} (${licence}): ${what}; licenses/${name}\n")
+  endif()
   set(NEFFCACHE_CARRIED "${NEFFCACHE_CARRIED}" PARENT_SCOPE)
   install(FILES "${file}" DESTINATION ${CMAKE_INSTALL_DOCDIR}/licenses RENAME ${name})
 endfunction()
@@ -66,11 +70,13 @@ if(NEFFCACHE_PORTABLE)
   carried(tinyxml2 "${tinyxml2_version}" Zlib ${NEFFCACHE_TINYXML2_PREFIX}/share/doc/tinyxml2/copyright
           "linked in (built from Debian's source package by scripts/private_libs.sh)")
   carried(libstdc++ "" "GPL-3.0-or-later WITH GCC-exception-3.1" /usr/share/doc/libstdc++6/copyright
-          "libstdc++ and libgcc, linked in; the GCC Runtime Library Exception allows it")
+          "linked in; the GCC Runtime Library Exception allows it")
+  carried(GPL-3 "" "" /usr/share/common-licenses/GPL-3 "the licence text the exception of libstdc++ refers to")
 endif()
 if(NEFFCACHE_LIBFUSE_STATIC)
   carried(libfuse "${NEFFCACHE_LIBFUSE_VERSION}" LGPL-2.1 ${NEFFCACHE_LIBFUSE_PREFIX}/share/doc/fuse3/copyright
           "linked into neffcachefs (built from Debian's source package by scripts/private_libs.sh)")
+  carried(LGPL-2.1 "" "" /usr/share/common-licenses/LGPL-2.1 "libfuse's licence text")
 endif()
 configure_file(packaging/copyright.in ${PROJECT_BINARY_DIR}/debian/copyright @ONLY)
 # README.md beside docs/, as in the sources, so that its links hold.
@@ -90,9 +96,9 @@ string(CONCAT CPACK_PACKAGE_DESCRIPTION
     "for demos and tests, are in /usr/libexec/neffcache.")
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-# Depends: what the binaries link, as dpkg-shlibdeps finds it (glibc, libssl3, libarchive13,
-# zlib1g: the names hold on Debian 12 and 13 and Ubuntu 22.04 and 24.04, where the t64 packages
-# provide the old names; what is linked in is no dependency), and fuse3 for fusermount3, which
+# Depends: what the binaries link, as dpkg-shlibdeps finds it (libc6, libgcc-s1, libssl3,
+# libarchive13: the names hold on Debian 12 and 13 and Ubuntu 22.04 and 24.04, where the t64
+# packages provide the old names; what is linked in is no dependency), and fuse3 for fusermount3, which
 # the units' ExecStopPost and unprivileged mounts run.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3")
@@ -125,5 +131,11 @@ set(CPACK_STRIP_FILES ON)
 set(NEFFCACHE_VERSION_FILE ${NEFFCACHE_VERSION_CPP}.txt)
 configure_file(cmake/cpack_version.cmake.in ${PROJECT_BINARY_DIR}/cpack_version.cmake @ONLY)
 set(CPACK_PROJECT_CONFIG_FILE ${PROJECT_BINARY_DIR}/cpack_version.cmake)
-set(CPACK_GENERATOR DEB RPM TGZ)
+# The rpm where rpmbuild is (Debian's rpm package; scripts/package_check.sh installs it).
+find_program(NEFFCACHE_RPMBUILD rpmbuild)
+if(NEFFCACHE_RPMBUILD)
+  set(CPACK_GENERATOR DEB RPM TGZ)
+else()
+  set(CPACK_GENERATOR DEB TGZ)
+endif()
 include(CPack)

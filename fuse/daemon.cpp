@@ -175,6 +175,7 @@ int run_daemon(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : k_exit_usage;
   }
+  if (auto why = neffcachefs::prepare_systemd_notify(); !why.empty()) return fail(why);
 
   // Every path the daemon keeps is absolute and normalized: libfuse moves the daemon to /
   // before the loop (and unmounts by the mount point's path).

@@ -30,7 +30,8 @@ rm -f "$work"/*.log "$work"/*.json "$work"/*.txt "$work"/*.diff  # (an earlier r
 
 # --- the packages, from a build of their own (prefix /usr, no tests) -----------------------
 source scripts/build_env.sh
-cmake -S . -B build-package -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DNEFFCACHE_BUILD_TESTS=OFF >/dev/null
+cmake -S . -B build-package -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DNEFFCACHE_BUILD_TESTS=OFF \
+  -DNEFFCACHE_PORTABLE=ON >/dev/null
 cmake --build build-package -j"$(nproc)" >/dev/null
 rm -f build-package/neffcache[_-]*.{deb,rpm,tar.gz}
 (cd build-package && cpack >"$work/cpack.log" 2>&1) || fail "cpack (see $work/cpack.log)"
@@ -103,8 +104,11 @@ diff <(grep -v -x -e /usr -e /etc <<<"$deb_files" | grep .) <(grep -v -x -e /usr
 say "the tarball holds the .deb's files"
 
 # --- fresh roots ---------------------------------------------------------------------------
-root=""
+root="" daemon=""
+# cleanup: stops a daemon left running and takes the root's mounts away (at the end of each root,
+# and at exit, however the check ends).
 cleanup() {
+  if [ -n "$daemon" ]; then kill -TERM "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null; daemon=""; fi
   [ -n "$root" ] || return 0
   umount -l "$root/srv/mnt" 2>/dev/null || true
   for m in dev/fuse sys proc; do umount "$root/$m" 2>/dev/null || true; done
@@ -123,7 +127,7 @@ smoke() {
   # (chroot and env exec the daemon: $! is its process.)
   chroot "$root" env PATH=/usr/bin:/bin "$prefix/bin/neffcachefs" --foreground --compiler "$compiler" /srv/backing /srv/mnt \
     2>"$work/daemon.log" &
-  local daemon=$!
+  daemon=$!
   for _ in $(seq 100); do mountpoint -q "$root/srv/mnt" && break; sleep 0.1; done
   mountpoint -q "$root/srv/mnt" || fail "neffcachefs did not mount in the root (see $work/daemon.log)"
   local run
@@ -137,7 +141,8 @@ smoke() {
   stats=$(tee "$work/stats.json" <"$root/srv/mnt/.neffcache/stats.json")
   grep -qE '"succeeded": 1([^0-9]|$)' <<<"$stats" || fail "the mount compiled other than once (see $work/stats.json)"
   in_root "$prefix/bin/neffcache" stats --cache /srv/mnt >"$work/stats.txt" 2>&1 || fail "neffcache stats (see $work/stats.txt)"
-  kill -TERM "$daemon" && wait "$daemon" || fail "neffcachefs did not stop cleanly on SIGTERM (see $work/daemon.log)"
+  kill -TERM "$daemon" && wait "$daemon" || { daemon=""; fail "neffcachefs did not stop cleanly on SIGTERM (see $work/daemon.log)"; }
+  daemon=""
   mountpoint -q "$root/srv/mnt" && fail "the mount is still there after neffcachefs stopped"
   say "  smoke test ($prefix): the mount compiled the graph once, the client loaded it; neffcache stats: $(grep '^entries' "$work/stats.txt" | tr -s ' ')"
 }
@@ -145,7 +150,7 @@ smoke() {
 for suite in bookworm trixie; do
   root=$work/$suite
   cleanup
-  rm -rf "$root"
+  rm -rf --one-file-system "$root"
   say "debootstrap $suite into $root"
   debootstrap --variant=minbase "$suite" "$root" http://deb.debian.org/debian >"$work/debootstrap-$suite.log" 2>&1 ||
     fail "debootstrap $suite (see $work/debootstrap-$suite.log)"
@@ -191,6 +196,7 @@ for suite in bookworm trixie; do
   [ ! -e "$root/etc/default/neffcachefs" ] || fail "the purge left /etc/default/neffcachefs"
   [ ! -e "$root/usr/bin/neffcachefs" ] || fail "the purge left /usr/bin/neffcachefs"
   say "  purged; the cache in /var/cache/neffcache is still there"
+  cleanup
 done
 
 # The units, by this host's systemd (the minimal roots have none; its complaints that the units'

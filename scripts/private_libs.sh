@@ -23,14 +23,22 @@ if [ -z "$what" ] || [ -z "$dest" ]; then
   echo "usage: $0 libfuse|curl|tinyxml2 PREFIX | libfuse-example DIR" >&2
   exit 2
 fi
+dest=$(realpath -m "$dest")
 
-# Source packages only (deb-src): nothing from trixie can be installed through it.
+# Source packages only (deb-src): nothing from trixie can be installed through it. With its
+# updates and security suites: the programs carry libcurl and tinyxml2, so their fixes matter.
 src=/etc/apt/sources.list.d/trixie-src.sources
-if ! grep -qs '^Types: deb-src' "$src"; then
+if ! grep -qs '^Suites: trixie-security' "$src"; then
   cat >"$src" <<'SRC'
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: trixie
+Suites: trixie trixie-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://security.debian.org/debian-security
+Suites: trixie-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
@@ -38,35 +46,51 @@ SRC
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# fetch_source PACKAGE: the patched sources of trixie's PACKAGE in $work/src, of the newest version
-# that the mirror has (a mirror can list a version in its index before its files arrive).
+staged=$work/stage$dest  # (what `DESTDIR=$work/stage ninja install` writes)
+# fetch_source PACKAGE: the patched sources of PACKAGE in $work/src, of the newest version that
+# trixie's suites list (not another release's deb-src lines) and the mirror has: a mirror can list
+# a version in its index before its files arrive.
 fetch_source() {
   local version
-  for version in $(apt-cache showsrc "$1" | sed -n 's/^Version: //p' | sort -rV); do
+  for version in $(apt-cache madison "$1" | awk -F'|' '$3 ~ / trixie(-updates|-security)?\/main Sources/ {gsub(/ /, "", $2); print $2}' |
+                   sort -rV | uniq); do
     if (cd "$work" && apt-get source -qq --download-only -o APT::Sandbox::User=root "$1=$version" >/dev/null 2>&1); then
       (cd "$work" && dpkg-source -x "$1"_*.dsc src >/dev/null 2>&1)
+      source_version=$version
       return
     fi
     rm -f "$work/$1"_*
   done
-  echo "private_libs.sh: no version of the source package $1 could be fetched" >&2
+  echo "private_libs.sh: no version of trixie's source package $1 could be fetched" >&2
   exit 1
+}
+# replace_dest FILE: puts what was staged in place of PREFIX. PREFIX is replaced only when it is
+# empty or was made here (a marker, or FILE, the library of an earlier build, is in it): a
+# PREFIX given by mistake is never wiped.
+replace_dest() {
+  if [ -n "$(ls -A "$dest" 2>/dev/null)" ] && [ ! -e "$dest/.neffcache-private" ] && [ ! -e "$dest/$1" ]; then
+    echo "private_libs.sh: $dest holds files this script did not make: not replacing it" >&2
+    exit 1
+  fi
+  touch "$staged/.neffcache-private"
+  rm -rf "$dest"
+  mkdir -p "$(dirname "$dest")"
+  mv "$staged" "$dest"
 }
 # licence PACKAGE: the source package's copyright file (Debian's machine-readable one: holders and
 # licence texts) into PREFIX/share/doc/PACKAGE, for the copyright files of our packages.
 licence() {
-  mkdir -p "$dest/share/doc/$1"
-  cp "$work/src/debian/copyright" "$dest/share/doc/$1/copyright"
+  mkdir -p "$staged/share/doc/$1"
+  cp "$work/src/debian/copyright" "$staged/share/doc/$1/copyright"
 }
-# cmake_install SOURCE_DIR OPTIONS...: a Release build of a CMake project, installed into $dest.
+# cmake_install SOURCE_DIR OPTIONS...: a Release build of a CMake project for PREFIX, staged.
 cmake_install() {
   local dir=$1
   shift
   cmake -S "$dir" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$dest" \
     -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@" >/dev/null
   ninja -C "$work/build" >/dev/null
-  rm -rf "$dest"
-  ninja -C "$work/build" install >/dev/null
+  DESTDIR=$work/stage ninja -C "$work/build" install >/dev/null
 }
 
 case "$what" in
@@ -76,10 +100,10 @@ libfuse | libfuse-example)
   if [ "$what" = libfuse ]; then
     meson setup "$work/build" "$work/src" --prefix="$dest" --libdir=lib -Dexamples=false "${options[@]}" >/dev/null
     ninja -C "$work/build" >/dev/null
-    rm -rf "$dest"
-    ninja -C "$work/build" install >/dev/null
+    DESTDIR=$work/stage ninja -C "$work/build" install >/dev/null
     licence fuse3
-    echo "libfuse $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/fuse3.pc") built into $dest"
+    replace_dest lib/libfuse3.a
+    echo "libfuse $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/fuse3.pc") (Debian's $source_version) built into $dest"
   else
     meson setup "$work/build" "$work/src" -Dexamples=true "${options[@]}" >/dev/null
     ninja -C "$work/build" example/passthrough_hp >/dev/null
@@ -100,12 +124,14 @@ curl)
     -DCURL_CA_FALLBACK=ON -DBUILD_CURL_EXE=OFF -DBUILD_TESTING=OFF -DBUILD_LIBCURL_DOCS=OFF \
     -DBUILD_MISC_DOCS=OFF -DENABLE_CURL_MANUAL=OFF -DBUILD_EXAMPLES=OFF -DCURL_DISABLE_INSTALL=OFF
   licence curl
-  echo "libcurl $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/libcurl.pc") built into $dest"
+  replace_dest lib/libcurl.a
+  echo "libcurl $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/libcurl.pc") (Debian's $source_version) built into $dest"
   ;;
 tinyxml2)
   fetch_source tinyxml2
   cmake_install "$work/src" -Dtinyxml2_BUILD_TESTING=OFF -DBUILD_TESTING=OFF
   licence tinyxml2
-  echo "tinyxml2 $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/tinyxml2.pc") built into $dest"
+  replace_dest lib/libtinyxml2.a
+  echo "tinyxml2 $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/tinyxml2.pc") (Debian's $source_version) built into $dest"
   ;;
 esac

@@ -131,8 +131,9 @@ if [ "$quick" -eq 1 ]; then
 fi
 
 # Release is what packagers and most users build, and -O3 inlines deepest, where GCC's
-# warnings (-Werror) find the most; the sanitizer stages below build Debug.
-stage "build (Release)" build build -DCMAKE_BUILD_TYPE=Release
+# warnings (-Werror) find the most; the sanitizer stages below build Debug. Portable, as the
+# packages are (cmake/dependencies.cmake): its test elf_portable reads what the programs load.
+stage "build (Release)" build build -DCMAKE_BUILD_TYPE=Release -DNEFFCACHE_PORTABLE=ON
 stage "test (Release)" bash -c "cd build && ctest --output-on-failure -j$test_jobs"
 
 # The sanitizer stages build Debug with line tables only (-g1): a report names every frame's

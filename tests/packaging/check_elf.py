@@ -5,11 +5,12 @@
 
 Reads each ELF file (folders: every ELF file under them; links are skipped) with readelf and
 fails, naming the program and the need, on any of:
-- a shared library (NEEDED) other than glibc's, libgcc_s 1, libcrypto and libssl 3, libarchive 13,
-  zlib and libsystemd 0: what every target has under one soname;
+- a shared library (NEEDED) other than glibc's, libgcc_s 1, libcrypto and libssl 3, libarchive 13
+  and zlib: what every target has under one soname (neffcachefs loads libsystemd only under
+  systemd, with dlopen: a minimal container image has none);
 - a glibc symbol version above GLIBC_2.34 (Amazon Linux 2023 has glibc 2.34), or a libgcc_s one
   above GCC_7.0.0 (its GCC 11 has those);
-- any other symbol version than OPENSSL_3.0.0 and LIBSYSTEMD_*: libstdc++'s GLIBCXX_ and CXXABI_
+- any other symbol version than OPENSSL_3.0.0: libstdc++'s GLIBCXX_ and CXXABI_
   (Amazon Linux 2023 has GCC 11's libstdc++) and Debian's CURL_OPENSSL_4 among them.
 Exit status 0 when every file passes, 1 otherwise, 2 on bad use or when no ELF file was found.
 """
@@ -24,8 +25,8 @@ ALLOWED_LIBRARIES = {
     "libutil.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
     # GCC's unwinder
     "libgcc_s.so.1",
-    # OpenSSL 3, libarchive, zlib, libsystemd
-    "libcrypto.so.3", "libssl.so.3", "libarchive.so.13", "libz.so.1", "libsystemd.so.0",
+    # OpenSSL 3, libarchive, zlib
+    "libcrypto.so.3", "libssl.so.3", "libarchive.so.13", "libz.so.1",
 }
 # The newest version each may be needed at: [prefix, highest version].
 MAX_VERSION = {"GLIBC_": (2, 34), "GCC_": (7, 0, 0)}
@@ -62,7 +63,7 @@ def problems(path):
         if m:
             allowed = tuple(int(n) for n in m.group(2).split(".")) <= MAX_VERSION[m.group(1)]
         else:
-            allowed = version == "OPENSSL_3.0.0" or version.startswith("LIBSYSTEMD_")
+            allowed = version == "OPENSSL_3.0.0"
         if not allowed:
             refused.setdefault(library, []).append(version)
     for library, versions in refused.items():

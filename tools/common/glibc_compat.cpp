@@ -5,17 +5,21 @@
 // which every program links in with std::runtime_error (its strings of the old ABI bring the
 // object that defines random_device's constructor). Nothing of ours calls it; the library's
 // randomness is detail::random_u64. Defined in the program, the reference binds here and not to
-// glibc's GLIBC_2.36 version. glibc's own functions call their internal copy, never this one.
+// glibc's GLIBC_2.36 version.
 #include <sys/random.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 
-extern "C" uint32_t arc4random() noexcept {
+// Hidden: the program keeps it to itself, and shared libraries (glibc's own callers among them) go
+// on using glibc's.
+extern "C" __attribute__((visibility("hidden"))) uint32_t arc4random() noexcept {
   uint32_t value = 0;
-  while (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
-    if (errno != EINTR) std::abort();  // (getrandom fails otherwise only on a kernel older than 3.17)
+  for (;;) {
+    ssize_t n = ::getrandom(&value, sizeof value, 0);
+    if (n == static_cast<ssize_t>(sizeof value)) return value;
+    if (n < 0 && errno == EINTR) continue;
+    std::abort();  // (a kernel older than 3.17, which has no getrandom)
   }
-  return value;
 }

@@ -108,11 +108,14 @@ NEFFCACHE_DECL uint64_t group_rss_kib(pid_t pgrp) {
 
 NEFFCACHE_DECL uint64_t random_u64() {
   uint64_t value = 0;
-  while (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
-    // Only a signal interrupts it (it blocks only until the kernel's pool is first filled, at boot).
-    if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "getrandom");
+  for (;;) {
+    // (Up to 256 bytes come whole once the kernel's pool was filled at boot; only a signal
+    // interrupts the wait before.)
+    ssize_t n = ::getrandom(&value, sizeof value, 0);
+    if (n == static_cast<ssize_t>(sizeof value)) return value;
+    if (n < 0 && errno == EINTR) continue;
+    throw std::system_error(n < 0 ? errno : EIO, std::generic_category(), "getrandom");
   }
-  return value;
 }
 
 NEFFCACHE_DECL std::string random_hex64() { return fmt::format("{:016x}", random_u64()); }
