@@ -72,9 +72,6 @@ if(NEFFCACHE_PORTABLE)
   target_link_libraries(neffcache_deps INTERFACE fmt::fmt-header-only nlohmann_json::nlohmann_json neffcache_protobuf
                         OpenSSL::Crypto neffcache_curl neffcache_tinyxml2)
   target_link_options(neffcache_deps INTERFACE -static-libstdc++)
-  # What libstdc++.a needs of a glibc newer than 2.34, defined in each program (neffcache_target).
-  add_library(neffcache_glibc_compat OBJECT ${PROJECT_SOURCE_DIR}/tools/common/glibc_compat.cpp)
-  target_compile_options(neffcache_glibc_compat PRIVATE -Wall -Wextra -Werror)
   set(NEFFCACHE_PROTOBUF neffcache_protobuf)
 else()
   target_link_libraries(neffcache_deps INTERFACE fmt::fmt nlohmann_json::nlohmann_json protobuf::libprotobuf

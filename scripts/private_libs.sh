@@ -77,6 +77,10 @@ replace_dest() {
   mkdir -p "$(dirname "$dest")"
   mv "$staged" "$dest"
 }
+# built NAME PC: says that NAME was built, with the version of its pkg-config file PC.pc.
+built() {
+  echo "$1 $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/$2.pc") (Debian's $source_version) built into $dest"
+}
 # licence PACKAGE: the source package's copyright file (Debian's machine-readable one: holders and
 # licence texts) into PREFIX/share/doc/PACKAGE, for the copyright files of our packages.
 licence() {
@@ -103,7 +107,7 @@ libfuse | libfuse-example)
     DESTDIR=$work/stage ninja -C "$work/build" install >/dev/null
     licence fuse3
     replace_dest lib/libfuse3.a
-    echo "libfuse $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/fuse3.pc") (Debian's $source_version) built into $dest"
+    built libfuse fuse3
   else
     meson setup "$work/build" "$work/src" -Dexamples=true "${options[@]}" >/dev/null
     ninja -C "$work/build" example/passthrough_hp >/dev/null
@@ -125,13 +129,13 @@ curl)
     -DBUILD_MISC_DOCS=OFF -DENABLE_CURL_MANUAL=OFF -DBUILD_EXAMPLES=OFF -DCURL_DISABLE_INSTALL=OFF
   licence curl
   replace_dest lib/libcurl.a
-  echo "libcurl $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/libcurl.pc") (Debian's $source_version) built into $dest"
+  built libcurl libcurl
   ;;
 tinyxml2)
   fetch_source tinyxml2
   cmake_install "$work/src" -Dtinyxml2_BUILD_TESTING=OFF -DBUILD_TESTING=OFF
   licence tinyxml2
   replace_dest lib/libtinyxml2.a
-  echo "tinyxml2 $(sed -n 's/^Version: //p' "$dest/lib/pkgconfig/tinyxml2.pc") (Debian's $source_version) built into $dest"
+  built tinyxml2 tinyxml2
   ;;
 esac
