@@ -35,7 +35,8 @@ inline bool is_whole_folder(const std::string& rel) { return neffcache::is_entry
 // lock (<root>/lock), an entry's lock (<hlo>.lock), LNL's .<key>.compilation_metadata.lock
 // and the holder file beside it, .<key>.compilation_metadata.
 inline bool is_lock_file_name(std::string_view name) {
-  return name == "lock" || name.ends_with(".lock") || (name.starts_with('.') && name.ends_with(".compilation_metadata"));
+  return name == "lock" || name.ends_with(neffcache::k_lock_suffix) ||
+         (name.starts_with('.') && name.ends_with(neffcache::k_lnl_holder_suffix));
 }
 
 }  // namespace neffcachefs

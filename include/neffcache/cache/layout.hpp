@@ -86,11 +86,13 @@ NEFFCACHE_DECL std::string lnl_neff_name(std::string_view key);
 // The key in the name of an LNL NEFF (graph_<key>.neff), or nothing if `name` is none.
 NEFFCACHE_DECL std::optional<std::string_view> lnl_neff_key(std::string_view name);
 
-// The key's lock in an LNL root, beside the entry folder: ".<key>.compilation_metadata.lock",
-// held with flock(2) and left behind after release.
-NEFFCACHE_DECL std::string lnl_lock_name(std::string_view key);
-// The file beside it that names the lock's holder (lnl.hpp, LnlHolder).
+// The file beside an LNL entry folder that names the holder of its key's lock (lnl.hpp,
+// LnlHolder): ".<key>.compilation_metadata".
+inline constexpr std::string_view k_lnl_holder_suffix = ".compilation_metadata";
 NEFFCACHE_DECL std::string lnl_holder_name(std::string_view key);
+// The key's lock, the holder file's name with k_lock_suffix: held with flock(2) and left
+// behind after release.
+NEFFCACHE_DECL std::string lnl_lock_name(std::string_view key);
 // The key in the name of a key's lock (lnl_lock_name), or nothing if `name` is none.
 NEFFCACHE_DECL std::optional<std::string_view> lnl_lock_key(std::string_view name);
 

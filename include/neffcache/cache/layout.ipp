@@ -29,21 +29,17 @@ NEFFCACHE_DECL std::optional<std::string_view> lnl_neff_key(std::string_view nam
   return key;
 }
 
-NEFFCACHE_DECL std::string lnl_lock_name(std::string_view key) {
-  return fmt::format(".{}.compilation_metadata.lock", key);
-}
+NEFFCACHE_DECL std::string lnl_holder_name(std::string_view key) { return fmt::format(".{}{}", key, k_lnl_holder_suffix); }
+
+NEFFCACHE_DECL std::string lnl_lock_name(std::string_view key) { return lnl_holder_name(key) + std::string(k_lock_suffix); }
 
 NEFFCACHE_DECL std::optional<std::string_view> lnl_lock_key(std::string_view name) {
-  constexpr std::string_view prefix = ".", suffix = ".compilation_metadata.lock";
-  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
-    return std::nullopt;
-  const auto key = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!name.starts_with('.') || !name.ends_with(k_lock_suffix)) return std::nullopt;
+  name.remove_suffix(k_lock_suffix.size());
+  if (!name.ends_with(k_lnl_holder_suffix)) return std::nullopt;
+  const auto key = name.substr(1, name.size() - 1 - k_lnl_holder_suffix.size());
   if (!is_lnl_key(key)) return std::nullopt;
   return key;
-}
-
-NEFFCACHE_DECL std::string lnl_holder_name(std::string_view key) {
-  return fmt::format(".{}.compilation_metadata", key);
 }
 
 NEFFCACHE_DECL std::string EntryKey::module_dir() const {

@@ -46,8 +46,9 @@ NEFFCACHE_DECL std::string python_repr(std::string_view s);
 // A list of strings as Python's repr() prints it: "['a', 'b']".
 NEFFCACHE_DECL std::string python_repr(const std::vector<std::string>& list);
 
-// The comm and the argv of `pid` from /proc ("self" for this process); nullopt when it is gone.
-NEFFCACHE_DECL std::optional<LnlHolder> proc_holder(const std::string& pid);
+// `pid` ("self" for this process) as a holder file names it (process_command, without the
+// pid); nullopt when it is gone.
+NEFFCACHE_DECL std::optional<LnlHolder> proc_holder(std::string_view pid);
 
 }  // namespace detail
 
@@ -108,15 +109,25 @@ NEFFCACHE_DECL std::vector<std::string> lnl_key_flags(const LnlCommand& c);
 // (which may pass), Errc::invalid_argument when its content is bad (the entry's fault).
 NEFFCACHE_DECL Result<LnlCommand> read_lnl_command(const std::string& path);
 
-// The compiler flags of the entry folder `entry_dir`, whose files are `files` (rather
-// than a look: the callers have just listed the folder), in either dialect: of a Neuron
-// entry, neuron_compiler_flags (flags.hpp: its compile_flags.json, else `default_flags`);
-// of an LNL entry, lnl_key_flags of its command.txt, or `default_flags` when it has only
-// LNL's metadata. The one rule for the compile, the job's dedup key, the content identity
-// and `explain`.
-NEFFCACHE_DECL Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir,
-                                                                     const EntryFiles& files,
-                                                                     const std::vector<std::string>& default_flags);
+// What compiles the entry folder `entry_dir`, whose files are `files` (rather than a look:
+// the callers have just listed the folder), in either dialect: its compiler flags (of a
+// Neuron entry, neuron_compiler_flags (flags.hpp: its compile_flags.json, else
+// `default_flags`); of an LNL entry, lnl_key_flags of its command.txt, or `default_flags`
+// when it has only LNL's metadata) and, of an LNL entry with command.txt, that command.
+// The one rule for the compile, the job's dedup key, the content identity and `explain`.
+struct EntryCommand {
+  std::vector<std::string> flags;
+  std::optional<LnlCommand> lnl;
+};
+NEFFCACHE_DECL Result<EntryCommand> entry_command(const std::string& entry_dir, const EntryFiles& files,
+                                                  const std::vector<std::string>& default_flags);
+// entry_command's flags.
+inline Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir, const EntryFiles& files,
+                                                             const std::vector<std::string>& default_flags) {
+  auto c = entry_command(entry_dir, files, default_flags);
+  if (!c) return c.error();
+  return std::move(c->flags);
+}
 
 // The content of LNL's completion marker: "completed:<unix time>\nneff_size:<bytes>\n",
 // the time as Python prints time.time() (a float: "1764340000.123456", "1764340000.0").

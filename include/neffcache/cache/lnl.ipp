@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include <neffcache/core/detail/proc.hpp>
+
 namespace neffcache {
 
 namespace detail {
@@ -38,21 +40,10 @@ NEFFCACHE_DECL std::string python_repr(const std::vector<std::string>& list) {
   return out + "]";
 }
 
-NEFFCACHE_DECL std::optional<LnlHolder> proc_holder(const std::string& pid) {
-  auto comm = read_file(fmt::format("/proc/{}/comm", pid));
-  auto cmdline = read_file(fmt::format("/proc/{}/cmdline", pid));
-  if (!comm || !cmdline) return std::nullopt;
-  LnlHolder h;
-  h.process_name = std::move(*comm);
-  while (!h.process_name.empty() && h.process_name.back() == '\n') h.process_name.pop_back();
-  std::vector<std::string> argv;
-  for (std::size_t at = 0; at < cmdline->size();) {
-    auto end = std::min(cmdline->find('\0', at), cmdline->size());
-    argv.push_back(cmdline->substr(at, end - at));
-    at = end + 1;
-  }
-  h.cmdline = python_repr(argv);
-  return h;
+NEFFCACHE_DECL std::optional<LnlHolder> proc_holder(std::string_view pid) {
+  auto c = process_command(pid);
+  if (!c) return std::nullopt;
+  return LnlHolder{.pid = 0, .process_name = std::move(c->comm), .cmdline = python_repr(c->argv)};
 }
 
 }  // namespace detail
@@ -179,17 +170,18 @@ NEFFCACHE_DECL Result<LnlCommand> read_lnl_command(const std::string& path) {
   return c;
 }
 
-NEFFCACHE_DECL Result<std::vector<std::string>> entry_compiler_flags(const std::string& entry_dir,
-                                                                     const EntryFiles& files,
-                                                                     const std::vector<std::string>& default_flags) {
+NEFFCACHE_DECL Result<EntryCommand> entry_command(const std::string& entry_dir, const EntryFiles& files,
+                                                  const std::vector<std::string>& default_flags) {
   std::optional<std::string> flags_file;
   if (files.has(EntryFile::flags)) flags_file = fmt::format("{}/{}", entry_dir, files.flags_name());
   if (files.is_lnl() && flags_file) {
     auto c = read_lnl_command(*flags_file);
     if (!c) return c.error();
-    return lnl_key_flags(*c);
+    return EntryCommand{lnl_key_flags(*c), std::move(*c)};
   }
-  return neuron_compiler_flags(flags_file, default_flags);
+  auto flags = neuron_compiler_flags(flags_file, default_flags);
+  if (!flags) return flags.error();
+  return EntryCommand{std::move(*flags), std::nullopt};
 }
 
 NEFFCACHE_DECL std::string lnl_marker(double unix_time, uint64_t neff_bytes) {

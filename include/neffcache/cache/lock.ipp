@@ -261,7 +261,7 @@ NEFFCACHE_DECL Result<EntryLock> EntryLock::try_acquire_entry(const std::string&
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (::geteuid() == 0 && ::stat(dir.c_str(), &root) == 0) owner = detail::FileOwner{root.st_uid, root.st_gid};
   detail::give(lock->descriptor(), owner);
-  const std::string holder = path.substr(0, path.size() - k_lock_suffix.size());
+  const std::string holder = (std::filesystem::path(path).parent_path() / lnl_holder_name(files.key)).string();
   if (auto w = detail::write_file_atomic(holder, lnl_holder_record(), 0644, owner); !w)
     return w.error();  // (the lock is released)
   return lock;

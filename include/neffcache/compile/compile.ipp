@@ -115,18 +115,12 @@ NEFFCACHE_DECL CompileResult compile_entry(const std::string& entry_dir, const C
     // Bad contents are the entry's fault; a failed read is not, and may pass. LNL's
     // command.txt is never judged so: a rank creates it empty, then writes it, and of an
     // LNL entry only the compiler's own failure is recorded.
-    auto entry_flags = entry_compiler_flags(entry_dir, files, s.default_flags);
-    if (!entry_flags && (entry_flags.error().code == Errc::io || files.is_lnl()))
-      return stop(entry_flags.error().message);
-    if (!entry_flags) return fail(entry_flags.error().message);
-    std::vector<std::string> flags = std::move(*entry_flags);
     // An LNL entry compiles with its own command's arguments (when it has command.txt).
-    std::optional<LnlCommand> lnl_command;
-    if (files.is_lnl() && files.has(EntryFile::flags)) {
-      auto c = read_lnl_command(fmt::format("{}/{}", entry_dir, k_lnl_command_file));
-      if (!c) return stop(c.error().message);
-      lnl_command = std::move(*c);
-    }
+    auto command = entry_command(entry_dir, files, s.default_flags);
+    if (!command && (command.error().code == Errc::io || files.is_lnl())) return stop(command.error().message);
+    if (!command) return fail(command.error().message);
+    std::vector<std::string> flags = std::move(command->flags);
+    std::optional<LnlCommand> lnl_command = std::move(command->lnl);
     // An NKI kernel the graph calls by path must be on this host, else the compiler fails
     // (NCC_EVRF059): not the graph's fault, so refused now and never recorded. An HLO we
     // cannot read is left to the compiler to judge.

@@ -329,4 +329,5 @@ class S3Tier {
 
 #ifndef NEFFCACHE_SEPARATE_COMPILATION
 #include <neffcache/s3/tier.ipp>
+#include <neffcache/s3/tier_steps.ipp>
 #endif

@@ -32,6 +32,14 @@ NEFFCACHE_DECL std::optional<std::vector<std::string>> proc_stat_fields(int64_t 
 // being reaped).
 NEFFCACHE_DECL std::optional<uint64_t> process_start_time(int64_t pid);
 
+// A process's name (/proc/<pid>/comm, without its newline) and its argv (/proc/<pid>/cmdline).
+struct ProcessCommand {
+  std::string comm;
+  std::vector<std::string> argv;
+};
+// Of `pid` ("self" for this process); nothing when it is gone.
+NEFFCACHE_DECL std::optional<ProcessCommand> process_command(std::string_view pid);
+
 // This process. Host and boot id are read once; pid and start time every call, so a
 // forked child never presents its parent's identity.
 NEFFCACHE_DECL ProcessIdentity current_process();

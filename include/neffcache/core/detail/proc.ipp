@@ -40,6 +40,21 @@ NEFFCACHE_DECL std::optional<uint64_t> process_start_time(int64_t pid) {
   return std::strtoull((*fields)[22 - 3].c_str(), nullptr, 10);
 }
 
+NEFFCACHE_DECL std::optional<ProcessCommand> process_command(std::string_view pid) {
+  auto comm = read_file(fmt::format("/proc/{}/comm", pid));
+  auto cmdline = read_file(fmt::format("/proc/{}/cmdline", pid));
+  if (!comm || !cmdline) return std::nullopt;
+  ProcessCommand c;
+  c.comm = std::move(*comm);
+  while (!c.comm.empty() && c.comm.back() == '\n') c.comm.pop_back();
+  for (std::size_t at = 0; at < cmdline->size();) {
+    auto end = std::min(cmdline->find('\0', at), cmdline->size());
+    c.argv.push_back(cmdline->substr(at, end - at));
+    at = end + 1;
+  }
+  return c;
+}
+
 NEFFCACHE_DECL ProcessIdentity current_process() {
   static const ProcessIdentity machine = [] {
     ProcessIdentity p;
