@@ -6,6 +6,7 @@
 
 #include <neffcache/cache/lock.hpp>
 #include <neffcache/compile/publish.hpp>
+#include <neffcache/compile/settings.hpp>
 
 #include "inode_table.hpp"
 
@@ -70,9 +71,7 @@ bool is_product_name(std::string_view n) {
 bool is_hlo_name(std::string_view n) { return n == k_hlo_module_file || n == k_hlo_legacy_file; }
 
 bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir) {
-  if (!compiler_dir) return true;
-  const std::string dir = compiler_dir_of(entry_dir);
-  return dir.empty() ? EntryFiles::of_entry_path(entry_dir).is_lnl() : dir == *compiler_dir;
+  return !compiler_dir || compiler_dir_serves(entry_dir, *compiler_dir);
 }
 
 // The files of the folder `dir_fd`, of the dialect its name says (nullopt when it cannot

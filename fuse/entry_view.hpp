@@ -68,9 +68,9 @@ enum class EntryStage { not_entry, pending, partial, unfinished, client_compilin
 // (compiles_here).
 EntryStage entry_stage(const neffcache::EntryFiles& files, bool client_lock_live, bool ours);
 
-// Whether the compiler that serves the folder `compiler_dir` (Options::compiler_dir; empty:
-// none; nullopt: compiles are off, and every entry is treated as ours) may compile the
-// entry at `entry_dir`: an LNL entry, or one of that folder.
+// Whether the compiler that serves the folder `compiler_dir` (Options::compiler_dir) may
+// compile the entry at `entry_dir` (compiler_dir_serves, compile/settings.hpp); nullopt:
+// compiles are off, and every entry is treated as ours.
 bool compiles_here(std::string_view entry_dir, const std::optional<std::string>& compiler_dir);
 
 // Whether a folder at this stage shows placeholders for its products: a pending one; a

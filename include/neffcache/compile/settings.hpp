@@ -128,11 +128,16 @@ inline std::optional<std::string> compiler_version(const CompileSettings& s) {
   return compiler_version_of(s.compiler.program(), s.run_as);
 }
 
-// Whether a compiler `program` that reports `version` (nullopt: none) may compile the
+// Whether the compiler whose Neuron entries go to the folder `compiler_dir`
+// (compiler_dir_name of the version it reports; "" when it reports none) may compile the
 // entry at `entry_path` (a folder, or its path in a cache). libneuronxla names a Neuron
 // entry's folder neuronxcc-<v> after the full version its compiler reports, and loads
 // what is there as that compiler's: so only a compiler that reports exactly <v> compiles
-// it. An LNL entry's key names its compiler's version itself: any compiler may. The
+// it. An LNL entry's key names its compiler's version itself: any compiler may, as it may
+// an entry in no compiler's folder.
+NEFFCACHE_DECL bool compiler_dir_serves(std::string_view entry_path, std::string_view compiler_dir);
+
+// compiler_dir_serves for a compiler `program` that reports `version` (nullopt: none). The
 // error is one line naming both versions.
 NEFFCACHE_DECL Result<void> compiler_serves(std::string_view entry_path, const std::optional<std::string>& version,
                                             std::string_view program);

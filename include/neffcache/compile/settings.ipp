@@ -115,11 +115,15 @@ NEFFCACHE_DECL std::vector<std::string> CompilerTemplate::expand(const Values& v
   return out;
 }
 
+NEFFCACHE_DECL bool compiler_dir_serves(std::string_view entry_path, std::string_view compiler_dir) {
+  const std::string dir = compiler_dir_of(entry_path);
+  return dir.empty() || dir == compiler_dir;
+}
+
 NEFFCACHE_DECL Result<void> compiler_serves(std::string_view entry_path, const std::optional<std::string>& version,
                                             std::string_view program) {
+  if (compiler_dir_serves(entry_path, version ? compiler_dir_name(*version) : std::string())) return {};
   const std::string dir = compiler_dir_of(entry_path);
-  if (dir.empty()) return {};
-  if (version && dir == compiler_dir_name(*version)) return {};
   std::string_view wanted =
       std::string_view(dir).substr(dir.starts_with(k_compiler_dir_prefix) ? k_compiler_dir_prefix.size() : 0);
   return Error{Errc::invalid_argument,
