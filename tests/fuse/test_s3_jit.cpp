@@ -406,3 +406,24 @@ TEST_CASE("neffcache-cc and the bucket's content index: its results are twins fo
   CHECK(test::count_lines(log) == 2);
   CHECK(test::slurp(dir / "b.neff") == s3->get(first + "/model.neff").value());
 }
+
+TEST_CASE("neffcache-cc with an s3:// cache hands the real compiler none of its connections to the bucket",
+          "[s3][shim]") {
+  auto s3 = test::fresh_bucket("shimfds");
+  test::TempDir dir;
+  // The real compiler notes the descriptors it was given, then compiles.
+  const test::fs::path real = dir / "sdk-bin", log = dir / "compiles.log", fds = dir / "fds.txt";
+  test::fs::create_directories(real);
+  test::spit(real / "neuronx-cc",
+             fmt::format("#!/bin/sh\nls -l /proc/$$/fd >> {}\nexec {} \"$@\"\n", fds.string(), test::k_fake));
+  test::fs::permissions(real / "neuronx-cc", test::fs::perms::owner_all);
+  const auto g = test::jit_graphs(dir);
+  const std::string url = fmt::format("s3://{}/team", s3->bucket());
+  // A miss: the shim has asked the bucket, and runs the real compiler.
+  REQUIRE(test::run(shim_compile(dir, real, log, "host-a", g.a, dir / "a.neff", url)).exit_code == 0);
+  REQUIRE(test::count_lines(log) == 1);
+  const std::string listed = test::slurp(fds);
+  INFO(listed);
+  CHECK(listed.find(" 2 -> ") != std::string::npos);  // (its stderr: the listing is there)
+  CHECK(listed.find("socket:") == std::string::npos);
+}

@@ -113,6 +113,10 @@ class CurlPool {
   static std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user);
   static std::size_t on_read(char* buf, std::size_t size, std::size_t n, void* user);
   static int on_seek(void* user, curl_off_t offset, int origin);
+  // Makes each socket curl connects with, close-on-exec: curl's own are inherited by a
+  // program this process runs (the compiler shim runs the real compiler), which would hold
+  // the connections to the bucket open for as long as it runs.
+  static curl_socket_t on_open_socket(void* user, curlsocktype purpose, curl_sockaddr* address);
 
   std::variant<HttpReply, TransportError> run(CURL* h, const HttpCall& call);
 

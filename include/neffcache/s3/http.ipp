@@ -4,6 +4,7 @@
 #include <neffcache/s3/http.hpp>
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -138,6 +139,10 @@ NEFFCACHE_DECL int CurlPool::on_seek(void* user, curl_off_t offset, int origin) 
   return CURL_SEEKFUNC_OK;
 }
 
+NEFFCACHE_DECL curl_socket_t CurlPool::on_open_socket(void*, curlsocktype, curl_sockaddr* address) {
+  return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+}
+
 NEFFCACHE_DECL std::variant<HttpReply, TransportError> CurlPool::run(CURL* h, const HttpCall& call) {
   curl_easy_reset(h);
   HttpReply reply;
@@ -152,6 +157,7 @@ NEFFCACHE_DECL std::variant<HttpReply, TransportError> CurlPool::run(CURL* h, co
   curl_easy_setopt(h, CURLOPT_URL, call.url.c_str());
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, &on_open_socket);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
