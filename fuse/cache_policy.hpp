@@ -16,6 +16,10 @@
 //   listing       kept across opendirs, unless the mount has     only our own handlers change
 //                 layers                                         a folder of a single layer
 //
+// An open that passes through (its answer names a backing file, passthrough.hpp) keeps no
+// pages of its own: they are the backing file's, and the kernel fails such an open with EIO
+// when its answer asks to keep the cache as well.
+//
 // Should a done entry be removed or repaired behind the daemon's back, opening a name the
 // kernel kept finds its file unlinked and answers ESTALE, so the kernel looks it up again.
 #pragma once
@@ -42,10 +46,11 @@ inline double cache_timeout(NodeKind kind) {
 }
 
 // Sets what the kernel may keep of an open of a node: direct I/O for the special files
-// and placeholders; a finished file's pages, and no FLUSH, for a reader.
-inline void set_open_caching(fuse_file_info& fi, NodeKind kind, bool reading) {
+// and placeholders; a finished file's pages, and no FLUSH, for a reader; no pages kept
+// across opens for one that `passes_through`.
+inline void set_open_caching(fuse_file_info& fi, NodeKind kind, bool reading, bool passes_through = false) {
   fi.direct_io = kind == NodeKind::special || kind == NodeKind::placeholder;
-  fi.keep_cache = reading && kind == NodeKind::finished;
+  fi.keep_cache = reading && kind == NodeKind::finished && !passes_through;
   fi.noflush = reading && kind == NodeKind::finished;
 }
 

@@ -38,6 +38,7 @@
 #include "fs.hpp"
 #include "metrics_file.hpp"
 #include "passthrough.hpp"
+#include "scratch_dir.hpp"
 #include "systemd_notify.hpp"
 
 namespace {
@@ -55,24 +56,6 @@ bool is_mounted(const std::string& dir) {
   struct stat a {}, b {};
   if (::stat(dir.c_str(), &a) != 0 || ::stat((dir + "/..").c_str(), &b) != 0) return false;
   return a.st_dev != b.st_dev || a.st_ino == b.st_ino;
-}
-
-}  // namespace
-
-namespace {
-
-// The private folders that hold the lock files of read-only caches (Options::scratch).
-constexpr std::string_view k_scratch_prefix = "neffcachefs-locks-";
-
-// Removes the scratch folders in `tmp` whose daemon is gone (kill -9, a crash): nobody
-// holds their flock. Their lock files locked nothing since.
-void sweep_scratch_dirs(const std::string& tmp) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(tmp, ec)) {
-    if (!e.path().filename().string().starts_with(k_scratch_prefix) || !e.is_directory(ec)) continue;
-    neffcache::detail::UniqueFd dir(::open(e.path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir && ::flock(dir.get(), LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(e.path(), ec);
-  }
 }
 
 }  // namespace
@@ -252,16 +235,7 @@ int run_daemon(int argc, char** argv) {
     lower = absolute(lower);
     if (!is_dir(lower, R_OK | X_OK)) return fail(fmt::format("--lower {} is missing or not readable", lower));
   }
-  // Over a read-only cache without --upper: the lock files clients make, gone with the daemon.
-  struct Scratch {
-    std::string dir;
-    neffcache::detail::UniqueFd held;
-    ~Scratch() {
-      std::error_code ignored;
-      if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
-    }
-  } scratch_dir;
-  std::string scratch;
+  ScratchDir scratch;  // (over a read-only cache without --upper)
   if (!upper.empty()) {
     if (!is_dir(opts.backing, R_OK | X_OK)) return fail(fmt::format("backing directory {} is missing or not readable", backing));
     lowers.insert(lowers.begin(), opts.backing);
@@ -269,28 +243,15 @@ int run_daemon(int argc, char** argv) {
     if (!is_dir(opts.backing, R_OK | W_OK | X_OK))
       return fail(fmt::format("--upper {} is missing or not readable and writable", upper));
   } else if (!s3_url && is_dir(opts.backing, R_OK | X_OK) && !is_dir(opts.backing, W_OK)) {
-    const std::string tmp = neffcache::detail::getenv_or("TMPDIR", "/tmp");
-    sweep_scratch_dirs(tmp);
-    scratch = fmt::format("{}/{}XXXXXX", tmp, k_scratch_prefix);
-    if (!::mkdtemp(scratch.data())) return fail(fmt::format("cannot create {}: {}", scratch, std::strerror(errno)));
-    scratch_dir.dir = scratch;
-    // Held for the daemon's life (a fork keeps it): the folder of a daemon that is gone is
-    // one nobody holds.
-    scratch_dir.held = neffcache::detail::UniqueFd(::open(scratch.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!scratch_dir.held || ::flock(scratch_dir.held.get(), LOCK_EX | LOCK_NB) != 0)
-      return fail(fmt::format("cannot lock {}: {}", scratch, std::strerror(errno)));
-    // The mount's root is the scratch folder's: it shows the cache's mode and owner.
-    struct stat cache_root {};
-    if (::stat(opts.backing.c_str(), &cache_root) != 0 || ::chmod(scratch.c_str(), cache_root.st_mode & 07777) != 0 ||
-        (::geteuid() == 0 && ::chown(scratch.c_str(), cache_root.st_uid, cache_root.st_gid) != 0))
-      return fail(fmt::format("cannot give {} the mode and owner of {}: {}", scratch, opts.backing, std::strerror(errno)));
+    if (auto why = scratch.make(neffcache::detail::getenv_or("TMPDIR", "/tmp"), opts.backing); !why.empty())
+      return fail(why);
     lowers.insert(lowers.begin(), opts.backing);
-    opts.backing = scratch;
+    opts.backing = scratch.path();
     opts.scratch = true;
     opts.scheduler.settings.compiles_off = "the cache is read-only and the mount has no --upper";
     fmt::print(stderr, "neffcachefs: {} is read-only: serving its done entries; lock files that clients create are "
                        "kept in {} until the mount ends; nothing compiles (give --upper DIR to compile)\n",
-               lowers.front(), scratch);
+               lowers.front(), scratch.path());
   }
   if (!is_dir(opts.backing, R_OK | W_OK | X_OK))
     return fail(fmt::format("backing directory {} is missing or not readable", backing));

@@ -124,12 +124,20 @@ class Filesystem {
   // stats.json's bytes, or (nullopt) a read of the backing descriptor fi.fh.
   std::optional<std::string> read_special(fuse_ino_t ino, size_t size, off_t off, const fuse_file_info& fi);
   Answer<size_t> write(const char* buf, size_t size, off_t off, const fuse_file_info& fi);
+  // stats.json has no backing descriptor: nothing to flush or sync (0), nor to lock
+  // (ENOLCK).
   int flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
   int release(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi);
   // An open or create whose answer did not reach the kernel: its descriptor (or stats.json's
   // snapshot) closed, and no longer counted (no release will come).
   void not_opened(fuse_ino_t ino, const fuse_file_info& fi);
-  int fsync(int datasync, const fuse_file_info& fi);
+  // A create whose answer did not reach the kernel: not opened, and the kernel's reference
+  // to its inode given back (the kernel never took it).
+  void not_created(const Created& c) {
+    not_opened(c.entry.ino, c.fi);
+    forget(c.entry.ino, 1);
+  }
+  int fsync(fuse_ino_t ino, int datasync, const fuse_file_info& fi);
   // On the backing descriptors, as the disk under them answers (stats.json has none: EOPNOTSUPP,
   // and the kernel copies a copy_file_range from it by reading).
   int fallocate(fuse_ino_t ino, int mode, off_t off, off_t len, const fuse_file_info& fi);
@@ -144,7 +152,9 @@ class Filesystem {
   Answer<Xattr> listxattr(fuse_ino_t ino, size_t size);
   int setxattr(fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
   int removexattr(fuse_ino_t ino, const char* name);
-  LockForwarding& locks() { return locks_; }
+  // POSIX locks through the mount: forwarded (lock_forwarding.hpp).
+  Answer<struct flock> getlk(fuse_ino_t ino, const fuse_file_info& fi, const struct flock& lock);
+  Answer<Ok> setlk(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi, const struct flock& lock, bool sleep);
   // flock(2) through the mount: forwarded (lock_forwarding.hpp). An LNL key's lock in the
   // root of a mount whose writes go elsewhere (a bucket) is held there too, for the client
   // that compiles the key (store::Remote::hold_key_for_client), until it lets go.

@@ -61,11 +61,11 @@ Answer<fuse_file_info> Filesystem::open(const Caller& caller, fuse_ino_t ino, co
     // client that locks one has its locks dropped at the release of its open instead).
     const bool reading = !writes;
     const NodeKind kind = Namespace::kind_of(i);
-    set_open_caching(opened, kind, reading);
     if (reading) {
       passthrough_.reader_opening(caller, i, opened, kind == NodeKind::finished, inodes_.layer_of(i) != 0);
       if (backing_of(opened) > 0) stats_.read_bytes += static_cast<uint64_t>(st.st_size);
     }
+    set_open_caching(opened, kind, reading, backing_of(opened) > 0);
     if (reading && i.done_neff) {
       ++stats_.hits;
       if (!i.index_offered.exchange(true)) {
@@ -185,7 +185,19 @@ ClientHold Filesystem::told(ClientHold held, std::string_view name) {
   return held;
 }
 
+Answer<struct flock> Filesystem::getlk(fuse_ino_t ino, const fuse_file_info& fi, const struct flock& lock) {
+  if (is_special(ino)) return Errno{ENOLCK};
+  return locks_.getlk(static_cast<int>(fi.fh), lock);
+}
+
+Answer<Ok> Filesystem::setlk(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi, const struct flock& lock,
+                             bool sleep) {
+  if (is_special(ino)) return Errno{ENOLCK};
+  return locks_.setlk(caller, static_cast<int>(fi.fh), lock, sleep);
+}
+
 Answer<Ok> Filesystem::flock(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi, int op) {
+  if (is_special(ino)) return Errno{ENOLCK};
   const int fd = static_cast<int>(fi.fh);
   Inode& i = inodes_.get(ino);
   std::optional<std::string> name;
@@ -297,6 +309,7 @@ Answer<size_t> Filesystem::write(const char* data, size_t size, off_t off, const
 }
 
 int Filesystem::flush(const Caller& caller, fuse_ino_t ino, const fuse_file_info& fi) {
+  if (is_special(ino)) return 0;
   // Every close() by the client: POSIX drops the closer's locks on the file. The kernel
   // keeps no record of locks it forwards, so they are dropped here.
   struct flock unlock {};
@@ -345,7 +358,8 @@ void Filesystem::not_opened(fuse_ino_t ino, const fuse_file_info& fi) {
     ns_.written(inodes_.get(ino));
 }
 
-int Filesystem::fsync(int datasync, const fuse_file_info& fi) {
+int Filesystem::fsync(fuse_ino_t ino, int datasync, const fuse_file_info& fi) {
+  if (is_special(ino)) return 0;
   int fd = static_cast<int>(fi.fh);
   return (datasync ? ::fdatasync(fd) : ::fsync(fd)) == 0 ? 0 : errno;
 }

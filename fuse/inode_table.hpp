@@ -87,6 +87,7 @@ struct Inode {
   bool backing_lower = false;  // it is a read-only lower layer's file
   uint32_t backing_opens = 0;
   uint32_t cached_opens = 0;
+  bool backing_registering = false;  // an open registers its backing file now
 };
 
 class InodeTable {

@@ -108,9 +108,12 @@ class FuseCaller final : public Caller {
   fuse_req_t req_;
 };
 
+// An entry whose answer did not reach the kernel (its request was interrupted, the
+// connection aborted): the kernel never took the reference the lookup counted.
 void reply_entry(fuse_req_t req, Answer<fuse_entry_param> a) {
   if (!a.ok()) return (void)fuse_reply_err(req, a.error());
-  fuse_reply_entry(req, &a.value());
+  Filesystem& fs = self(req);
+  if (fuse_reply_entry(req, &a.value()) != 0 && a.value().ino != 0) fs.forget(a.value().ino, 1);
 }
 
 void reply_attr(fuse_req_t req, Answer<Filesystem::Attr> a) {
@@ -145,7 +148,7 @@ void op_create(fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_in
   auto a = fs.create(FuseCaller(r), p, n, m, *fi);
   if (!a.ok()) return (void)fuse_reply_err(r, a.error());
   auto& c = a.value();
-  if (fuse_reply_create(r, &c.entry, &c.fi) != 0) fs.not_opened(c.entry.ino, c.fi);
+  if (fuse_reply_create(r, &c.entry, &c.fi) != 0) fs.not_created(c);
 }
 
 void op_read(fuse_req_t r, fuse_ino_t i, size_t size, off_t off, fuse_file_info* fi) {
@@ -252,18 +255,11 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       if (!a.ok()) return (void)fuse_reply_err(r, a.error());
       fuse_reply_write(r, a.value());
     };
-    // stats.json has no backing descriptor: nothing to flush, sync or lock.
-    o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
-      if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
-      fuse_reply_err(r, self(r).flush(FuseCaller(r), i, *fi));
-    };
+    o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { fuse_reply_err(r, self(r).flush(FuseCaller(r), i, *fi)); };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) {
       fuse_reply_err(r, self(r).release(FuseCaller(r), i, *fi));
     };
-    o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) {
-      if (self(r).is_special(i)) return (void)fuse_reply_err(r, 0);
-      fuse_reply_err(r, self(r).fsync(d, *fi));
-    };
+    o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info* fi) { fuse_reply_err(r, self(r).fsync(i, d, *fi)); };
     o.fallocate = [](fuse_req_t r, fuse_ino_t i, int mode, off_t off, off_t len, fuse_file_info* fi) {
       fuse_reply_err(r, self(r).fallocate(i, mode, off, len, *fi));
     };
@@ -294,17 +290,14 @@ const fuse_lowlevel_ops& Filesystem::ops() {
       fuse_reply_statfs(r, &a.value());
     };
     o.getlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l) {
-      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
-      auto a = self(r).locks().getlk(static_cast<int>(fi->fh), *l);
+      auto a = self(r).getlk(i, *fi, *l);
       if (!a.ok()) return (void)fuse_reply_err(r, a.error());
       fuse_reply_lock(r, &a.value());
     };
     o.setlk = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, struct flock* l, int sleep) {
-      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
-      reply_lock_answer(r, self(r).locks().setlk(FuseCaller(r), static_cast<int>(fi->fh), *l, sleep != 0));
+      reply_lock_answer(r, self(r).setlk(FuseCaller(r), i, *fi, *l, sleep != 0));
     };
     o.flock = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi, int op) {
-      if (self(r).is_special(i)) return (void)fuse_reply_err(r, ENOLCK);
       reply_lock_answer(r, self(r).flock(FuseCaller(r), i, *fi, op));
     };
     o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { reply_xattr(r, self(r).getxattr(i, n, s)); };

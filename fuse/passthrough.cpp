@@ -56,7 +56,8 @@ nlohmann::ordered_json Passthrough::stats() const {
 
 int Passthrough::writer_opening(Inode& i, fuse_file_info& fi) {
   if (!on_) return 0;
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  registered_.wait(lk, [&] { return !i.backing_registering; });  // (reader_opening)
   if (i.backing_opens > 0) {
     // The kernel takes only passthrough opens of this inode now, of its backing file: it
     // opens the writer's own from it, with the writer's flags. A lower layer's file
@@ -74,8 +75,11 @@ int Passthrough::writer_opening(Inode& i, fuse_file_info& fi) {
 
 void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info& fi, bool eligible, bool lower) {
   if (!on_) return;
-  std::lock_guard lk(mu_);
-  close_pending_locked(caller);
+  close_pending(caller);
+  std::unique_lock lk(mu_);
+  // An open of the same inode registering its backing file: every open after it takes
+  // what it ends with (passes through with its backing file, or is cached).
+  registered_.wait(lk, [&] { return !i.backing_registering; });
   if (i.backing_opens > 0) {  // every open of it must pass through now
     ++i.backing_opens;
     set_backing(fi, i.backing_id);
@@ -83,8 +87,16 @@ void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info&
     return;
   }
   if (eligible && i.cached_opens == 0 && !refused_) {
+    // The ioctl waits for no request, but is made without mu_ held: only the opens of
+    // this inode wait for it.
+    i.backing_registering = true;
+    lk.unlock();
     errno = 0;
     const int id = caller.open_backing(static_cast<int>(fi.fh));
+    const int err = errno;
+    lk.lock();
+    i.backing_registering = false;
+    registered_.notify_all();
     if (id > 0) {
       i.backing_id = id;
       i.backing_lower = lower;
@@ -93,7 +105,7 @@ void Passthrough::reader_opening(const Caller& caller, Inode& i, fuse_file_info&
       ++opens;
       return;
     }
-    if (errno == EPERM) refused_ = true;
+    if (err == EPERM) refused_ = true;
     ++fallbacks;
   } else if (eligible) {
     ++busy;
@@ -112,16 +124,26 @@ int Passthrough::end_locked(Inode& i) {
   return 0;
 }
 
-void Passthrough::close_pending_locked(const Caller& caller) {
-  for (int id : to_close_) caller.close_backing(id);
-  to_close_.clear();
+void Passthrough::close_pending(const Caller& caller) {
+  std::vector<int> ids;
+  {
+    std::lock_guard lk(mu_);
+    ids.swap(to_close_);
+  }
+  for (int id : ids) caller.close_backing(id);
 }
 
 void Passthrough::ended(const Caller& caller, Inode& i) {
   if (!on_) return;
-  std::lock_guard lk(mu_);
-  close_pending_locked(caller);
-  if (int id = end_locked(i)) caller.close_backing(id);
+  close_pending(caller);
+  int id = 0;
+  {
+    std::lock_guard lk(mu_);
+    id = end_locked(i);
+  }
+  // (Closed without mu_: a reader that registers the inode again meanwhile gets an id of
+  // its own.)
+  if (id) caller.close_backing(id);
 }
 
 void Passthrough::not_answered(Inode& i) {

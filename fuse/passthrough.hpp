@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -45,14 +46,10 @@ namespace neffcachefs {
 
 #ifdef FUSE_CAP_PASSTHROUGH
 inline constexpr bool k_libfuse_has_passthrough = true;
-// The backing file an open's answer names: the kernel reads it itself (0: none). With it
-// the kernel takes no keep_cache (the open fails with EIO): the pages are the backing
-// file's anyway.
+// The backing file an open's answer names: the kernel reads it itself (0: none). What the
+// kernel may keep of such an open: cache_policy.hpp.
 inline int backing_of(const fuse_file_info& fi) { return fi.backing_id; }
-inline void set_backing(fuse_file_info& fi, int id) {
-  fi.backing_id = id;
-  fi.keep_cache = 0;
-}
+inline void set_backing(fuse_file_info& fi, int id) { fi.backing_id = id; }
 #else
 inline constexpr bool k_libfuse_has_passthrough = false;
 inline int backing_of(const fuse_file_info&) { return 0; }
@@ -105,13 +102,16 @@ class Passthrough {
   // The kernel refused a registration with EPERM (root in a user namespace is not
   // CAP_SYS_ADMIN where it counts): no further tries, served by the daemon.
   std::atomic<bool> refused_{false};
-  // Rank 90 (docs/ARCHITECTURE.md), a leaf: guards each Inode's passthrough counts. Held
-  // across a registration (an ioctl that waits for no request).
+  // Rank 90 (docs/ARCHITECTURE.md), a leaf: guards each Inode's passthrough counts. Never
+  // held across an ioctl: a registration marks its inode (Inode::backing_registering), and
+  // the other opens of that inode wait on registered_ until it ends.
   std::mutex mu_;
+  std::condition_variable registered_;
   std::vector<int> to_close_;  // guarded by mu_: see not_answered
   // With mu_ held: one fewer open of `i`; its backing file's id when that was the last.
   int end_locked(Inode& i);
-  void close_pending_locked(const Caller& caller);
+  // Gives back the backing files of opens whose answer never reached the kernel.
+  void close_pending(const Caller& caller);
 };
 
 }  // namespace neffcachefs

@@ -647,12 +647,14 @@ TEST_CASE("the cache policy: a done entry's files kept a day and their pages kep
   CHECK(cache_timeout(NodeKind::plain) == 1);
   CHECK(cache_timeout(NodeKind::placeholder) == 0);
   CHECK(cache_timeout(NodeKind::special) == 0);
-  auto opened = [](NodeKind kind, bool reading) {
+  auto opened = [](NodeKind kind, bool reading, bool passes_through = false) {
     fuse_file_info fi{};
-    set_open_caching(fi, kind, reading);
+    set_open_caching(fi, kind, reading, passes_through);
     return std::tuple(unsigned{fi.direct_io}, unsigned{fi.keep_cache}, unsigned{fi.noflush});
   };
   CHECK(opened(NodeKind::finished, true) == std::tuple(0u, 1u, 1u));
+  // A reader that passes through keeps no pages of its own (the kernel would fail its open).
+  CHECK(opened(NodeKind::finished, true, true) == std::tuple(0u, 0u, 1u));
   CHECK(opened(NodeKind::finished, false) == std::tuple(0u, 0u, 0u));
   CHECK(opened(NodeKind::plain, true) == std::tuple(0u, 0u, 0u));
   CHECK(opened(NodeKind::placeholder, true) == std::tuple(1u, 0u, 0u));

@@ -351,11 +351,8 @@ TEST_CASE("handlers: passthrough's rule per inode: one backing file while reader
     fuse_file_info fi{};
     fi.flags = flags;
     fi.fh = 42;
-    fi.keep_cache = 1;
     const int e = opens_to_write(flags) ? pt.writer_opening(done, fi)
                                         : (pt.reader_opening(caller, done, fi, eligible, lower), 0);
-    // The kernel fails a passthrough open that asks to keep the cache.
-    if (backing_of(fi) > 0) CHECK(fi.keep_cache == 0);
     return std::pair{e, backing_of(fi)};
   };
   // Readers of a finished file share one backing file, registered once.
@@ -434,6 +431,7 @@ TEST_CASE("handlers: with passthrough, a writer of a file that readers pass thro
   auto reader = m.open(neff, O_RDONLY);
   REQUIRE(reader.ok());
   CHECK(backing_of(reader.value()) == 1);
+  CHECK_FALSE(reader.value().keep_cache);  // (the kernel fails a passthrough open that asks for it)
   auto writer = m.open(neff, O_WRONLY | O_TRUNC);
   REQUIRE(writer.ok());
   CHECK(backing_of(writer.value()) == 1);
@@ -449,4 +447,24 @@ TEST_CASE("handlers: with passthrough, a writer of a file that readers pass thro
   // Done still, and written by no one: the next lookup finds it finished again.
   m.ino(k_done + "/model.neff");
   CHECK(inode.finished);
+}
+
+TEST_CASE("handlers: a create whose answer does not reach the kernel gives back the kernel's reference it counted",
+          "[fuse-unit][handlers]") {
+  Unmounted m;
+  test::spit(fs::path(m.opts.backing) / "a.txt", "a");
+  m.start();
+  // Looked up first, so that the inode outlives the create's reference.
+  const fuse_ino_t ino = m.ino("a.txt");
+  const Inode& inode = *reinterpret_cast<const Inode*>(ino);
+  REQUIRE(inode.nlookup == 1);
+  fuse_file_info fi{};
+  fi.flags = O_WRONLY | O_CREAT;
+  auto made = m.fs->create(m.caller, FUSE_ROOT_ID, "a.txt", 0644, fi);
+  REQUIRE(made.ok());
+  REQUIRE(made.value().entry.ino == ino);
+  CHECK(inode.nlookup == 2);
+  m.fs->not_created(made.value());  // as lowlevel.cpp does when fuse_reply_create fails
+  CHECK(inode.nlookup == 1);
+  m.fs->forget(ino, 1);
 }
