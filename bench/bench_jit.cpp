@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "hlo_variants.hpp"
+#include "jit_env.hpp"
 #include "paths.hpp"
 #include "process.hpp"
 
@@ -68,24 +69,9 @@ struct Options {
 // wall time until the last one is done. Throws when a rank fails.
 double start_training(const Options& o, const fs::path& cache, const fs::path& log, const std::string& path,
                       const std::vector<fs::path>& graphs) {
-  std::vector<std::string> argv{"env",
-                                "-u",
-                                "NEURON_CC_FLAGS",
-                                "-u",
-                                "NEURON_EXTRACT_GRAPHS_ONLY",
-                                "-u",
-                                "NEFFCACHE_REAL_COMPILER",
-                                "NEURON_COMPILE_CACHE_URL=" + cache.string(),
-                                "NEFFCACHE_FAKE_IDLE=1",
-                                fmt::format("NEFFCACHE_FAKE_SECONDS={}", o.compile_seconds),
-                                "NEFFCACHE_FAKE_LOG=" + log.string(),
-                                "PATH=" + path,
-                                test::path::client_sim,
-                                "--key",
-                                "raw",
-                                "--flag=-O1",
-                                "--poll",
-                                "0.05"};
+  std::vector<std::string> argv = test::jit_env_words(
+      cache, log, path, {"NEFFCACHE_FAKE_IDLE=1", fmt::format("NEFFCACHE_FAKE_SECONDS={}", o.compile_seconds)});
+  argv.insert(argv.end(), {test::path::client_sim, "--key", "raw", "--flag=-O1", "--poll", "0.05"});
   for (const auto& g : graphs) argv.push_back(g.string());
   const auto t0 = Clock::now();
   std::vector<std::unique_ptr<test::Child>> ranks;

@@ -119,31 +119,11 @@ double cpu_seconds(pid_t pid) {
 
 // libfuse's passthrough_hp example over `backing` at `mnt`, for as long as it lives: what
 // a FUSE file system that passes reads through does at best.
-class LibfuseExample {
- public:
-  LibfuseExample(const std::string& program, const fs::path& backing, const fs::path& mnt,
-                 const std::vector<std::string>& options = {}) {
-    fs::create_directories(mnt);
-    std::vector<std::string> argv{program, "--foreground"};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back(backing.string());
-    argv.push_back(mnt.string());
-    child_.emplace(argv, true);
-    if (!test::wait_for_mount(mnt)) throw std::runtime_error(program + " did not mount " + mnt.string());
-    mnt_ = mnt;
-  }
-  ~LibfuseExample() {
-    test::lazy_unmount(mnt_);
-    child_->kill(SIGTERM);
-    child_->wait();
-  }
-  LibfuseExample(const LibfuseExample&) = delete;
-  LibfuseExample& operator=(const LibfuseExample&) = delete;
-
- private:
-  std::optional<test::Child> child_;
-  fs::path mnt_;
-};
+std::unique_ptr<test::MountedDaemon> libfuse_example(const std::string& program, const fs::path& backing,
+                                                     const fs::path& mnt, const std::vector<std::string>& options = {}) {
+  test::DaemonSpec spec{.backing = backing.string(), .mnt = mnt, .options = options, .quiet = true, .program = program};
+  return std::make_unique<test::MountedDaemon>(spec);
+}
 
 // 1. A finished NEFF read whole, warm and cold, in each dialect (a done Neuron entry's
 // model.neff, a done LNL entry's graph_<key>.neff): natively, and through two mounts of one
@@ -158,8 +138,8 @@ std::vector<Row> bench_hit(const Options& o, const fs::path& work) {
   const char* dialects[2] = {"Neuron", "LNL"};
   Mount on(backing, work / "hit-mnt", {});
   Mount off(backing, work / "hit-mnt-off", {}, {"-j", "2", "--no-passthrough"});
-  std::optional<LibfuseExample> hp;
-  if (!o.passthrough_hp.empty()) hp.emplace(o.passthrough_hp, backing, work / "hit-hp", std::vector<std::string>{"--nopassthrough"});
+  std::unique_ptr<test::MountedDaemon> hp;
+  if (!o.passthrough_hp.empty()) hp = libfuse_example(o.passthrough_hp, backing, work / "hit-hp", {"--nopassthrough"});
   const bool passthrough = on.stats()["passthrough"]["on"] == true;
   if (!passthrough)
     note("hit: passthrough is off here (" + on.stats()["passthrough"]["why_off"].get<std::string>() +
@@ -244,8 +224,8 @@ std::vector<Row> bench_small(const Options& o, const fs::path& work) {
   const char* dialects[2] = {"Neuron", "LNL"};
   Mount on(backing, work / "small-mnt", {});
   Mount off(backing, work / "small-mnt-off", {}, {"-j", "2", "--no-passthrough"});
-  std::optional<LibfuseExample> hp;
-  if (!o.passthrough_hp.empty()) hp.emplace(o.passthrough_hp, backing, work / "small-hp");
+  std::unique_ptr<test::MountedDaemon> hp;
+  if (!o.passthrough_hp.empty()) hp = libfuse_example(o.passthrough_hp, backing, work / "small-hp");
   std::vector<fs::path> roots{backing, work / "small-mnt", work / "small-mnt-off"};
   if (hp) roots.push_back(work / "small-hp");
   std::vector<Row> rows;
@@ -1059,7 +1039,7 @@ int main(int argc, char** argv) {
                                                                            "twins", "s3fetch", "s3pair", "s3twin", "s3warm",
                                                                            "s3farm", "s3hosts"}));
   app.add_option("--passthrough-hp", o.passthrough_hp,
-                 "libfuse's passthrough_hp example (scripts/private_libs.sh libfuse-example DIR): small hits through it too");
+                 "libfuse's passthrough_hp example (scripts/private_libs.sh libfuse puts it in PREFIX/bin): small hits through it too");
   app.add_option("--dir", o.dir, "where to build the caches (default: a new folder in /var/tmp)");
   app.add_option("--hit-mib", o.hit_mib, "size of the NEFF of the hit benchmark")->capture_default_str();
   app.add_option("--small-mib", o.small_mib, "size of the NEFF of the small-hit benchmark")->capture_default_str();

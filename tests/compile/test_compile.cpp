@@ -46,6 +46,22 @@ CompileSettings fake_settings(const test::TempDir& work) {
   return s;
 }
 
+struct TupleCompile {
+  std::string entry;
+  CompileResult r;
+};
+
+// An entry of gopjrt_tuple.hlo.pb under `root`, compiled with fake_settings(work) by the
+// fake compiler at full speed with `name`=`value` in its environment.
+TupleCompile compile_tuple_with(const test::TempDir& root, const test::TempDir& work, const char* name,
+                                const std::string& value) {
+  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
+  test::ScopedEnv env(name, value);
+  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
+  auto r = compile_entry(entry, fake_settings(work));
+  return {entry, r};
+}
+
 EntryState state_of(const std::string& entry) {
   EntryState st{};
   auto root = test::fs::path(entry).parent_path().parent_path();
@@ -358,10 +374,8 @@ TEST_CASE("a compile as another user: its own work folder; what it writes to the
 
 TEST_CASE("a compiler killed by a signal is transient: nothing recorded, nothing partial", "[compile]") {
   test::TempDir root, work;
-  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
-  test::ScopedEnv sig("NEFFCACHE_FAKE_SIGNAL", "TERM");  // leaves a partial output first (not SEGV: a sanitized fake catches that)
-  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
-  auto r = compile_entry(entry, fake_settings(work));
+  // The fake leaves a partial output first. (Not SEGV: a sanitized fake catches that.)
+  auto [entry, r] = compile_tuple_with(root, work, "NEFFCACHE_FAKE_SIGNAL", "TERM");
   CHECK(r.outcome == CompileOutcome::transient);
   CHECK(r.message == "compiler killed by signal 15");
   CHECK_FALSE(r.oom_killed);
@@ -479,10 +493,7 @@ TEST_CASE("a real kernel OOM kill in a small memory cgroup, of the compiler or o
 
 TEST_CASE("an exit 70 without neuronx-cc's [F137] is a recorded failure like any other", "[compile]") {
   test::TempDir root, work;
-  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
-  test::ScopedEnv fail("NEFFCACHE_FAKE_FAIL", "70");
-  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
-  auto r = compile_entry(entry, fake_settings(work));
+  auto [entry, r] = compile_tuple_with(root, work, "NEFFCACHE_FAKE_FAIL", "70");
   CHECK(r.outcome == CompileOutcome::failed);
   CHECK_FALSE(r.oom_killed);
   CHECK(r.message == "compiler exited with status 70");
@@ -650,10 +661,7 @@ TEST_CASE("a missing compiler is a clear transient error", "[compile]") {
 
 TEST_CASE("peak memory and compile time are recorded", "[compile]") {
   test::TempDir root, work;
-  test::ScopedEnv rate("NEFFCACHE_FAKE_RATE", "0");
-  test::ScopedEnv mem("NEFFCACHE_FAKE_MEMORY_MB", "96");
-  auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");
-  auto r = compile_entry(entry, fake_settings(work));
+  auto [entry, r] = compile_tuple_with(root, work, "NEFFCACHE_FAKE_MEMORY_MB", "96");
   REQUIRE(r.outcome == CompileOutcome::success);
   CHECK(r.peak_rss_kib >= 96 * 1024);
   auto meta = nlohmann::json::parse(test::slurp(test::fs::path(entry) / std::string(k_meta_file)));

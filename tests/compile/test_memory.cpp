@@ -41,35 +41,37 @@ std::string key_of(int n, const std::string& flags = "0badcafe") {
 TEST_CASE("the host's memory is the tightest of RAM and the cgroup limits, v2 and v1", "[memory]") {
   test::TempDir t;
   put_text(t / "proc/meminfo", "MemTotal:       24576000 kB\nMemFree:  1 kB\n");
+  // The host's memory once `files` (a path below t, its text) are written, in order.
+  auto memory_with = [&](std::initializer_list<std::pair<const char*, const char*>> files) {
+    for (const auto& [path, text] : files) put_text(t / path, text);
+    return host_memory((t / "proc").string(), (t / "cg").string());
+  };
   SECTION("no cgroup file: RAM") {
-    auto m = host_memory((t / "proc").string(), (t / "cg").string());
+    auto m = memory_with({});
     CHECK(m.ram == 24576000ull << 10);
     CHECK_FALSE(m.cgroup_max);
     CHECK(default_mem_budget(m) == static_cast<uint64_t>(static_cast<double>(m.ram) * 0.85));
   }
   SECTION("v2: the tightest of memory.max and memory.high up the tree") {
-    put_text(t / "proc/self/cgroup", "0::/jobs/build\n");
-    put_text(t / "cg/jobs/build/memory.max", "max\n");
-    put_text(t / "cg/jobs/build/memory.high", "3221225472\n");
-    put_text(t / "cg/jobs/memory.max", "2147483648\n");
-    auto m = host_memory((t / "proc").string(), (t / "cg").string());
+    auto m = memory_with({{"proc/self/cgroup", "0::/jobs/build\n"},
+                          {"cg/jobs/build/memory.max", "max\n"},
+                          {"cg/jobs/build/memory.high", "3221225472\n"},
+                          {"cg/jobs/memory.max", "2147483648\n"}});
     REQUIRE(m.cgroup_max);
     CHECK(*m.cgroup_max == 2147483648ull);
     CHECK(m.cgroup == "/jobs");
     CHECK(m.limit() == 2147483648ull);
   }
   SECTION("v1: memory.limit_in_bytes, 'unlimited' ignored") {
-    put_text(t / "proc/self/cgroup", "12:cpu,cpuacct:/x\n7:memory:/batch/one\n0::/\n");
-    put_text(t / "cg/memory/batch/one/memory.limit_in_bytes", "9223372036854771712\n");
-    put_text(t / "cg/memory/batch/memory.limit_in_bytes", "1610612736\n");
-    auto m = host_memory((t / "proc").string(), (t / "cg").string());
+    auto m = memory_with({{"proc/self/cgroup", "12:cpu,cpuacct:/x\n7:memory:/batch/one\n0::/\n"},
+                          {"cg/memory/batch/one/memory.limit_in_bytes", "9223372036854771712\n"},
+                          {"cg/memory/batch/memory.limit_in_bytes", "1610612736\n"}});
     REQUIRE(m.cgroup_max);
     CHECK(*m.cgroup_max == 1610612736ull);
   }
   SECTION("a limit above RAM does not raise it") {
-    put_text(t / "proc/self/cgroup", "0::/big\n");
-    put_text(t / "cg/big/memory.max", "99999999999999\n");
-    CHECK(host_memory((t / "proc").string(), (t / "cg").string()).limit() == 24576000ull << 10);
+    auto m = memory_with({{"proc/self/cgroup", "0::/big\n"}, {"cg/big/memory.max", "99999999999999\n"}});
+    CHECK(m.limit() == 24576000ull << 10);
   }
 }
 
@@ -218,6 +220,30 @@ Scheduler::Options memory_options(FakeCompiles& fake, std::shared_ptr<MemoryLedg
   return o;
 }
 
+// A 1000 MiB ledger of which another process holds half, and the history of a big graph
+// (key_of(100), 840 MiB predicted) that cannot fit until the other releases its share.
+struct BigGraphBlocked {
+  BigGraphBlocked() {
+    peaks->add(key_of(100), 10'000, 0, 700 * 1024);
+    fake.take = 50ms;
+  }
+  // A scheduler's options on the ledger: `jobs` at once, the big graph passed by at most
+  // `max_bypass` others.
+  Scheduler::Options options(int jobs, int max_bypass) {
+    auto o = memory_options(fake, ledger, peaks, jobs);
+    o.max_bypass = max_bypass;
+    return o;
+  }
+
+  test::TempDir t;
+  const std::string dir = (t / "ledger").string();
+  std::shared_ptr<MemoryLedger> ledger = MemoryLedger::open(dir, 1000 * MiB).value();
+  std::shared_ptr<MemoryLedger> other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
+  uint64_t held = hold_bytes(*other, 500 * MiB);
+  std::shared_ptr<PeakHistory> peaks = std::make_shared<PeakHistory>();
+  FakeCompiles fake;
+};
+
 }  // namespace
 
 TEST_CASE("compiles start only when their predicted peak fits, however many slots", "[memory][scheduler]") {
@@ -255,20 +281,10 @@ TEST_CASE("compiles start only when their predicted peak fits, however many slot
 }
 
 TEST_CASE("a large graph waiting for memory is passed by smaller ones at most max_bypass times", "[memory][scheduler]") {
-  test::TempDir t;
-  const std::string dir = (t / "ledger").string();
-  auto ledger = MemoryLedger::open(dir, 1000 * MiB).value();
-  // Another process holds half the budget.
-  auto other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
-  auto held = hold_bytes(*other, 500 * MiB);
-  auto peaks = std::make_shared<PeakHistory>();
-  peaks->add(key_of(100), 10'000, 0, 700 * 1024);  // the big one: 840 MiB predicted
+  BigGraphBlocked blocked;
+  auto& [t, dir, ledger, other, held, peaks, fake] = blocked;
   for (int i = 0; i < 10; ++i) peaks->add(key_of(i), 100, 0, 50 * 1024);  // small: 60 MiB
-  FakeCompiles fake;
-  fake.take = 50ms;
-  auto o = memory_options(fake, ledger, peaks, 1);
-  o.max_bypass = 3;
-  Scheduler s(o);
+  Scheduler s(blocked.options(1, 3));
   s.submit({"big", key_of(100), 10'000, 0}, Priority::background);
   for (int i = 0; i < 10; ++i) s.submit({fmt::format("small{}", i), key_of(i), 100, 0}, Priority::background);
   // Three small ones pass, then nothing starts while the big one cannot fit.
@@ -284,20 +300,11 @@ TEST_CASE("a large graph waiting for memory is passed by smaller ones at most ma
 }
 
 TEST_CASE("a job that would not fit beside the waiting large graph does not pass it", "[memory][scheduler]") {
-  test::TempDir t;
-  const std::string dir = (t / "ledger").string();
-  auto ledger = MemoryLedger::open(dir, 1000 * MiB).value();
-  auto other = MemoryLedger::open(dir, 1000 * MiB, "other").value();
-  auto held = hold_bytes(*other, 500 * MiB);
-  auto peaks = std::make_shared<PeakHistory>();
-  peaks->add(key_of(100), 10'000, 0, 700 * 1024);  // big: 840 MiB predicted
-  peaks->add(key_of(50), 5'000, 0, 250 * 1024);    // medium: 300 MiB, fits now, not beside big
-  peaks->add(key_of(1), 100, 0, 50 * 1024);        // small: 60 MiB, fits beside big
-  FakeCompiles fake;
-  fake.take = 50ms;
-  auto o = memory_options(fake, ledger, peaks, 2);
-  o.max_bypass = 10;
-  Scheduler s(o);
+  BigGraphBlocked blocked;
+  auto& [t, dir, ledger, other, held, peaks, fake] = blocked;
+  peaks->add(key_of(50), 5'000, 0, 250 * 1024);  // medium: 300 MiB, fits now, not beside big
+  peaks->add(key_of(1), 100, 0, 50 * 1024);      // small: 60 MiB, fits beside big
+  Scheduler s(blocked.options(2, 10));
   s.submit({"big", key_of(100), 10'000, 0}, Priority::background);
   s.submit({"medium", key_of(50), 5'000, 0}, Priority::background);
   s.submit({"small", key_of(1), 100, 0}, Priority::background);

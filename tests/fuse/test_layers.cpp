@@ -87,14 +87,23 @@ std::set<std::string> listed_entries(const fs::path& mnt) {
   return out;
 }
 
+// A cache shipped on a read-only volume: make_shipped_cache of k_two_graphs in dir/cache,
+// bound read-only at dir/ro; its pending entry's path, and its tree as it came.
+// The tests name its members through a structured binding; a lambda names them through the
+// object (clang before 16 cannot capture a structured binding).
+struct ShippedReadOnly {
+  test::TempDir dir;
+  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
+  ReadOnlyBind ro{dir / "cache", dir / "ro"};
+  const std::map<std::string, std::string> before = test::snapshot_tree(dir / "ro");
+};
+
 }  // namespace
 
 TEST_CASE("a read-only cache: a client that locks <root>/lock reads its hits; a miss fails at once; nothing is written",
           "[fuse][layers]") {
-  test::TempDir dir;
-  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
-  ReadOnlyBind ro(dir / "cache", dir / "ro");
-  const auto before = test::snapshot_tree(dir / "ro");
+  ShippedReadOnly shipped_ro;
+  auto& [dir, pending, ro, before] = shipped_ro;
 
   // Without the mount, the client stops at the cache's lock file, as libneuronxla does.
   auto direct = test::run(client_sim(dir / "ro", dir / "direct.log", {}, k_two_graphs));
@@ -147,10 +156,8 @@ TEST_CASE("a read-only cache: a client that locks <root>/lock reads its hits; a 
 
 TEST_CASE("with --upper, a pending entry of the read-only cache and a new entry compile into the upper folder; the lower stays as it was",
           "[fuse][layers]") {
-  test::TempDir dir;
-  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
-  ReadOnlyBind ro(dir / "cache", dir / "ro");
-  const auto before = test::snapshot_tree(dir / "ro");
+  ShippedReadOnly shipped_ro;
+  auto& [dir, pending, ro, before] = shipped_ro;
   const auto shipped = listed_entries(dir / "ro");
   fs::create_directories(dir / "upper");
   Mount m({}, {"--upper", (dir / "upper").string()}, dir / "ro");
@@ -182,7 +189,8 @@ TEST_CASE("with --upper, a pending entry of the read-only cache and a new entry 
   CHECK(fs::exists(dir / "upper" / "lock"));
   // A change to a file of a lower entry writes the upper layer's copy of the whole entry.
   std::vector<std::string> done;
-  std::copy_if(shipped.begin(), shipped.end(), std::back_inserter(done), [&](auto& e) { return e != pending; });
+  std::copy_if(shipped.begin(), shipped.end(), std::back_inserter(done),
+               [&](auto& e) { return e != shipped_ro.pending; });
   REQUIRE(done.size() == 2);
   test::spit(m.mnt() / done[0] / "notes.txt", "mine");
   CHECK(test::slurp(dir / "upper" / done[0] / "notes.txt") == "mine");
@@ -344,10 +352,8 @@ TEST_CASE("a read-only cache with a writable --lower: a pending entry is refused
 
 TEST_CASE("neffcache commands on a read-only cache and on layers: reads see every layer, changes act on the top or refuse in one line",
           "[fuse][layers][cli]") {
-  test::TempDir dir;
-  const std::string pending = make_shipped_cache(dir / "cache", dir / "made.log", k_two_graphs);
-  ReadOnlyBind ro(dir / "cache", dir / "ro");
-  const auto before = test::snapshot_tree(dir / "ro");
+  ShippedReadOnly shipped_ro;
+  auto& [dir, pending, ro, before] = shipped_ro;
   auto ls = [](const fs::path& cache) {
     auto r = test::run_tool({"ls", "--cache", cache.string(), "--json"});
     REQUIRE(r.exit_code == 0);

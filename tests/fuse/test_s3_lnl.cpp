@@ -76,15 +76,31 @@ int lnl_compiles(const fs::path& log, const std::string& key) {
   return n;
 }
 
+// Two hosts, each a mount of one fresh bucket (of `prefix` in it, if any), whose compiles
+// go to one log.
+// The tests name its members through a structured binding; a lambda names them through the
+// object (clang before 16 cannot capture a structured binding).
+struct LnlHosts {
+  explicit LnlHosts(std::string_view what, std::string_view prefix = {})
+      : s3(test::fresh_bucket(what)),
+        log(dir / "compiles.log"),
+        url(prefix.empty() ? fmt::format("s3://{}", s3->bucket()) : fmt::format("s3://{}/{}", s3->bucket(), prefix)),
+        a(url, log),
+        b(url, log) {}
+
+  std::unique_ptr<S3Client> s3;
+  test::TempDir dir;
+  const fs::path log;
+  const std::string url;
+  Host a, b;
+};
+
 }  // namespace
 
 TEST_CASE("save_cache() onto a bucket mount publishes the entry for another host; a second promotion is refused",
           "[s3][mount][lnl]") {
-  auto s3 = test::fresh_bucket("lnlpromote");
-  test::TempDir dir;
-  const fs::path log = dir / "compiles.log";
-  const std::string url = fmt::format("s3://{}/remote", s3->bucket());
-  Host a(url, log), b(url, log);
+  LnlHosts hosts("lnlpromote", "remote");
+  auto& [s3, dir, log, url, a, b] = hosts;
   const std::string key = test::lnl_key("promoted once");
 
   CHECK(save_cache(a.mnt(), key, "host a's NEFF", "a") == 0);
@@ -120,10 +136,8 @@ TEST_CASE("save_cache() onto a bucket mount publishes the entry for another host
 
 TEST_CASE("two hosts promote the same key at once: one wins, the other's rename fails, nothing is overwritten",
           "[s3][mount][lnl]") {
-  auto s3 = test::fresh_bucket("lnlrace");
-  test::TempDir dir;
-  const std::string url = fmt::format("s3://{}", s3->bucket());
-  Host a(url, dir / "compiles.log"), b(url, dir / "compiles.log");
+  LnlHosts hosts("lnlrace");
+  auto& [s3, dir, log, url, a, b] = hosts;
   for (int round = 0; round < 4; ++round) {
     const std::string key = test::lnl_key(fmt::format("race {}", round));
     // The staging folders are written first: the threads only rename (Catch2's assertions,
@@ -137,8 +151,8 @@ TEST_CASE("two hosts promote the same key at once: one wins, the other's rename 
       while (ready < 2) std::this_thread::yield();
       err = ::rename(staged.c_str(), (h.mnt() / key).c_str()) == 0 ? 0 : errno;
     };
-    std::thread ta([&] { promote(a, staged_a, err_a); });
-    std::thread tb([&] { promote(b, staged_b, err_b); });
+    std::thread ta([&] { promote(hosts.a, staged_a, err_a); });
+    std::thread tb([&] { promote(hosts.b, staged_b, err_b); });
     ta.join();
     tb.join();
     // As LNL leaves nothing behind: the loser's staging folder goes.
@@ -157,31 +171,32 @@ TEST_CASE("two hosts promote the same key at once: one wins, the other's rename 
 
 TEST_CASE("vLLM ranks on two hosts with the bucket mount as NEURON_LIBTORCH_REMOTE_CACHE: compiled once, fetched by the other",
           "[s3][mount][lnl]") {
-  auto s3 = test::fresh_bucket("lnlranks");
-  test::TempDir dir;
-  const fs::path log = dir / "compiles.log";
-  const std::string url = fmt::format("s3://{}", s3->bucket());
-  Host a(url, log), b(url, log);
+  LnlHosts hosts("lnlranks");
+  auto& [s3, dir, log, url, a, b] = hosts;
+  // A rank on host `h` with its own local cache; it must succeed. Its output.
   auto rank = [&](const Host& h, const std::string& local) {
-    return test::run({"env", "-u", "VLLM_NEURON_DISABLE_WARMUP_COMPILE", "VLLM_CACHE_ROOT=" + (dir / local).string(),
-                      "NEURON_LIBTORCH_REMOTE_CACHE=" + h.mnt().string(), "NEFFCACHE_FAKE_RATE=0",
-                      "NEFFCACHE_FAKE_LOG=" + log.string(), k_sim, "--dialect", "lnl", "--json", "--save-cache",
-                      "--compiler", k_fake_template, "--flag=-O1", (test::k_corpus / "spu_tf_jit_comp.hlo.pb").string(),
-                      (test::k_corpus / "gopjrt_jax_xp1.hlo.pb").string()});
+    auto r = test::run({"env", "-u", "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+                        "VLLM_CACHE_ROOT=" + (hosts.dir / local).string(),
+                        "NEURON_LIBTORCH_REMOTE_CACHE=" + h.mnt().string(), "NEFFCACHE_FAKE_RATE=0",
+                        "NEFFCACHE_FAKE_LOG=" + hosts.log.string(), k_sim, "--dialect", "lnl", "--json", "--save-cache",
+                        "--compiler", k_fake_template, "--flag=-O1",
+                        (test::k_corpus / "spu_tf_jit_comp.hlo.pb").string(),
+                        (test::k_corpus / "gopjrt_jax_xp1.hlo.pb").string()});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r.output;
   };
-  auto first = rank(a, "host-a");
-  INFO(first.output);
-  REQUIRE(first.exit_code == 0);
-  CHECK(first.output.find(R"("compiled": 2)") != std::string::npos);
-  CHECK(first.output.find(R"("promoted": 2)") != std::string::npos);
+  const std::string first = rank(a, "host-a");
+  INFO(first);
+  CHECK(first.find(R"("compiled": 2)") != std::string::npos);
+  CHECK(first.find(R"("promoted": 2)") != std::string::npos);
   CHECK(test::count_lines(log) == 2);
   // Host b's rank finds both graphs on the remote (through its own daemon and tier) and
   // compiles nothing.
-  auto second = rank(b, "host-b");
-  INFO(second.output);
-  REQUIRE(second.exit_code == 0);
-  CHECK(second.output.find(R"("fetched": 2)") != std::string::npos);
-  CHECK(second.output.find(R"("compiled": 0)") != std::string::npos);
+  const std::string second = rank(b, "host-b");
+  INFO(second);
+  CHECK(second.find(R"("fetched": 2)") != std::string::npos);
+  CHECK(second.find(R"("compiled": 0)") != std::string::npos);
   CHECK(test::count_lines(log) == 2);
   CHECK(b.stats()["s3"]["fetches"] == 2);
 }
@@ -198,9 +213,7 @@ TEST_CASE("the bucket mount as the LNL cache itself: a pending entry compiles on
   }
   test::TempDir dir;
   const fs::path log = dir / "compiles.log";
-  fs::create_directories(dir / "exclusive");
-  std::vector<std::string> env{"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1",
-                               "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + (dir / "exclusive").string()};
+  const std::vector<std::string> env = test::exclusive_compile_env(dir / "exclusive");
   const std::string url = fmt::format("s3://{}", s3->bucket());
   Host a(url, log, {}, env), b(url, log, {}, env);
   // The key is listed at the root, and its pending entry shows LNL's products.

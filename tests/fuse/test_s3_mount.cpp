@@ -28,10 +28,7 @@
 #include "s3_support.hpp"
 #include "support.hpp"
 
-using namespace neffcache;
-using namespace std::chrono_literals;
-using Catch::Matchers::ContainsSubstring;
-namespace fs = std::filesystem;
+using namespace s3test;  // the library, chrono literals, ContainsSubstring, fs, k_fake_template
 
 namespace {
 
@@ -39,7 +36,6 @@ using test::S3Mount;
 
 using test::k_daemon;
 const std::string k_compiler_dir = "neuronxcc-2.21.0";
-using test::k_fake_template;
 
 std::string mount_rel_of(int i) { return test::fake_entry(i, 2000); }
 
@@ -185,9 +181,7 @@ TEST_CASE("three daemons over one bucket compile each entry once for many reader
   put_pending(*s3, n);
   test::TempDir dir;
   const fs::path log = dir / "compiles.log";
-  fs::create_directories(dir / "exclusive");
-  std::vector<std::string> env{"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1",
-                               "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + (dir / "exclusive").string()};
+  const std::vector<std::string> env = test::exclusive_compile_env(dir / "exclusive");
   const std::string url = fmt::format("s3://{}", s3->bucket());
   std::vector<std::unique_ptr<S3Mount>> mounts;
   for (int d = 0; d < 3; ++d) mounts.push_back(std::make_unique<S3Mount>(url, log, std::vector<std::string>{}, env));

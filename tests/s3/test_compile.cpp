@@ -18,14 +18,9 @@
 #include "s3_support.hpp"
 #include "support.hpp"
 
-using namespace neffcache;
-using namespace std::chrono_literals;
-using Catch::Matchers::ContainsSubstring;
-namespace fs = std::filesystem;
+using namespace s3test;  // the library, chrono literals, ContainsSubstring, fs, k_fake_template
 
 namespace {
-
-using test::k_fake_template;
 
 std::string rel_of(int i) { return test::fake_entry(i, 1000); }
 

@@ -55,6 +55,15 @@ std::string neff_of(S3Client& s3, const std::string& rel) {
   return *got;
 }
 
+// The identity the index holds for entry_of(0), and its one record: the first compile's.
+std::pair<ContentId, IndexRecord> only_record_of_first(const S3Index& index) {
+  auto id = index.id_of(entry_of(0));
+  REQUIRE(id.has_value());
+  auto records = index.records(*id);
+  REQUIRE(records.size() == 1);
+  return {*id, records[0]};
+}
+
 }  // namespace
 
 TEST_CASE("a graph compiled under one S3 entry is served to its twin under another name, without a compile",
@@ -67,13 +76,10 @@ TEST_CASE("a graph compiled under one S3 entry is served to its twin under anoth
   REQUIRE(first.exit_code == 0);
   REQUIRE(compiles.count() == 1);
   const S3Index index(*s3, "");
-  auto id = index.id_of(entry_of(0));
-  REQUIRE(id.has_value());
-  auto records = index.records(*id);
-  REQUIRE(records.size() == 1);
-  CHECK(records[0].size == neff_of(*s3, entry_of(0)).size());
-  CHECK(records[0].xxh3.size() == 16);
-  CHECK_FALSE(records[0].etag.empty());
+  const auto [id, record] = only_record_of_first(index);
+  CHECK(record.size == neff_of(*s3, entry_of(0)).size());
+  CHECK(record.xxh3.size() == 16);
+  CHECK_FALSE(record.etag.empty());
 
   // The same graph and flags under another name (another path, another client).
   put_graph(*s3, entry_of(1), 0);
@@ -84,7 +90,7 @@ TEST_CASE("a graph compiled under one S3 entry is served to its twin under anoth
   CHECK(neff_of(*s3, entry_of(1)) == neff_of(*s3, entry_of(0)));
   CHECK(s3->head(entry_of(1) + "/model.done").has_value());
   CHECK(index.id_of(entry_of(1)) == id);
-  CHECK(index.records(*id).size() == 2);
+  CHECK(index.records(id).size() == 2);
   // The listing of entries is not troubled by the index's objects.
   auto listing = list_s3_entries(*s3, "");
   REQUIRE(listing.has_value());
@@ -212,11 +218,8 @@ TEST_CASE("sync push records what it uploads in the bucket's index: a twin of a 
   INFO(pushed.output);
   REQUIRE(pushed.exit_code == 0);
   const S3Index index(*s3, "");
-  auto id = index.id_of(entry_of(0));
-  REQUIRE(id.has_value());
-  auto records = index.records(*id);
-  REQUIRE(records.size() == 1);
-  CHECK(records[0].compile_seconds > 0);  // from the entry's publication record: what a twin saves
+  const auto [id, record] = only_record_of_first(index);
+  CHECK(record.compile_seconds > 0);  // from the entry's publication record: what a twin saves
   put_graph(*s3, entry_of(1), 0);
   REQUIRE(compiles.run(*s3).exit_code == 0);
   CHECK(compiles.count() == 1);
@@ -233,11 +236,8 @@ TEST_CASE("a graph that failed to compile in one S3 entry fails its twin under a
   CHECK(first.exit_code == 1);
   REQUIRE(compiles.count() == 1);
   const S3Index index(*s3, "");
-  auto id = index.id_of(entry_of(0));
-  REQUIRE(id.has_value());
-  auto records = index.records(*id);
-  REQUIRE(records.size() == 1);
-  CHECK(records[0].failed);
+  const auto [id, record] = only_record_of_first(index);
+  CHECK(record.failed);
   put_graph(*s3, entry_of(1), 2);
   auto second = compiles.run(*s3);
   INFO(second.output);

@@ -18,6 +18,7 @@
 #include <neffcache/compile/memory.hpp>
 
 #include "hlo_variants.hpp"
+#include "jit_env.hpp"
 #include "paths.hpp"
 #include "process.hpp"
 #include "support.hpp"
@@ -61,17 +62,7 @@ inline std::string path_with(std::initializer_list<fs::path> first) {
 // A clean Neuron environment for a client of `cache` whose PATH is `path`; the fake
 // compiler logs each real compile to `log`.
 inline std::vector<std::string> jit_env(const fs::path& cache, const fs::path& log, const std::string& path) {
-  return {"env",
-          "-u",
-          "NEURON_CC_FLAGS",
-          "-u",
-          "NEURON_EXTRACT_GRAPHS_ONLY",
-          "-u",
-          "NEFFCACHE_REAL_COMPILER",
-          "NEURON_COMPILE_CACHE_URL=" + cache.string(),
-          "NEFFCACHE_FAKE_RATE=0",
-          "NEFFCACHE_FAKE_LOG=" + log.string(),
-          "PATH=" + path};
+  return jit_env_words(cache, log, path, {"NEFFCACHE_FAKE_RATE=0"});
 }
 
 // One simulated rank with the environment `env`, started: it loads every graph of

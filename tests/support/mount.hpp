@@ -109,7 +109,7 @@ class MountedDaemon {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!up) {
       child_.reset();  // killed and reaped
-      throw std::runtime_error(fmt::format("neffcachefs did not mount {}", mnt_.string()));
+      throw std::runtime_error(fmt::format("{} did not mount {}", s.program, mnt_.string()));
     }
     mount_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <fmt/format.h>
 
 #include <neffcache/s3/client.hpp>
@@ -135,6 +138,15 @@ inline void check_compiled_once(const fs::path& log, const fs::path& exclusive, 
   CHECK_FALSE(fs::exists(exclusive / "clashes"));
 }
 
+// Environment for the fake compiler of several daemons over one bucket: every compile
+// lasts long enough (0.4 s, idle) for another host to start the same entry, and two
+// compiles of one entry at once leave a clash in `exclusive` (made here) for
+// check_compiled_once.
+inline std::vector<std::string> exclusive_compile_env(const fs::path& exclusive) {
+  fs::create_directories(exclusive);
+  return {"NEFFCACHE_FAKE_SECONDS=0.4", "NEFFCACHE_FAKE_IDLE=1", "NEFFCACHE_FAKE_EXCLUSIVE_DIR=" + exclusive.string()};
+}
+
 // A bucket name no other test (nor an earlier run) uses.
 inline std::string unique_bucket(std::string_view what) {
   static std::atomic<int> n{0};
@@ -186,3 +198,13 @@ struct FaultyProxy {
 };
 
 }  // namespace test
+
+// What the S3 tests use, brought in with `using namespace s3test` (as fusetest does for the
+// mount tests).
+namespace s3test {
+using namespace neffcache;
+using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
+namespace fs = std::filesystem;
+using test::k_fake_template;
+}  // namespace s3test

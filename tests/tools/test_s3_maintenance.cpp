@@ -21,14 +21,9 @@
 #include "s3_support.hpp"
 #include "support.hpp"
 
-using namespace neffcache;
-using namespace std::chrono_literals;
-using Catch::Matchers::ContainsSubstring;
-namespace fs = std::filesystem;
+using namespace s3test;  // the library, chrono literals, ContainsSubstring, fs, k_fake_template
 
 namespace {
-
-using test::k_fake_template;
 
 test::ToolRun tool(std::vector<std::string> args) {
   return test::run(test::s3_tool_argv(args, {"NEFFCACHE_FAKE_RATE=0"}));

@@ -1,6 +1,8 @@
 // neffcache clear-locks: remove the locks whose owner is gone, and only those. Safe while
 // other processes use the cache: a live lock is left alone, and the output says why.
-#include "neffcache/cmd_clear_locks.hpp"
+// neffcache clear-neffs: remove compiled results (NEFFs and failure logs) and keep the
+// graphs, so every entry is pending again.
+#include "neffcache/cmd_clear.hpp"
 
 #include <fmt/format.h>
 
@@ -13,7 +15,7 @@ void setup_clear_locks(CLI::App& app, int& exit_code) {
                     "Remove stale entry locks (owner gone); live ones are left alone, with the reason", run_clear_locks);
 }
 
-int run_clear_locks(const ClearLocksOptions& opts) {
+int run_clear_locks(const ClearOptions& opts) {
   auto listed = open_listed(opts.cache, Access::change);
   if (!listed) return report(listed.error());
   const auto& [cache, entries] = *listed;
@@ -33,6 +35,31 @@ int run_clear_locks(const ClearLocksOptions& opts) {
   }
   fmt::print("{} stale lock{} removed, {} live lock{} left alone\n", removed, removed == 1 ? "" : "s", live,
              live == 1 ? "" : "s");
+  return k_exit_ok;
+}
+
+
+void setup_clear_neffs(CLI::App& app, int& exit_code) {
+  add_cache_command(app, exit_code, "clear-neffs",
+                    "Remove compiled NEFFs and failure logs, keeping the graphs: every entry is pending again",
+                    run_clear_neffs);
+}
+
+int run_clear_neffs(const ClearOptions& opts) {
+  auto listed = open_listed(opts.cache, Access::change);
+  if (!listed) return report(listed.error());
+  const auto& [cache, entries] = *listed;
+  std::size_t cleared = 0, left = 0;
+  for (const auto& e : entries) {
+    if (e.state != EntryState::done && e.state != EntryState::failed) continue;
+    if (auto r = cache->clear_results(cache->entry(e)); !r) {
+      fmt::print(stderr, "neffcache: left {} alone: {}\n", e.path, r.error().message);
+      ++left;
+      continue;
+    }
+    ++cleared;
+  }
+  fmt::print("{} entries are pending again, {} left alone\n", cleared, left);
   return k_exit_ok;
 }
 
