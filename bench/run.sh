@@ -29,6 +29,7 @@ rgw=/var/tmp/neffcache-bench-rgw
 bash tests/s3/radosgw.sh start "$rgw" >/dev/null
 trap 'bash tests/s3/radosgw.sh stop "$rgw" >/dev/null' EXIT
 # libfuse's passthrough_hp, the limit for a small hit through FUSE (once; about 10 s).
-hp=build-bench/libfuse-example/passthrough_hp
-[ -x "$hp" ] || bash scripts/private_libs.sh libfuse-example "$(dirname "$hp")" >/dev/null
+# (A private libfuse built before it was there is built again with it.)
+hp=/opt/neffcache/libfuse/bin/passthrough_hp
+[ -x "$hp" ] || bash scripts/private_libs.sh libfuse "$(dirname "$(dirname "$hp")")" >/dev/null
 build-bench/bench/bench_mount --s3-env "$rgw/s3.env" --passthrough-hp "$hp" "$@"

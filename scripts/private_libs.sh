@@ -5,22 +5,31 @@
 # fetched (a deb-src line), which apt checks against trixie's signed index, and dpkg-source
 # applies Debian's patches.
 #   private_libs.sh libfuse PREFIX    libfuse 3.17: FUSE passthrough needs 3.16, bookworm has 3.14,
-#                                     and trixie's binary packages need trixie's glibc
+#                                     and trixie's binary packages need trixie's glibc; with its
+#                                     passthrough_hp example, statically linked, in PREFIX/bin
+#                                     (bench/run.sh: the limit of a FUSE open)
 #   private_libs.sh curl PREFIX       libcurl, HTTP and HTTPS over the system's OpenSSL 3 only:
 #                                     Debian's libcurl binds its symbols at a version node
 #                                     (CURL_OPENSSL_4) that Fedora-family libcurl lacks, and its
 #                                     libcurl.a needs a dozen libraries that have no .a
 #   private_libs.sh tinyxml2 PREFIX   tinyxml2: its soname differs between the targets, and
 #                                     Debian ships no libtinyxml2.a
-#   private_libs.sh libfuse-example DIR   libfuse's passthrough_hp example, statically linked,
-#                                     into DIR (bench/run.sh: the limit of a FUSE open)
+#   private_libs.sh --whole PREFIX    exits 0 when PREFIX is whole, as this script makes it now
 # Each library is static and position-independent, with its headers and its pkg-config or
-# CMake files. docs/INSTALL.md says why each one is built here.
+# CMake files. docs/INSTALL.md says why each one is built here. What this script made holds the
+# marker .neffcache-private, written last: CMake takes a prefix that has it, and setup.sh asks
+# --whole, which also wants what this version of the script adds (the copyright file, libfuse's
+# example).
 set -euo pipefail
+format=2  # what the marker says: one more whenever a prefix holds more
 what=${1:-} dest=${2:-}
-case "$what" in libfuse | curl | tinyxml2 | libfuse-example) ;; *) what="" ;; esac
+if [ "$what" = --whole ]; then
+  [ "$(cat "$dest/.neffcache-private" 2>/dev/null)" = "$format" ]
+  exit
+fi
+case "$what" in libfuse | curl | tinyxml2) ;; *) what="" ;; esac
 if [ -z "$what" ] || [ -z "$dest" ]; then
-  echo "usage: $0 libfuse|curl|tinyxml2 PREFIX | libfuse-example DIR" >&2
+  echo "usage: $0 libfuse|curl|tinyxml2 PREFIX | --whole PREFIX" >&2
   exit 2
 fi
 dest=$(realpath -m "$dest")
@@ -64,18 +73,18 @@ fetch_source() {
   echo "private_libs.sh: no version of trixie's source package $1 could be fetched" >&2
   exit 1
 }
-# replace_dest FILE: puts what was staged in place of PREFIX. PREFIX is replaced only when it is
-# empty or was made here (a marker, or FILE, the library of an earlier build, is in it): a
-# PREFIX given by mistake is never wiped.
+# replace_dest FILE: puts what was staged in place of PREFIX, the marker last. PREFIX is replaced
+# only when it is empty or was made here (the marker, or FILE, the library of an earlier build,
+# is in it): a PREFIX given by mistake is never wiped.
 replace_dest() {
   if [ -n "$(ls -A "$dest" 2>/dev/null)" ] && [ ! -e "$dest/.neffcache-private" ] && [ ! -e "$dest/$1" ]; then
     echo "private_libs.sh: $dest holds files this script did not make: not replacing it" >&2
     exit 1
   fi
-  touch "$staged/.neffcache-private"
   rm -rf "$dest"
   mkdir -p "$(dirname "$dest")"
   mv "$staged" "$dest"
+  echo "$format" >"$dest/.neffcache-private"
 }
 # built NAME PC: says that NAME was built, with the version of its pkg-config file PC.pc.
 built() {
@@ -98,23 +107,17 @@ cmake_install() {
 }
 
 case "$what" in
-libfuse | libfuse-example)
+libfuse)
   fetch_source fuse3
-  options=(-Ddefault_library=static -Dutils=false -Dtests=false -Dbuildtype=release -Db_pie=true)
-  if [ "$what" = libfuse ]; then
-    meson setup "$work/build" "$work/src" --prefix="$dest" --libdir=lib -Dexamples=false "${options[@]}" >/dev/null
-    ninja -C "$work/build" >/dev/null
-    DESTDIR=$work/stage ninja -C "$work/build" install >/dev/null
-    licence fuse3
-    replace_dest lib/libfuse3.a
-    built libfuse fuse3
-  else
-    meson setup "$work/build" "$work/src" -Dexamples=true "${options[@]}" >/dev/null
-    ninja -C "$work/build" example/passthrough_hp >/dev/null
-    mkdir -p "$dest"
-    cp "$work/build/example/passthrough_hp" "$dest/"
-    echo "libfuse's passthrough_hp built into $dest"
-  fi
+  # (The examples are built, not installed.)
+  meson setup "$work/build" "$work/src" --prefix="$dest" --libdir=lib -Ddefault_library=static -Dutils=false \
+    -Dtests=false -Dexamples=true -Dbuildtype=release -Db_pie=true >/dev/null
+  ninja -C "$work/build" >/dev/null
+  DESTDIR=$work/stage ninja -C "$work/build" install >/dev/null
+  install -D -m 755 "$work/build/example/passthrough_hp" "$staged/bin/passthrough_hp"
+  licence fuse3
+  replace_dest lib/libfuse3.a
+  built libfuse fuse3
   ;;
 curl)
   fetch_source curl

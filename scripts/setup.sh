@@ -63,14 +63,10 @@ if [ ${#backports[@]} -gt 0 ] && ! dpkg-query -W -f='${Version}' libcatch2-dev 2
 #   links it, and it carries no loader path to it.
 # - libcurl (HTTP and HTTPS over OpenSSL only) and tinyxml2: the programs link them in, so that
 #   one build runs on every target of the packages (cmake/dependencies.cmake).
-private=(libfuse:lib/libfuse3.a curl:lib/libcurl.a tinyxml2:lib/libtinyxml2.a)
+# (private_libs.sh says which prefixes are whole; CMake takes any that holds its marker.)
 private_missing=()
-for entry in "${private[@]}"; do
-  name=${entry%%:*} file=${entry#*:}
-  # (The copyright file too: the packages carry it.)
-  if [ ! -f "/opt/neffcache/$name/$file" ] || ! ls "/opt/neffcache/$name"/share/doc/*/copyright >/dev/null 2>&1; then
-    private_missing+=("$name")
-  fi
+for name in libfuse curl tinyxml2; do
+  bash "$(dirname "$0")/private_libs.sh" --whole "/opt/neffcache/$name" || private_missing+=("$name")
 done
 
 # promtool checks the metrics' text in the tests. It comes from Debian's prometheus package,
