@@ -1,5 +1,6 @@
 // Metrics in Prometheus' text format (store/metrics.hpp): what the text says for a document,
 // and that docs/METRICS.md lists exactly the metrics the tables name, with their types.
+#include <filesystem>
 #include <regex>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "support.hpp"
 
 using namespace neffcache;
+namespace fs = std::filesystem;
 
 TEST_CASE(
     "metrics: one HELP and TYPE per metric, labelled samples, nothing for what the document lacks",
