@@ -367,6 +367,7 @@ Environment:
 )";
 
 int main(int argc, char** argv) {
+  note_inherited_descriptors();
   const std::string self = real_path("/proc/self/exe");
   // Words the real compiler does not know, alone on the command line: ours.
   if (argc == 2 && std::string_view(argv[1]) == "--neffcache-help") {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -66,7 +67,34 @@ Result<std::string> find_real_compiler(const std::string& self) {
                fmt::format("no real {} on PATH besides this one (set NEFFCACHE_REAL_COMPILER)", k_compiler_name)};
 }
 
+namespace {
+
+std::vector<int> open_descriptors() {
+  std::vector<int> fds;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd", ec)) fds.push_back(std::atoi(e.path().filename().c_str()));
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+std::vector<int>& inherited() {
+  static std::vector<int> fds;
+  return fds;
+}
+
+// Every descriptor opened since note_inherited_descriptors closes at an exec.
+void close_ours_on_exec() {
+  for (int fd : open_descriptors())
+    if (!std::binary_search(inherited().begin(), inherited().end(), fd))
+      if (int flags = ::fcntl(fd, F_GETFD); flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
+}  // namespace
+
+void note_inherited_descriptors() { inherited() = open_descriptors(); }
+
 [[noreturn]] void exec_real(const std::string& real, int argc, char** argv) {
+  close_ours_on_exec();
   std::vector<char*> args{const_cast<char*>(real.c_str())};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
@@ -89,6 +117,7 @@ int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
   // Written before the fork: the child of a process with a thread (KeepAlive) calls only
   // what is safe after a fork (fcntl, execv, write, _exit).
   const std::string cannot_run = fmt::format("{}: error: cannot run {}: ", k_me, real);
+  close_ours_on_exec();
   const pid_t pid = ::fork();
   if (pid < 0) {
     fmt::print(stderr, "{}: error: fork: {}\n", k_me, std::strerror(errno));

@@ -21,7 +21,13 @@ Result<std::string> find_real_compiler(const std::string& self);
 // The canonical path of `p`; empty when it cannot be resolved.
 std::string real_path(const std::string& p);
 
-// Replaces this process by the real compiler with our arguments, unchanged.
+// Notes the descriptors this process was started with (the caller's, which the real compiler
+// inherits as it would without us). Called first thing in main.
+void note_inherited_descriptors();
+
+// Replaces this process by the real compiler with our arguments, unchanged. Like run_real, it
+// hands on only the descriptors we were started with: not what this process opened since
+// (connections to a bucket, whatever libcurl makes them with).
 [[noreturn]] void exec_real(const std::string& real, int argc, char** argv);
 
 // Says why on one line of stderr, then exec_real: a compile the cache cannot serve.
