@@ -419,8 +419,12 @@ TEST_CASE("neffcache-cc with an s3:// cache hands the real compiler none of its 
   test::fs::permissions(real / "neuronx-cc", test::fs::perms::owner_all);
   const auto g = test::jit_graphs(dir);
   const std::string url = fmt::format("s3://{}/team", s3->bucket());
-  // A miss: the shim has asked the bucket, and runs the real compiler.
-  REQUIRE(test::run(shim_compile(dir, real, log, "host-a", g.a, dir / "a.neff", url)).exit_code == 0);
+  // A miss: the shim has asked the bucket, and runs the real compiler. Started with its stdio
+  // alone (this process's own connections to the bucket are no one's to hand on), so that
+  // any other descriptor the real compiler has is one the shim gave it.
+  auto argv = shim_compile(dir, real, log, "host-a", g.a, dir / "a.neff", url);
+  argv.insert(argv.begin(), {"python3", "-c", "import os, sys; os.closerange(3, 1 << 16); os.execvp(sys.argv[1], sys.argv[1:])"});
+  REQUIRE(test::run(argv).exit_code == 0);
   REQUIRE(test::count_lines(log) == 1);
   const std::string listed = test::slurp(fds);
   INFO(listed);

@@ -73,6 +73,8 @@ std::vector<int> open_descriptors() {
   std::vector<int> fds;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator("/proc/self/fd", ec)) fds.push_back(std::atoi(e.path().filename().c_str()));
+  // (Without the listing's own descriptor, closed by now.)
+  std::erase_if(fds, [](int fd) { return ::fcntl(fd, F_GETFD) < 0; });
   std::sort(fds.begin(), fds.end());
   return fds;
 }
@@ -117,13 +119,24 @@ int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
   // Written before the fork: the child of a process with a thread (KeepAlive) calls only
   // what is safe after a fork (fcntl, execv, write, _exit).
   const std::string cannot_run = fmt::format("{}: error: cannot run {}: ", k_me, real);
-  close_ours_on_exec();
+  // What the child keeps: the descriptors we were started with, and `inherit_fd`. The rest
+  // are closed in the child (close_range, safe after a fork): a thread of ours (KeepAlive's
+  // lease renewals) may open one between here and the fork.
+  std::vector<int> keep = inherited();
+  if (inherit_fd >= 0) keep.insert(std::upper_bound(keep.begin(), keep.end(), inherit_fd), inherit_fd);
   const pid_t pid = ::fork();
   if (pid < 0) {
     fmt::print(stderr, "{}: error: fork: {}\n", k_me, std::strerror(errno));
     return 127;
   }
   if (pid == 0) {
+    unsigned from = 3;
+    for (int fd : keep) {
+      if (fd < 3) continue;
+      if (static_cast<unsigned>(fd) > from) ::close_range(from, static_cast<unsigned>(fd) - 1, 0);
+      from = static_cast<unsigned>(fd) + 1;
+    }
+    ::close_range(from, ~0U, 0);
     if (inherit_fd >= 0) ::fcntl(inherit_fd, F_SETFD, 0);
     ::execv(real.c_str(), args.data());
     const char* why = ::strerrordesc_np(errno);  // (glibc's strerror without the locale: safe here)
