@@ -117,7 +117,7 @@ int run_real(const std::string& real, int argc, char** argv, int inherit_fd) {
   std::fflush(stdout);
   std::fflush(stderr);
   // Written before the fork: the child of a process with a thread (KeepAlive) calls only
-  // what is safe after a fork (fcntl, execv, write, _exit).
+  // what is safe after a fork (close_range, fcntl, execv, write, _exit).
   const std::string cannot_run = fmt::format("{}: error: cannot run {}: ", k_me, real);
   // What the child keeps: the descriptors we were started with, and `inherit_fd`. The rest
   // are closed in the child (close_range, safe after a fork): a thread of ours (KeepAlive's
