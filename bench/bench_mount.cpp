@@ -121,7 +121,12 @@ double cpu_seconds(pid_t pid) {
 // a FUSE file system that passes reads through does at best.
 std::unique_ptr<test::MountedDaemon> libfuse_example(const std::string& program, const fs::path& backing,
                                                      const fs::path& mnt, const std::vector<std::string>& options = {}) {
-  test::DaemonSpec spec{.backing = backing.string(), .mnt = mnt, .options = options, .quiet = true, .program = program};
+  test::DaemonSpec spec;
+  spec.backing = backing.string();
+  spec.mnt = mnt;
+  spec.options = options;
+  spec.quiet = true;
+  spec.program = program;
   return std::make_unique<test::MountedDaemon>(spec);
 }
 
