@@ -113,17 +113,26 @@ TEST_CASE("fake-neuronx-cc injects failures on request", "[fake]") {
 
 TEST_CASE("NEFFCACHE_FAKE_IDLE spends the compile time asleep, not on the CPU", "[fake]") {
   test::TempDir dir;
-  struct rusage before {}, after {};
-  ::getrusage(RUSAGE_CHILDREN, &before);
-  auto t0 = std::chrono::steady_clock::now();
-  auto r = compile(test::k_corpus / "gopjrt_tuple.hlo.pb", dir / "m.neff", {"NEFFCACHE_FAKE_SECONDS=0.6", "NEFFCACHE_FAKE_IDLE=1"});
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ::getrusage(RUSAGE_CHILDREN, &after);
   auto cpu = [](const struct rusage& u) { return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6; };
-  REQUIRE(r.exit_code == 0);
-  CHECK(fake::parse_fake_neff(test::slurp(dir / "m.neff")).has_value());
-  CHECK(wall >= 0.6);                       // the time passed...
-  CHECK(cpu(after) - cpu(before) < 0.3);    // ...without being burnt (it would be 0.6 s)
+  // The children's CPU and the wall time of one compile of the corpus file.
+  auto run = [&](const std::vector<std::string>& env, double& wall) {
+    struct rusage before {}, after {};
+    ::getrusage(RUSAGE_CHILDREN, &before);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = compile(test::k_corpus / "gopjrt_tuple.hlo.pb", dir / "m.neff", env);
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::getrusage(RUSAGE_CHILDREN, &after);
+    REQUIRE(r.exit_code == 0);
+    CHECK(fake::parse_fake_neff(test::slurp(dir / "m.neff")).has_value());
+    return cpu(after) - cpu(before);
+  };
+  // What the compiler burns besides the compile time (start, parse, write) is measured, not
+  // guessed: under a sanitizer it alone came near 0.3 s.
+  double wall = 0;
+  double plain = run({"NEFFCACHE_FAKE_SECONDS=0"}, wall);
+  double idle = run({"NEFFCACHE_FAKE_SECONDS=0.6", "NEFFCACHE_FAKE_IDLE=1"}, wall);
+  CHECK(wall >= 0.6);              // the time passed...
+  CHECK(idle - plain < 0.3);       // ...without being burnt (it would be 0.6 s more)
 }
 
 namespace {
