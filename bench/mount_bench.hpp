@@ -98,9 +98,12 @@ inline void touch(const fs::path& path, std::string_view text = {}) {
 
 // Reads a whole file with 1 MiB reads; returns the bytes read.
 inline uint64_t read_whole(const fs::path& path) {
-  static thread_local std::vector<char> buf(1 << 20);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(fmt::format("open {}: {}", path.string(), std::strerror(errno)));
+  // A thread's buffer is made (and its pages touched) after its first open: a thousand
+  // new readers zeroing a MiB each before they open took seconds here, and delayed the
+  // opens the waiting benchmark counts.
+  static thread_local std::vector<char> buf(1 << 20);
   uint64_t total = 0;
   for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) total += static_cast<uint64_t>(n);
   ::close(fd);
