@@ -648,6 +648,23 @@ TEST_CASE("an entry of another compiler's folder is never compiled: refused in o
   CHECK(compile_entry(entry, fake_settings(work)).outcome == CompileOutcome::success);
 }
 
+TEST_CASE("the folder a Neuron entry is in is its compiler's whatever its name; an LNL key is every compiler's",
+          "[compile]") {
+  const std::string v21 = compiler_dir_name("2.21.0");
+  CHECK(compiler_dir_serves("/c/neuronxcc-2.21.0/MODULE_1+2", v21));
+  CHECK(compiler_dir_serves("/c/neuronxcc-2.21.0/MODULE_1+2/", v21));
+  CHECK_FALSE(compiler_dir_serves("/c/neuronxcc-2.21.0/MODULE_1+2", compiler_dir_name("2.21.0.0+b0d7f0f4")));
+  CHECK_FALSE(compiler_dir_serves("/c/neuronxcc-2.21.0/MODULE_1+2", ""));  // a compiler with no version
+  // A folder of another name is no compiler's.
+  CHECK_FALSE(compiler_dir_serves("/c/models/MODULE_1+2", v21));
+  CHECK_FALSE(compiler_dir_serves("/c/models/MODULE_1+2", ""));
+  // Only an entry with no folder before it is every compiler's, as an LNL entry is.
+  CHECK(compiler_dir_serves("MODULE_1+2", v21));
+  CHECK(compiler_dir_serves("MODULE_1+2", ""));
+  CHECK(compiler_dir_serves("/c/0123456789abcdef0123456789abcdef", v21));
+  CHECK(compiler_dir_serves("/c/0123456789abcdef0123456789abcdef", ""));
+}
+
 TEST_CASE("a missing compiler is a clear transient error", "[compile]") {
   test::TempDir root, work;
   auto entry = make_entry(root.path(), "gopjrt_tuple.hlo.pb");

@@ -133,8 +133,10 @@ inline std::optional<std::string> compiler_version(const CompileSettings& s) {
 // entry at `entry_path` (a folder, or its path in a cache). libneuronxla names a Neuron
 // entry's folder neuronxcc-<v> after the full version its compiler reports, and loads
 // what is there as that compiler's: so only a compiler that reports exactly <v> compiles
-// it. An LNL entry's key names its compiler's version itself: any compiler may, as it may
-// an entry in no compiler's folder.
+// it. The folder a Neuron entry is in counts as its compiler's whatever its name
+// (compiler_dir_of), so an entry under a folder not named neuronxcc-<v> is no compiler's
+// to compile; only a path with no folder before the entry is every compiler's. An LNL
+// entry's key names its compiler's version itself: any compiler may compile it.
 NEFFCACHE_DECL bool compiler_dir_serves(std::string_view entry_path, std::string_view compiler_dir);
 
 // compiler_dir_serves for a compiler `program` that reports `version` (nullopt: none). The
