@@ -18,6 +18,7 @@ usage: check_test_files.py BUILD_DIR [--jobs N]
 """
 import argparse
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -76,20 +77,26 @@ def headers_hash(words, directory, sources):
     # GCC leaves the headers of the precompiled header (-include X, built as X.gch) out of the
     # unit's depfile: they are in X.gch's own.
     for i, w in enumerate(words[:-1]):
-        pch_depfile = os.path.join(directory, words[i + 1] + ".gch.d")
-        if w == "-include" and os.path.exists(pch_depfile):
+        if w == "-include" and os.path.exists(pch_depfile := os.path.join(directory, words[i + 1] + ".gch.d")):
             names += depfile_names(pch_depfile)
     for name in sorted(set(names)):
-        if os.path.normpath(os.path.join(directory, name)) in sources:
+        path = os.path.normpath(os.path.join(directory, name))
+        if path in sources:
             continue
         h.update(name.encode())
-        try:
-            with open(os.path.join(directory, name), "rb") as f:
-                # (The precompiled header's generated files name the clone's folder.)
-                h.update(hashlib.sha256(f.read().replace(ROOT.encode(), b"<root>")).digest())
-        except OSError:
-            h.update(b"missing")
+        h.update(file_digest(path))
     return h
+
+
+@functools.cache
+def file_digest(path):
+    """A header's digest, read once for all the units that include it."""
+    try:
+        with open(path, "rb") as f:
+            # (The precompiled header's generated files name the clone's folder.)
+            return hashlib.sha256(f.read().replace(ROOT.encode(), b"<root>")).digest()
+    except OSError:
+        return b"missing"
 
 
 def depfile_names(path):
